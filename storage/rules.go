@@ -1,0 +1,207 @@
+package storage
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// NewID mints an id written prefix + "_" + 32 lowercase hex digits. The
+// first 12 digits are the milliseconds since the Unix epoch, so ids sort by
+// creation time and serve as list cursors; the other 20 are random.
+func NewID(prefix string) string {
+	var b [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	if _, err := rand.Read(b[6:]); err != nil {
+		// crypto/rand does not fail on supported platforms; if it ever
+		// does, an id that is not unique would corrupt data.
+		panic(fmt.Sprintf("storage: crypto/rand failed: %v", err))
+	}
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// BoundError makes error text safe to store: valid UTF-8, no NUL bytes (which
+// PostgreSQL text rejects), and at most MaxErrorBytes, cut on a rune boundary.
+func BoundError(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	const ellipsis = "…"
+	cut := MaxErrorBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}
+
+// Validate checks the claim parameters.
+func (p DeliveryClaimParams) Validate() error {
+	if p.Limit < 1 {
+		return fmt.Errorf("%w: claim limit must be at least 1, got %d", ErrInvalid, p.Limit)
+	}
+	if p.Lease <= 0 {
+		return fmt.Errorf("%w: claim lease must be positive, got %s", ErrInvalid, p.Lease)
+	}
+	return nil
+}
+
+func validateAttempt(deliveryID, token string, outcome OutcomeKind, httpStatus int) error {
+	if deliveryID == "" {
+		return fmt.Errorf("%w: delivery id is required", ErrInvalid)
+	}
+	if token == "" {
+		return fmt.Errorf("%w: claim token is required", ErrInvalid)
+	}
+	if !outcome.Valid() {
+		return fmt.Errorf("%w: outcome %q is not delivered, retryable or permanent", ErrInvalid, outcome)
+	}
+	if httpStatus != 0 && (httpStatus < 100 || httpStatus > 599) {
+		return fmt.Errorf("%w: HTTP status %d is outside 100-599", ErrInvalid, httpStatus)
+	}
+	return nil
+}
+
+// Validate checks the completion parameters.
+func (p DeliveryCompleteParams) Validate() error {
+	if err := validateAttempt(p.DeliveryID, p.Token, p.Outcome, p.HTTPStatus); err != nil {
+		return err
+	}
+	if p.RetryDelay < 0 {
+		return fmt.Errorf("%w: retry delay must not be negative, got %s", ErrInvalid, p.RetryDelay)
+	}
+	if p.MaxCycleAttempts < 0 {
+		return fmt.Errorf("%w: retry allowance must not be negative, got %d", ErrInvalid, p.MaxCycleAttempts)
+	}
+	return nil
+}
+
+// Allowance is the retry allowance in force: MaxCycleAttempts or the default.
+func (p DeliveryCompleteParams) Allowance() int {
+	if p.MaxCycleAttempts == 0 {
+		return DefaultMaxCycleAttempts
+	}
+	return p.MaxCycleAttempts
+}
+
+// Validate checks the late attempt parameters.
+func (p AttemptRecordLateParams) Validate() error {
+	return validateAttempt(p.DeliveryID, p.Token, p.Outcome, p.HTTPStatus)
+}
+
+// Validate checks the release parameters.
+func (p DeliveryReleaseParams) Validate() error {
+	if p.DeliveryID == "" || p.Token == "" {
+		return fmt.Errorf("%w: delivery id and claim token are required", ErrInvalid)
+	}
+	if p.Delay < 0 {
+		return fmt.Errorf("%w: release delay must not be negative, got %s", ErrInvalid, p.Delay)
+	}
+	return nil
+}
+
+// Validate checks the replay parameters.
+func (p DeliveryReplayParams) Validate() error {
+	if p.DeliveryID == "" {
+		return fmt.Errorf("%w: delivery id is required", ErrInvalid)
+	}
+	if strings.TrimSpace(p.Actor) == "" {
+		return fmt.Errorf("%w: replay needs an actor for the audit record", ErrInvalid)
+	}
+	return nil
+}
+
+// Validate checks the bulk replay parameters.
+func (p DeliveryReplayManyParams) Validate() error {
+	if !p.Filter.State.Terminal() {
+		return fmt.Errorf("%w: bulk replay needs state delivered or failed, got %q", ErrInvalid, p.Filter.State)
+	}
+	if strings.TrimSpace(p.Actor) == "" {
+		return fmt.Errorf("%w: replay needs an actor for the audit record", ErrInvalid)
+	}
+	if p.Limit < 0 {
+		return fmt.Errorf("%w: limit must not be negative", ErrInvalid)
+	}
+	return nil
+}
+
+// PageSize is the list page size in force.
+func (p DeliveryListParams) PageSize() int {
+	if p.Limit <= 0 {
+		return 100
+	}
+	return min(p.Limit, 1000)
+}
+
+// BatchSize is the bulk replay cap in force.
+func (p DeliveryReplayManyParams) BatchSize() int {
+	if p.Limit == 0 {
+		return 1000
+	}
+	return p.Limit
+}
+
+// Validate checks an endpoint before it is written.
+func (e Endpoint) Validate() error {
+	if strings.TrimSpace(e.Transport) == "" {
+		return fmt.Errorf("%w: endpoint needs a transport", ErrInvalid)
+	}
+	if len(e.Secrets) == 0 {
+		return fmt.Errorf("%w: endpoint needs at least one signing secret", ErrInvalid)
+	}
+	for _, s := range e.Secrets {
+		if s.Reveal() == "" {
+			return fmt.Errorf("%w: endpoint signing secret is empty", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Validate checks an event before it is written.
+func (ev Event) Validate() error {
+	if strings.TrimSpace(ev.Type) == "" {
+		return fmt.Errorf("%w: event needs a type", ErrInvalid)
+	}
+	if !json.Valid(ev.Payload) {
+		return fmt.Errorf("%w: event payload is not valid JSON", ErrInvalid)
+	}
+	return nil
+}
+
+type storedSecret struct {
+	Value     string     `json:"value"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// EncodeSecrets is the one place secret values are serialised, for the
+// endpoint's secrets column.
+func EncodeSecrets(secrets []Secret) (string, error) {
+	out := make([]storedSecret, len(secrets))
+	for i, s := range secrets {
+		out[i] = storedSecret{Value: s.value, ExpiresAt: s.ExpiresAt}
+	}
+	b, err := json.Marshal(out)
+	return string(b), err
+}
+
+// DecodeSecrets reads what EncodeSecrets wrote.
+func DecodeSecrets(text string) ([]Secret, error) {
+	var in []storedSecret
+	if err := json.Unmarshal([]byte(text), &in); err != nil {
+		return nil, fmt.Errorf("decode endpoint secrets: %w", err)
+	}
+	out := make([]Secret, len(in))
+	for i, s := range in {
+		out[i] = Secret{value: s.Value, ExpiresAt: s.ExpiresAt}
+	}
+	return out, nil
+}

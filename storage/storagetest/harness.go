@@ -1,0 +1,54 @@
+// Package storagetest is the one conformance suite for storage.Store. Every
+// rule of the delivery state machine is written here once, as a test, and
+// each backend's own test runs it against a real database:
+//
+//	func TestConformance(t *testing.T) { storagetest.Run(t, backend) }
+//
+// The suite never mocks a database. Concurrency rules are exercised with
+// several independent Store values on one database (each with its own
+// connections) and many goroutines.
+package storagetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// Backend is what a store package hands the suite.
+type Backend struct {
+	// Name is used in messages, e.g. "postgres".
+	Name string
+	// NewDatabase creates a fresh, empty, isolated database that nothing has
+	// migrated yet, and arranges for it to be removed when t ends.
+	NewDatabase func(t *testing.T) Database
+}
+
+// Database is one isolated database under test.
+type Database interface {
+	// Open opens a new Store on this database with connections of its own,
+	// so two Stores opened here behave like two server processes. It does
+	// not migrate. The Store is closed when t ends.
+	Open(t *testing.T) storage.Store
+	// Exec runs raw SQL (several statements allowed, no parameters), used to
+	// seed rows into a schema stopped at an old version.
+	Exec(ctx context.Context, sql string) error
+	// QueryInt runs a query returning one integer, for checks the Store API
+	// cannot express (e.g. the raw claim_token of a row).
+	QueryInt(ctx context.Context, sql string) (int64, error)
+	// TimeLiteral writes t as a SQL literal of the backend's time columns.
+	TimeLiteral(t time.Time) string
+}
+
+// newStore returns a fully migrated Store on a fresh database.
+func newStore(t *testing.T, b Backend) (storage.Store, Database) {
+	t.Helper()
+	db := b.NewDatabase(t)
+	s := db.Open(t)
+	if _, err := s.Migrate(context.Background(), storage.MigrateParams{}); err != nil {
+		t.Fatalf("%s: migrate fresh database: %v", b.Name, err)
+	}
+	return s, db
+}

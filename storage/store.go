@@ -1,0 +1,415 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// DeliveryState is where a delivery stands in the state machine.
+type DeliveryState string
+
+const (
+	StatePending    DeliveryState = "pending"
+	StateProcessing DeliveryState = "processing"
+	StateDelivered  DeliveryState = "delivered"
+	StateFailed     DeliveryState = "failed"
+)
+
+// Terminal reports whether the worker must never revisit a delivery in s.
+func (s DeliveryState) Terminal() bool { return s == StateDelivered || s == StateFailed }
+
+// Valid reports whether s is one of the four states.
+func (s DeliveryState) Valid() bool {
+	switch s {
+	case StatePending, StateProcessing, StateDelivered, StateFailed:
+		return true
+	}
+	return false
+}
+
+// OutcomeKind is what one request produced, as the transport reported it.
+type OutcomeKind string
+
+const (
+	// OutcomeDelivered: the receiver accepted the message.
+	OutcomeDelivered OutcomeKind = "delivered"
+	// OutcomeRetryable: the request failed in a way another try may fix.
+	OutcomeRetryable OutcomeKind = "retryable"
+	// OutcomePermanent: the request failed in a way no retry will fix.
+	OutcomePermanent OutcomeKind = "permanent"
+)
+
+// Valid reports whether k is one of the three outcome kinds.
+func (k OutcomeKind) Valid() bool {
+	switch k {
+	case OutcomeDelivered, OutcomeRetryable, OutcomePermanent:
+		return true
+	}
+	return false
+}
+
+// DefaultMaxCycleAttempts is the retry allowance: how many requests one cycle
+// of a delivery may make before a retryable failure becomes failed.
+const DefaultMaxCycleAttempts = 5
+
+// MaxErrorBytes bounds the error text stored with an attempt.
+const MaxErrorBytes = 1024
+
+// Sentinel errors. Backends map their native errors onto these; callers check
+// them with errors.Is.
+var (
+	// ErrNotFound: no row has the given id.
+	ErrNotFound = errors.New("not found")
+	// ErrClaimLost: the claim token no longer matches the row, because the
+	// lease expired and another worker claimed it, or the claim already ended.
+	// Nothing was changed.
+	ErrClaimLost = errors.New("claim lost: the delivery no longer carries this claim token")
+	// ErrClaimHeld: a late attempt was recorded under the token the row still
+	// carries; the owner must complete, not record late.
+	ErrClaimHeld = errors.New("claim still held: this token is the current claim, complete the delivery instead")
+	// ErrNotTerminal: replay was asked for a delivery that is pending or processing.
+	ErrNotTerminal = errors.New("delivery is not terminal: only delivered or failed deliveries can be replayed")
+	// ErrConflict: a unique value (an id, an idempotency key) is taken.
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the parameters break a rule of the state machine.
+	ErrInvalid = errors.New("invalid parameters")
+	// ErrSchemaUnknown: the database carries a schema version this build does not know.
+	ErrSchemaUnknown = errors.New("database schema version is newer than this build knows")
+)
+
+// Secret is an endpoint's signing secret, written "whsec_" + base64. Its
+// String and LogValue hide the value so it never reaches a log by accident;
+// Reveal is the one way to read it.
+type Secret struct {
+	value string
+	// ExpiresAt, when set, is when a rotated-out secret stops signing.
+	ExpiresAt *time.Time
+}
+
+// NewSecret wraps a secret value.
+func NewSecret(value string, expiresAt *time.Time) Secret {
+	return Secret{value: value, ExpiresAt: expiresAt}
+}
+
+// Reveal returns the secret value, for signing and for showing it once at creation.
+func (s Secret) Reveal() string { return s.value }
+
+func (s Secret) String() string { return "whsec_[redacted]" }
+
+// GoString keeps %#v from printing the value.
+func (s Secret) GoString() string { return "storage.Secret{whsec_[redacted]}" }
+
+// MarshalJSON refuses to put the value into JSON by accident.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// ActiveAt reports whether the secret still signs at t.
+func (s Secret) ActiveAt(t time.Time) bool { return s.ExpiresAt == nil || t.Before(*s.ExpiresAt) }
+
+// Endpoint is a registered destination.
+type Endpoint struct {
+	ID string
+	// Transport names the plugin that sends to this endpoint, e.g. "http".
+	Transport string
+	// URL is the target for URL-shaped transports; others read Config.
+	URL string
+	// Config is transport-specific settings, handed to the plugin as is.
+	Config map[string]string
+	// EventTypes the endpoint subscribes to; empty means every type.
+	EventTypes []string
+	// FormIDs the endpoint subscribes to; empty means every form.
+	FormIDs []string
+	// Secrets sign every message; during a rotation more than one is active.
+	Secrets     []Secret
+	Description string
+	// DisabledAt, when set, stops new events fanning out to the endpoint.
+	DisabledAt *time.Time
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// Matches reports whether an event of eventType for formID fans out to e.
+// An empty formID (an event not about a form) matches only endpoints that
+// name no forms.
+func (e Endpoint) Matches(eventType, formID string) bool {
+	if e.DisabledAt != nil {
+		return false
+	}
+	if len(e.EventTypes) > 0 && !contains(e.EventTypes, eventType) {
+		return false
+	}
+	if len(e.FormIDs) > 0 && !contains(e.FormIDs, formID) {
+		return false
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Event is one thing that happened, with the exact body every delivery of it
+// carries.
+type Event struct {
+	ID   string
+	Type string
+	// FormID and SubmissionID are set for submission events; receivers
+	// dedupe on SubmissionID.
+	FormID       string
+	SubmissionID string
+	// Payload is the JSON body sent to receivers, stored byte for byte so
+	// every attempt and every replay signs the same bytes.
+	Payload json.RawMessage
+	// IdempotencyKey, when set, makes a second EventCreate with the same key
+	// return the first event instead of creating another.
+	IdempotencyKey string
+	// TraceParent is the W3C trace context of the request that created the
+	// event, so attempts hours later can link back to it.
+	TraceParent string
+	CreatedAt   time.Time
+}
+
+// Delivery is one event on its way to one endpoint.
+type Delivery struct {
+	ID         string
+	EndpointID string
+	EventID    string
+	State      DeliveryState
+	// Attempts counts every request the delivery ever produced, late ones
+	// included. It only rises.
+	Attempts int
+	// CycleAttempts counts the owner's requests since the delivery last
+	// entered the queue; the retry allowance is measured against it.
+	CycleAttempts  int
+	NextAttemptAt  time.Time
+	ClaimExpiresAt *time.Time
+	CreatedAt      time.Time
+	CompletedAt    *time.Time
+}
+
+// Attempt is one request that really went out.
+type Attempt struct {
+	DeliveryID string
+	// Number is the lifetime attempt number, unique per delivery.
+	Number  int
+	Outcome OutcomeKind
+	// HTTPStatus is 0 when the transport had no HTTP status to report.
+	HTTPStatus int
+	// Error is bounded to MaxErrorBytes.
+	Error string
+	// Late marks a request made by a worker whose claim had been superseded.
+	Late       bool
+	StartedAt  time.Time
+	FinishedAt time.Time
+	TraceID    string
+}
+
+// Replay is the audit record of an operator putting a delivery back in the queue.
+type Replay struct {
+	DeliveryID    string
+	Actor         string
+	PreviousState DeliveryState
+	ReplayedAt    time.Time
+}
+
+// Claim is a delivery this worker now owns, with the token that proves it and
+// the event it carries.
+type Claim struct {
+	Delivery Delivery
+	Event    Event
+	Token    string
+}
+
+// Worker is a running server process, as it registers itself.
+type Worker struct {
+	ID            string
+	Build         string
+	SchemaVersion int
+	Host          string
+	StartedAt     time.Time
+	HeartbeatAt   time.Time
+}
+
+// EventCreateResult is the event and the deliveries it fanned out to.
+type EventCreateResult struct {
+	Event      Event
+	Deliveries []Delivery
+	// Duplicate is true when the idempotency key was seen before: Event and
+	// Deliveries are the ones created then, and nothing new was written.
+	Duplicate bool
+}
+
+// DeliveryClaimParams asks for a batch of claimable deliveries.
+type DeliveryClaimParams struct {
+	// Limit is the most deliveries to claim; at least 1.
+	Limit int
+	// Lease is how long the claim holds; positive.
+	Lease time.Duration
+	// Now overrides the store's clock; zero means the store's clock.
+	Now time.Time
+}
+
+// DeliveryCompleteParams ends a claim with the outcome of the owner's request.
+type DeliveryCompleteParams struct {
+	DeliveryID string
+	Token      string
+	Outcome    OutcomeKind
+	HTTPStatus int
+	Error      string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	TraceID    string
+	// RetryDelay is how long after Now a retryable failure is due again;
+	// ignored for other outcomes.
+	RetryDelay time.Duration
+	// MaxCycleAttempts is the retry allowance; zero means DefaultMaxCycleAttempts.
+	MaxCycleAttempts int
+	Now              time.Time
+}
+
+// AttemptRecordLateParams records a request made under a superseded claim.
+type AttemptRecordLateParams struct {
+	DeliveryID string
+	// Token is the claim token the request was sent under. It must not be
+	// the token the row carries now.
+	Token      string
+	Outcome    OutcomeKind
+	HTTPStatus int
+	Error      string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	TraceID    string
+}
+
+// DeliveryReleaseParams gives a claim back without a request having been
+// made, so no attempt is spent: shutdown before send, or a deferral.
+type DeliveryReleaseParams struct {
+	DeliveryID string
+	Token      string
+	// Delay is how long after Now the delivery is due again; zero means now.
+	Delay time.Duration
+	Now   time.Time
+}
+
+// DeliveryReplayParams puts one terminal delivery back in the queue.
+type DeliveryReplayParams struct {
+	DeliveryID string
+	// Actor says who replayed, for the audit record; required.
+	Actor string
+	Now   time.Time
+}
+
+// DeliveryFilter selects deliveries; zero fields select everything.
+type DeliveryFilter struct {
+	State         DeliveryState
+	EndpointID    string
+	EventID       string
+	FormID        string
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
+}
+
+// DeliveryListParams pages through deliveries, newest first.
+type DeliveryListParams struct {
+	Filter DeliveryFilter
+	// Before is a cursor: the ID of the last delivery of the previous page.
+	Before string
+	// Limit is the page size; zero means 100.
+	Limit int
+}
+
+// DeliveryReplayManyParams replays every terminal delivery matching Filter.
+type DeliveryReplayManyParams struct {
+	// Filter.State must be delivered or failed.
+	Filter DeliveryFilter
+	Actor  string
+	// Limit caps how many are replayed in one call; zero means 1000.
+	Limit int
+	Now   time.Time
+}
+
+// DeliveryStats are counts for dashboards and metrics.
+type DeliveryStats struct {
+	ByState map[DeliveryState]int64
+	// Due counts deliveries claimable now.
+	Due int64
+}
+
+// MigrateParams says how far to migrate.
+type MigrateParams struct {
+	// To is the version to stop at; zero means the newest this build has.
+	To int
+}
+
+// MigrateResult says what a migration run did.
+type MigrateResult struct {
+	From int
+	To   int
+	// Applied names each migration applied, as "0002_claim_token".
+	Applied []string
+}
+
+// Store is the contract every backend implements. Each method is one
+// transaction: it either happens whole or not at all.
+type Store interface {
+	// EndpointCreate inserts e; ID and timestamps are set when empty.
+	EndpointCreate(ctx context.Context, e Endpoint) (Endpoint, error)
+	EndpointGet(ctx context.Context, id string) (Endpoint, error)
+	EndpointList(ctx context.Context) ([]Endpoint, error)
+	// EndpointUpdate replaces every mutable field of the endpoint with e's.
+	EndpointUpdate(ctx context.Context, e Endpoint) (Endpoint, error)
+
+	// EventCreate inserts the event and, in the same transaction, one pending
+	// delivery due now for every endpoint that Matches it.
+	EventCreate(ctx context.Context, ev Event) (EventCreateResult, error)
+	EventGet(ctx context.Context, id string) (Event, error)
+
+	// DeliveryClaim claims up to Limit claimable deliveries, oldest due first.
+	// Each claimed row gets a fresh token. Rows that are not claimable are
+	// not written.
+	DeliveryClaim(ctx context.Context, p DeliveryClaimParams) ([]Claim, error)
+	// DeliveryComplete records the owner's attempt and moves the delivery,
+	// fenced on the token. On ErrClaimLost nothing is written.
+	DeliveryComplete(ctx context.Context, p DeliveryCompleteParams) (Delivery, Attempt, error)
+	// DeliveryRelease gives a claim back unspent, fenced on the token.
+	DeliveryRelease(ctx context.Context, p DeliveryReleaseParams) (Delivery, error)
+	// AttemptRecordLate records a superseded worker's request: next lifetime
+	// number, attempts raised, late, nothing else changed.
+	AttemptRecordLate(ctx context.Context, p AttemptRecordLateParams) (Attempt, error)
+
+	// DeliveryReplay moves a terminal delivery back to pending, due now, with
+	// cycle_attempts 0 and attempts kept, and writes the audit record.
+	DeliveryReplay(ctx context.Context, p DeliveryReplayParams) (Delivery, error)
+	// DeliveryReplayMany replays terminal deliveries matching a filter and
+	// returns how many it replayed.
+	DeliveryReplayMany(ctx context.Context, p DeliveryReplayManyParams) (int, error)
+
+	DeliveryGet(ctx context.Context, id string) (Delivery, error)
+	DeliveryList(ctx context.Context, p DeliveryListParams) ([]Delivery, error)
+	DeliveryStats(ctx context.Context, now time.Time) (DeliveryStats, error)
+	// AttemptList returns a delivery's attempts in number order.
+	AttemptList(ctx context.Context, deliveryID string) ([]Attempt, error)
+	// ReplayList returns a delivery's replay audit records, oldest first.
+	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
+
+	// WorkerHeartbeat registers w or refreshes its heartbeat.
+	WorkerHeartbeat(ctx context.Context, w Worker) error
+	// WorkerList returns workers whose heartbeat is at or after since.
+	WorkerList(ctx context.Context, since time.Time) ([]Worker, error)
+	WorkerDeregister(ctx context.Context, id string) error
+
+	// Migrate applies the embedded migrations up to p.To (zero: all), each in
+	// its own transaction with its version recorded. It returns
+	// ErrSchemaUnknown when the database is already past what this build has.
+	Migrate(ctx context.Context, p MigrateParams) (MigrateResult, error)
+	// SchemaVersion is the migration version the database is at; 0 when
+	// nothing has been applied.
+	SchemaVersion(ctx context.Context) (int, error)
+	Close() error
+}
