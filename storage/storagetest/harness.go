@@ -40,6 +40,9 @@ type Database interface {
 	QueryInt(ctx context.Context, sql string) (int64, error)
 	// TimeLiteral writes t as a SQL literal of the backend's time columns.
 	TimeLiteral(t time.Time) string
+	// BlobLiteral writes b as a SQL literal of the backend's binary columns
+	// (the event payload).
+	BlobLiteral(b []byte) string
 }
 
 // newStore returns a fully migrated Store on a fresh database.

@@ -1,0 +1,225 @@
+package storagetest
+
+import (
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+func testEndpoints(t *testing.T, b Backend) {
+	t.Run("an endpoint round-trips every field, secrets included", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		exp := time.Now().UTC().Add(24 * time.Hour).Truncate(time.Millisecond)
+		created := f.endpoint(func(e *storage.Endpoint) {
+			e.URL = "https://example.com/a?b=c"
+			e.Config = map[string]string{"header.x-team": "forms"}
+			e.EventTypes = []string{"submission.received"}
+			e.FormIDs = []string{"form_1", "form_2"}
+			e.Description = "CRM sync"
+			e.Secrets = []storage.Secret{storage.NewSecret("whsec_bmV3", nil), storage.NewSecret("whsec_b2xk", &exp)}
+		})
+		if created.ID == "" || created.CreatedAt.IsZero() || created.UpdatedAt.IsZero() {
+			t.Fatalf("create did not fill id and timestamps: %+v", created)
+		}
+		got, err := f.store.EndpointGet(f.ctx, created.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.URL != created.URL || got.Transport != "http" || got.Config["header.x-team"] != "forms" ||
+			len(got.EventTypes) != 1 || len(got.FormIDs) != 2 || got.FormIDs[1] != "form_2" || got.Description != "CRM sync" ||
+			got.DisabledAt != nil || !got.CreatedAt.Equal(created.CreatedAt) {
+			t.Fatalf("endpoint round trip:\ngot  %+v\nwant %+v", got, created)
+		}
+		if len(got.Secrets) != 2 || got.Secrets[0].Reveal() != "whsec_bmV3" || got.Secrets[0].ExpiresAt != nil ||
+			got.Secrets[1].Reveal() != "whsec_b2xk" || got.Secrets[1].ExpiresAt == nil || !got.Secrets[1].ExpiresAt.Equal(exp) {
+			t.Fatal("secrets did not round-trip")
+		}
+	})
+
+	t.Run("update replaces the mutable fields, list sees it, unknown ids are not found", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		a := f.endpoint()
+		bEp := f.endpoint()
+		disabled := time.Now().UTC().Truncate(time.Millisecond)
+		a.URL = "https://example.com/new"
+		a.DisabledAt = &disabled
+		a.EventTypes = nil
+		a.Secrets = []storage.Secret{storage.NewSecret("whsec_cm90YXRlZA==", nil)}
+		up, err := f.store.EndpointUpdate(f.ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up.URL != a.URL || up.DisabledAt == nil || !up.DisabledAt.Equal(disabled) || up.Secrets[0].Reveal() != "whsec_cm90YXRlZA==" {
+			t.Fatalf("update: %+v", up)
+		}
+		list, err := f.store.EndpointList(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []string{a.ID, bEp.ID}
+		sort.Strings(ids)
+		if len(list) != 2 || list[0].ID != ids[0] || list[1].ID != ids[1] {
+			t.Fatalf("list = %d endpoints, want %v in id order", len(list), ids)
+		}
+		_, err = f.store.EndpointGet(f.ctx, "ep_missing")
+		wantErr(t, err, storage.ErrNotFound, "get unknown endpoint")
+		missing := a
+		missing.ID = "ep_missing"
+		_, err = f.store.EndpointUpdate(f.ctx, missing)
+		wantErr(t, err, storage.ErrNotFound, "update unknown endpoint")
+	})
+
+	t.Run("an endpoint without a transport or a secret is refused", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		_, err := f.store.EndpointCreate(f.ctx, storage.Endpoint{Transport: "http"})
+		wantErr(t, err, storage.ErrInvalid, "endpoint without secret")
+		_, err = f.store.EndpointCreate(f.ctx, storage.Endpoint{Secrets: []storage.Secret{storage.NewSecret("whsec_eA==", nil)}})
+		wantErr(t, err, storage.ErrInvalid, "endpoint without transport")
+		if list, _ := f.store.EndpointList(f.ctx); len(list) != 0 {
+			t.Fatalf("refused endpoints were written: %d", len(list))
+		}
+	})
+}
+
+func testEvents(t *testing.T, b Backend) {
+	t.Run("an event fans out to every enabled endpoint that matches its type and form", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		all := f.endpoint()
+		formA := f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{"form_a"} })
+		f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{"form_b"} })
+		typed := f.endpoint(func(e *storage.Endpoint) { e.EventTypes = []string{"submission.received"} })
+		f.endpoint(func(e *storage.Endpoint) { e.EventTypes = []string{"form.deleted"} })
+		off := time.Now().UTC()
+		f.endpoint(func(e *storage.Endpoint) { e.DisabledAt = &off })
+
+		res := f.event("form_a")
+		if res.Duplicate {
+			t.Fatal("a first event reported as duplicate")
+		}
+		got := map[string]bool{}
+		for _, d := range res.Deliveries {
+			got[d.EndpointID] = true
+			wantState(t, d, storage.StatePending, 0, 0)
+			if d.EventID != res.Event.ID || d.ClaimExpiresAt != nil || d.CompletedAt != nil || d.ID == "" {
+				t.Fatalf("new delivery = %+v", d)
+			}
+			stored := f.get(d.ID)
+			if !sameDelivery(stored, d) {
+				t.Fatalf("stored delivery differs from returned:\nstored %+v\nreturned %+v", stored, d)
+			}
+		}
+		want := []string{all.ID, formA.ID, typed.ID}
+		if len(got) != len(want) || len(res.Deliveries) != len(want) {
+			t.Fatalf("fanned out to %v, want exactly %v", got, want)
+		}
+		for _, id := range want {
+			if !got[id] {
+				t.Fatalf("no delivery for matching endpoint %s", id)
+			}
+		}
+		ev, err := f.store.EventGet(f.ctx, res.Event.ID)
+		if err != nil || ev.SubmissionID != res.Event.SubmissionID || ev.FormID != "form_a" || string(ev.Payload) != string(res.Event.Payload) {
+			t.Fatalf("EventGet = %+v, %v", ev, err)
+		}
+	})
+
+	t.Run("an idempotency key seen before returns the first event and writes nothing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		f.endpoint()
+		f.endpoint()
+		ev := storage.Event{Type: "submission.received", FormID: "f", Payload: []byte(`{"n":1}`), IdempotencyKey: "key-1", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+		first, err := f.store.EventCreate(f.ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Payload = []byte(`{"n":2}`)
+		again, err := f.store.EventCreate(f.ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !again.Duplicate || again.Event.ID != first.Event.ID || string(again.Event.Payload) != `{"n":1}` || again.Event.TraceParent != ev.TraceParent {
+			t.Fatalf("second create = %+v, want the first event marked duplicate", again.Event)
+		}
+		if len(again.Deliveries) != 2 {
+			t.Fatalf("duplicate returned %d deliveries, want the 2 first made", len(again.Deliveries))
+		}
+		if n := f.count("SELECT count(*) FROM webhook_deliveries"); n != 2 {
+			t.Fatalf("deliveries after a duplicate = %d, want 2", n)
+		}
+		if n := f.count("SELECT count(*) FROM webhook_events"); n != 1 {
+			t.Fatalf("events after a duplicate = %d, want 1", n)
+		}
+	})
+
+	t.Run("concurrent creates with one idempotency key make one event", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		f.endpoint()
+		others := []storage.Store{f.store, f.db.Open(t), f.db.Open(t)}
+		const n = 12
+		var wg sync.WaitGroup
+		results := make([]storage.EventCreateResult, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				results[i], errs[i] = others[i%len(others)].EventCreate(f.ctx, storage.Event{Type: "t", Payload: []byte(`{}`), IdempotencyKey: "same"})
+			})
+		}
+		wg.Wait()
+		fresh := 0
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("create %d: %v", i, errs[i])
+			}
+			if !results[i].Duplicate {
+				fresh++
+			}
+			if results[i].Event.ID != results[0].Event.ID {
+				t.Fatal("concurrent creates with one key returned different events")
+			}
+		}
+		if fresh != 1 {
+			t.Fatalf("%d creates reported a new event, want exactly 1", fresh)
+		}
+		if got := f.count("SELECT count(*) FROM webhook_deliveries"); got != 1 {
+			t.Fatalf("deliveries = %d, want 1", got)
+		}
+	})
+
+	t.Run("an event with no matching endpoint is stored with no deliveries", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		res := f.event("form_1")
+		if len(res.Deliveries) != 0 || res.Event.ID == "" || res.Event.CreatedAt.IsZero() {
+			t.Fatalf("result = %+v", res)
+		}
+	})
+
+	t.Run("bad events are refused and unknown events are not found", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		f.endpoint()
+		_, err := f.store.EventCreate(f.ctx, storage.Event{Type: "t", Payload: []byte(`{"a":`)})
+		wantErr(t, err, storage.ErrInvalid, "event with malformed JSON")
+		_, err = f.store.EventCreate(f.ctx, storage.Event{Payload: []byte(`{}`)})
+		wantErr(t, err, storage.ErrInvalid, "event without type")
+		if n := f.count("SELECT count(*) FROM webhook_events"); n != 0 {
+			t.Fatalf("refused events were written: %d", n)
+		}
+		_, err = f.store.EventGet(f.ctx, "evt_missing")
+		wantErr(t, err, storage.ErrNotFound, "get unknown event")
+		_, err = f.store.DeliveryGet(f.ctx, "dlv_missing")
+		if !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("get unknown delivery: %v", err)
+		}
+	})
+}
