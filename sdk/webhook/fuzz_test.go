@@ -1,0 +1,85 @@
+package webhook_test
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/sdk/webhook"
+)
+
+// FuzzVerify checks that Verify never panics on arbitrary headers, that
+// anything it accepts carries a genuine signature, and that a message signed
+// over one body is never accepted with another. The seeds run in every
+// go test; run `go test -fuzz=FuzzVerify ./sdk/webhook` to explore further.
+func FuzzVerify(f *testing.F) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	now := time.Unix(1_800_000_000, 0)
+	nowUnix := strconv.FormatInt(now.Unix(), 10)
+	sub := []byte(`{"type":"submission.received","submission":{"id":"sub_48984534f33749c49a88de2d59400dce"}}`)
+	validSig, err := webhook.Sign("del_1", now, sub, secret)
+	if err != nil {
+		f.Fatalf("Sign: %v", err)
+	}
+
+	f.Add("del_1", nowUnix, validSig, sub, append(bytes.Clone(sub), ' '))
+	f.Add("del_1", nowUnix, "v1a,"+strings.TrimPrefix(validSig, "v1,")+" "+validSig, sub, []byte{})
+	f.Add("del_1", "+"+nowUnix, validSig, []byte{}, []byte("{}"))
+	f.Add("", "", "", []byte(nil), []byte(nil))
+	f.Add("msg_x", "-9223372036854775808", "v1,", []byte("a"), []byte("b"))
+	f.Add("msg x.1", "99999999999999999999", "v1,,,, v1 ,v1", []byte("0.1"), []byte("0"))
+	f.Add("del_1", nowUnix, "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", sub, sub[:len(sub)-1])
+
+	v, err := webhook.NewVerifier([]string{secret}, webhook.WithNow(func() time.Time { return now }))
+	if err != nil {
+		f.Fatalf("NewVerifier: %v", err)
+	}
+
+	f.Fuzz(func(t *testing.T, id, ts, sig string, body, altered []byte) {
+		// 1. Arbitrary headers: no panic, and acceptance implies a real signature.
+		h := http.Header{}
+		h.Set(webhook.HeaderID, id)
+		h.Set(webhook.HeaderTimestamp, ts)
+		h.Set(webhook.HeaderSignature, sig)
+		err := v.Verify(h, body)
+		if err == nil {
+			want, signErr := webhook.Sign(strings.TrimSpace(id), now, body, secret)
+			if signErr != nil || !strings.Contains(sig, want) {
+				t.Fatalf("Verify accepted id %q ts %q sig %q without a genuine signature", id, ts, sig)
+			}
+		} else if !isVerifyError(err) {
+			t.Fatalf("Verify returned an error outside the documented set: %v", err)
+		}
+
+		// 2. A genuinely signed message: the signed body passes, any other fails.
+		msgID := id
+		if _, err := webhook.Sign(msgID, now, nil, secret); err != nil {
+			msgID = "del_fuzz"
+		}
+		signed, err := webhook.SignHeaders(msgID, now, body, secret)
+		if err != nil {
+			t.Fatalf("SignHeaders(%q): %v", msgID, err)
+		}
+		if err := v.Verify(signed, body); err != nil {
+			t.Fatalf("Verify rejected the signed body: %v", err)
+		}
+		if !bytes.Equal(altered, body) {
+			if err := v.Verify(signed, altered); !errors.Is(err, webhook.ErrNoMatchingSignature) {
+				t.Fatalf("Verify of a body altered from %q to %q = %v, want ErrNoMatchingSignature", body, altered, err)
+			}
+		}
+	})
+}
+
+func isVerifyError(err error) bool {
+	for _, e := range []error{webhook.ErrMissingHeader, webhook.ErrMalformedTimestamp, webhook.ErrTimestampTooOld, webhook.ErrTimestampTooNew, webhook.ErrNoMatchingSignature} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
