@@ -1,0 +1,4 @@
+package postgres
+
+// ClaimSQL lets the plan test EXPLAIN the exact statement DeliveryClaim runs.
+const ClaimSQL = claimSQL

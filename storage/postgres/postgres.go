@@ -1,0 +1,165 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// Store is a storage.Store on one PostgreSQL database. It is safe for
+// concurrent use; it holds a connection pool and nothing else.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// Open connects to the database named by dsn (a postgres:// URL or a
+// keyword/value string, as libpq takes) and checks that it answers. It does
+// not migrate: call Migrate for that.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, dsnError(dsn, err)
+	}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		// pgx returns timestamptz in time.Local; the Store promises UTC
+		// whatever the host's zone, so decode into UTC at the source.
+		c.TypeMap().RegisterType(&pgtype.Type{
+			Name:  "timestamptz",
+			OID:   pgtype.TimestamptzOID,
+			Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC},
+		})
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect: %w (check the DSN, that the server is running and that it accepts this user)", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes every connection of the pool, waiting for those in use to be
+// returned.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// mapErr is the one place PostgreSQL errors become storage sentinels. The
+// native error stays in the chain, after the sentinel, for errors.As.
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("postgres: %s: %w", op, storage.ErrNotFound)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrConflict, err)
+		case "23514": // check_violation
+			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrInvalid, err)
+		case "42P01": // undefined_table
+			return fmt.Errorf("postgres: %s: %w (is the database migrated? run `hymical migrate`)", op, err)
+		}
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// dbNow turns a params Now into a query argument: NULL when zero, so the SQL
+// falls back to the database clock with coalesce($n::timestamptz, now()).
+func dbNow(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// nullText stores "" as NULL, for columns where absence matters.
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// nullStatus stores HTTP status 0 ("no status") as NULL.
+func nullStatus(code int) any {
+	if code == 0 {
+		return nil
+	}
+	return code
+}
+
+// deliveryExists tells a missing delivery from a fenced UPDATE that matched
+// nothing.
+func deliveryExists(ctx context.Context, tx pgx.Tx, id string) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = $1)`, id).Scan(&ok)
+	return ok, err
+}
+
+// dsnError describes why a DSN did not parse without echoing its password.
+// pgconn masks passwords in its message, but only on a best-effort basis for
+// malformed input, so every password-shaped value of the DSN is masked again.
+func dsnError(dsn string, err error) error {
+	text := err.Error()
+	secrets := passwordCandidates(dsn)
+	// Longest first, so a candidate that contains another is masked whole.
+	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	for _, secret := range secrets {
+		text = strings.ReplaceAll(text, secret, "xxxxx")
+	}
+	// Not wrapped: the cause's own text may hold the password.
+	return fmt.Errorf("postgres: invalid DSN: %s", text)
+}
+
+var kvPassword = regexp.MustCompile(`(?i)password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)`)
+
+// passwordCandidates finds every value in dsn that may be a password: the
+// URL userinfo password and any password= value, quoted or not.
+func passwordCandidates(dsn string) []string {
+	var out []string
+	add := func(s string) {
+		if len(s) >= 3 {
+			out = append(out, s)
+			if u, err := url.QueryUnescape(s); err == nil && u != s {
+				out = append(out, u)
+			}
+		}
+	}
+	for _, prefix := range []string{"postgres://", "postgresql://"} {
+		if rest, ok := strings.CutPrefix(dsn, prefix); ok {
+			if at := strings.LastIndex(rest, "@"); at >= 0 {
+				if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+					add(pw)
+				}
+			}
+		}
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		v := m[1]
+		add(v)
+		add(strings.Trim(v, "'"))
+	}
+	return out
+}

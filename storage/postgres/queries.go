@@ -1,0 +1,166 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// where builds a WHERE clause over webhook_deliveries AS d with numbered
+// parameters. Only conditions are built from code; every value is a
+// parameter.
+type where struct {
+	conds []string
+	args  []any
+}
+
+// newWhere starts a clause whose first parameters are fixed.
+func newWhere(fixed ...any) *where { return &where{args: fixed} }
+
+// add appends cond, in which "?" stands for the parameter v.
+func (w *where) add(cond string, v any) {
+	w.args = append(w.args, v)
+	w.conds = append(w.conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(w.args))))
+}
+
+func (w *where) filter(f storage.DeliveryFilter) {
+	if f.State != "" {
+		w.add("d.state = ?", string(f.State))
+	}
+	if f.EndpointID != "" {
+		w.add("d.endpoint_id = ?", f.EndpointID)
+	}
+	if f.EventID != "" {
+		w.add("d.event_id = ?", f.EventID)
+	}
+	if f.FormID != "" {
+		w.add("EXISTS (SELECT 1 FROM webhook_events AS fe WHERE fe.id = d.event_id AND fe.form_id = ?)", f.FormID)
+	}
+	if !f.CreatedAfter.IsZero() {
+		w.add("d.created_at > ?", f.CreatedAfter)
+	}
+	if !f.CreatedBefore.IsZero() {
+		w.add("d.created_at < ?", f.CreatedBefore)
+	}
+}
+
+func (w *where) sql() string {
+	if len(w.conds) == 0 {
+		return ""
+	}
+	return "WHERE " + strings.Join(w.conds, " AND ")
+}
+
+func validFilter(f storage.DeliveryFilter) error {
+	if f.State != "" && !f.State.Valid() {
+		return fmt.Errorf("%w: state %q is not pending, processing, delivered or failed", storage.ErrInvalid, f.State)
+	}
+	return nil
+}
+
+// DeliveryGet returns the delivery with this id, or storage.ErrNotFound.
+func (s *Store) DeliveryGet(ctx context.Context, id string) (storage.Delivery, error) {
+	d, err := scanDelivery(s.pool.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d WHERE d.id = $1`, id))
+	if err != nil {
+		return storage.Delivery{}, mapErr("delivery get "+id, err)
+	}
+	return d, nil
+}
+
+// DeliveryList pages through deliveries matching the filter, newest (largest
+// id) first; p.Before continues after the last id of the previous page.
+func (s *Store) DeliveryList(ctx context.Context, p storage.DeliveryListParams) ([]storage.Delivery, error) {
+	const op = "delivery list"
+	if err := validFilter(p.Filter); err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	w := newWhere(p.PageSize())
+	w.filter(p.Filter)
+	if p.Before != "" {
+		w.add("d.id < ?", p.Before)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d `+
+		w.sql()+` ORDER BY d.id DESC LIMIT $1`, w.args...)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	ds, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	return ds, nil
+}
+
+// DeliveryStats counts deliveries in each of the four states, and those
+// claimable at now (the database clock when zero), in one snapshot.
+func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error) {
+	var pending, processing, delivered, failed, due int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'processing'),
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'),
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'failed'),
+			(SELECT count(*) FROM webhook_deliveries
+			 WHERE (state = 'pending' AND next_attempt_at <= coalesce($1::timestamptz, now()))
+			    OR (state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())))`,
+		dbNow(now)).Scan(&pending, &processing, &delivered, &failed, &due)
+	if err != nil {
+		return storage.DeliveryStats{}, mapErr("delivery stats", err)
+	}
+	return storage.DeliveryStats{
+		ByState: map[storage.DeliveryState]int64{
+			storage.StatePending:    pending,
+			storage.StateProcessing: processing,
+			storage.StateDelivered:  delivered,
+			storage.StateFailed:     failed,
+		},
+		Due: due,
+	}, nil
+}
+
+// AttemptList returns the delivery's attempts in number order.
+func (s *Store) AttemptList(ctx context.Context, deliveryID string) ([]storage.Attempt, error) {
+	const op = "attempt list"
+	rows, err := s.pool.Query(ctx, `SELECT `+attemptColumns+` FROM webhook_delivery_attempts AS a
+		WHERE a.delivery_id = $1 ORDER BY a.number`, deliveryID)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Attempt, error) { return scanAttempt(r) })
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	if out == nil {
+		out = []storage.Attempt{}
+	}
+	return out, nil
+}
+
+// ReplayList returns the delivery's replay audit records, oldest first.
+func (s *Store) ReplayList(ctx context.Context, deliveryID string) ([]storage.Replay, error) {
+	const op = "replay list"
+	rows, err := s.pool.Query(ctx, `SELECT delivery_id, actor, previous_state, replayed_at
+		FROM webhook_delivery_replays WHERE delivery_id = $1 ORDER BY replayed_at, id`, deliveryID)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Replay, error) {
+		var rp storage.Replay
+		err := r.Scan(&rp.DeliveryID, &rp.Actor, &rp.PreviousState, &rp.ReplayedAt)
+		return rp, err
+	})
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	if out == nil {
+		out = []storage.Replay{}
+	}
+	return out, nil
+}

@@ -1,0 +1,125 @@
+package postgres
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// Column lists are written once, with the table aliases every query uses
+// (d deliveries, e events, a attempts), and scanned by the matching function.
+
+const deliveryColumns = `d.id, d.endpoint_id, d.event_id, d.state, d.attempts, d.cycle_attempts,
+	d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at`
+
+func deliveryDest(d *storage.Delivery) []any {
+	return []any{&d.ID, &d.EndpointID, &d.EventID, &d.State, &d.Attempts, &d.CycleAttempts,
+		&d.NextAttemptAt, &d.ClaimExpiresAt, &d.CreatedAt, &d.CompletedAt}
+}
+
+func scanDelivery(row pgx.Row) (storage.Delivery, error) {
+	var d storage.Delivery
+	err := row.Scan(deliveryDest(&d)...)
+	return d, err
+}
+
+func collectDeliveries(rows pgx.Rows) ([]storage.Delivery, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Delivery, error) { return scanDelivery(r) })
+	if out == nil && err == nil {
+		out = []storage.Delivery{}
+	}
+	return out, err
+}
+
+const eventColumns = `e.id, e.type, e.form_id, e.submission_id, e.payload, e.idempotency_key,
+	e.trace_parent, e.created_at`
+
+// eventScan holds the columns that need converting after the scan.
+type eventScan struct {
+	ev      storage.Event
+	payload []byte
+	key     *string
+}
+
+func (s *eventScan) dest() []any {
+	return []any{&s.ev.ID, &s.ev.Type, &s.ev.FormID, &s.ev.SubmissionID, &s.payload, &s.key,
+		&s.ev.TraceParent, &s.ev.CreatedAt}
+}
+
+func (s *eventScan) event() storage.Event {
+	ev := s.ev
+	ev.Payload = json.RawMessage(s.payload)
+	if s.key != nil {
+		ev.IdempotencyKey = *s.key
+	}
+	return ev
+}
+
+func scanEvent(row pgx.Row) (storage.Event, error) {
+	var s eventScan
+	if err := row.Scan(s.dest()...); err != nil {
+		return storage.Event{}, err
+	}
+	return s.event(), nil
+}
+
+const attemptColumns = `a.delivery_id, a.number, a.outcome, a.http_status, a.error, a.late,
+	a.started_at, a.finished_at, a.trace_id`
+
+func scanAttempt(row pgx.Row) (storage.Attempt, error) {
+	var a storage.Attempt
+	var status *int
+	err := row.Scan(&a.DeliveryID, &a.Number, &a.Outcome, &status, &a.Error, &a.Late,
+		&a.StartedAt, &a.FinishedAt, &a.TraceID)
+	if status != nil {
+		a.HTTPStatus = *status
+	}
+	return a, err
+}
+
+const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
+	disabled_at, created_at, updated_at`
+
+func scanEndpoint(row pgx.Row) (storage.Endpoint, error) {
+	var e storage.Endpoint
+	var secrets string
+	err := row.Scan(&e.ID, &e.Transport, &e.URL, &e.Config, &e.EventTypes, &e.FormIDs, &secrets,
+		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt)
+	if err != nil {
+		return storage.Endpoint{}, err
+	}
+	e.Secrets, err = storage.DecodeSecrets(secrets)
+	if err != nil {
+		// The decode error never carries the secret text itself.
+		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+	}
+	return normalizeEndpoint(e), nil
+}
+
+// normalizeEndpoint makes absent collections empty rather than nil, and
+// secret expiries UTC, so an endpoint reads back the same however it was
+// written.
+func normalizeEndpoint(e storage.Endpoint) storage.Endpoint {
+	if e.Config == nil {
+		e.Config = map[string]string{}
+	}
+	if e.EventTypes == nil {
+		e.EventTypes = []string{}
+	}
+	if e.FormIDs == nil {
+		e.FormIDs = []string{}
+	}
+	secrets := make([]storage.Secret, len(e.Secrets))
+	for i, s := range e.Secrets {
+		if s.ExpiresAt != nil {
+			t := s.ExpiresAt.UTC()
+			s = storage.NewSecret(s.Reveal(), &t)
+		}
+		secrets[i] = s
+	}
+	e.Secrets = secrets
+	return e
+}
