@@ -1,0 +1,602 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+const deliveryColumns = `id, endpoint_id, event_id, state, attempts, cycle_attempts,
+	next_attempt_at, claim_expires_at, created_at, completed_at`
+
+// claimable is the one definition of a claimable row, over :now.
+const claimable = `((state = 'pending' AND next_attempt_at <= :now)
+	OR (state = 'processing' AND claim_expires_at < :now))`
+
+func scanDelivery(r rowScanner, extra ...any) (storage.Delivery, error) {
+	var (
+		d                      storage.Delivery
+		state                  string
+		next, created          int64
+		claimExpires, complete sql.NullInt64
+	)
+	dest := append([]any{&d.ID, &d.EndpointID, &d.EventID, &state, &d.Attempts, &d.CycleAttempts,
+		&next, &claimExpires, &created, &complete}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return storage.Delivery{}, err
+	}
+	d.State = storage.DeliveryState(state)
+	d.NextAttemptAt = fromMicros(next)
+	d.ClaimExpiresAt = fromNullMicros(claimExpires)
+	d.CreatedAt = fromMicros(created)
+	d.CompletedAt = fromNullMicros(complete)
+	return d, nil
+}
+
+func collectDeliveries(rows *sql.Rows) ([]storage.Delivery, error) {
+	defer rows.Close()
+	out := []storage.Delivery{}
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// deliveryExists tells ErrNotFound apart from a fence that did not match.
+func deliveryExists(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM webhook_deliveries WHERE id = ?`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func collectStrings(rows *sql.Rows) ([]string, error) {
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func jsonList(values []string) string {
+	b, _ := json.Marshal(values) // a []string always marshals
+	return string(b)
+}
+
+// DeliveryClaim claims up to p.Limit claimable deliveries in one writer
+// transaction. The single writer connection (and, across processes, SQLite's
+// write lock) is what keeps two claimers from picking the same row.
+func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
+	const op = "claim deliveries"
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	claims := []storage.Claim{}
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `
+			UPDATE webhook_deliveries
+			SET state = 'processing',
+				claim_expires_at = :now + :lease,
+				claim_token = lower(hex(randomblob(16)))
+			WHERE id IN (
+				SELECT id FROM webhook_deliveries
+				WHERE `+claimable+`
+				ORDER BY next_attempt_at, id
+				LIMIT :limit)
+			RETURNING `+deliveryColumns+`, claim_token`,
+			sql.Named("now", now), sql.Named("lease", p.Lease.Microseconds()), sql.Named("limit", p.Limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c storage.Claim
+			if c.Delivery, err = scanDelivery(rows, &c.Token); err != nil {
+				return err
+			}
+			claims = append(claims, c)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		if len(claims) == 0 {
+			return nil
+		}
+		// RETURNING comes in no promised order.
+		sort.Slice(claims, func(i, j int) bool {
+			a, b := claims[i].Delivery, claims[j].Delivery
+			if !a.NextAttemptAt.Equal(b.NextAttemptAt) {
+				return a.NextAttemptAt.Before(b.NextAttemptAt)
+			}
+			return a.ID < b.ID
+		})
+		ids := make([]string, len(claims))
+		for i, c := range claims {
+			ids[i] = c.Delivery.EventID
+		}
+		events, err := eventsByID(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		for i := range claims {
+			ev, ok := events[claims[i].Delivery.EventID]
+			if !ok {
+				return fmt.Errorf("event %s of delivery %s is missing", claims[i].Delivery.EventID, claims[i].Delivery.ID)
+			}
+			claims[i].Event = ev
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return claims, nil
+}
+
+// DeliveryComplete records the owner's attempt and moves the delivery, fenced
+// on the claim token. Both counters rise: the owner spends from the cycle.
+func (s *Store) DeliveryComplete(ctx context.Context, p storage.DeliveryCompleteParams) (storage.Delivery, storage.Attempt, error) {
+	op := "complete delivery " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.Delivery{}, storage.Attempt{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := s.now(p.Now)
+	a := storage.Attempt{
+		DeliveryID: p.DeliveryID,
+		Outcome:    p.Outcome,
+		HTTPStatus: p.HTTPStatus,
+		Error:      storage.BoundError(p.Error),
+		StartedAt:  p.StartedAt.UTC().Truncate(time.Microsecond),
+		FinishedAt: p.FinishedAt.UTC().Truncate(time.Microsecond),
+		TraceID:    p.TraceID,
+	}
+	var d storage.Delivery
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		// In SET, column names read the row as it was before the update.
+		d, err = scanDelivery(tx.QueryRowContext(ctx, `
+			UPDATE webhook_deliveries
+			SET attempts = attempts + 1,
+				cycle_attempts = cycle_attempts + 1,
+				state = CASE
+					WHEN :outcome = 'delivered' THEN 'delivered'
+					WHEN :outcome = 'permanent' THEN 'failed'
+					WHEN cycle_attempts + 1 >= :allowance THEN 'failed'
+					ELSE 'pending' END,
+				next_attempt_at = CASE
+					WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN :now + :delay
+					ELSE next_attempt_at END,
+				completed_at = CASE
+					WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN NULL
+					ELSE :now END,
+				claim_token = NULL,
+				claim_expires_at = NULL
+			WHERE id = :id AND claim_token = :token
+			RETURNING `+deliveryColumns,
+			sql.Named("outcome", string(p.Outcome)),
+			sql.Named("allowance", p.Allowance()),
+			sql.Named("now", micros(now)),
+			sql.Named("delay", p.RetryDelay.Microseconds()),
+			sql.Named("id", p.DeliveryID),
+			sql.Named("token", p.Token)))
+		if errors.Is(err, sql.ErrNoRows) {
+			exists, err := deliveryExists(ctx, tx, p.DeliveryID)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				return storage.ErrNotFound
+			}
+			return storage.ErrClaimLost
+		}
+		if err != nil {
+			return err
+		}
+		a.Number = d.Attempts
+		return insertAttempt(ctx, tx, a)
+	})
+	if err != nil {
+		return storage.Delivery{}, storage.Attempt{}, err
+	}
+	return d, a, nil
+}
+
+func insertAttempt(ctx context.Context, tx *sql.Tx, a storage.Attempt) error {
+	_, err := tx.ExecContext(ctx, `
+		INSERT INTO webhook_delivery_attempts
+			(delivery_id, number, outcome, http_status, error, late, started_at, finished_at, trace_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.DeliveryID, a.Number, string(a.Outcome), nullStatus(a.HTTPStatus), a.Error, boolInt(a.Late),
+		micros(a.StartedAt), micros(a.FinishedAt), a.TraceID)
+	return err
+}
+
+// AttemptRecordLate records a request made under a superseded claim. It
+// takes the next lifetime number from the stored row, under the writer's
+// lock, and changes nothing else on the row.
+func (s *Store) AttemptRecordLate(ctx context.Context, p storage.AttemptRecordLateParams) (storage.Attempt, error) {
+	op := "record late attempt for delivery " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.Attempt{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	a := storage.Attempt{
+		DeliveryID: p.DeliveryID,
+		Outcome:    p.Outcome,
+		HTTPStatus: p.HTTPStatus,
+		Error:      storage.BoundError(p.Error),
+		Late:       true,
+		StartedAt:  p.StartedAt.UTC().Truncate(time.Microsecond),
+		FinishedAt: p.FinishedAt.UTC().Truncate(time.Microsecond),
+		TraceID:    p.TraceID,
+	}
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `
+			UPDATE webhook_deliveries SET attempts = attempts + 1
+			WHERE id = ? AND (claim_token IS NULL OR claim_token <> ?)
+			RETURNING attempts`, p.DeliveryID, p.Token).Scan(&a.Number)
+		if errors.Is(err, sql.ErrNoRows) {
+			exists, err := deliveryExists(ctx, tx, p.DeliveryID)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				return storage.ErrNotFound
+			}
+			return storage.ErrClaimHeld
+		}
+		if err != nil {
+			return err
+		}
+		return insertAttempt(ctx, tx, a)
+	})
+	if err != nil {
+		return storage.Attempt{}, err
+	}
+	return a, nil
+}
+
+// DeliveryRelease gives a claim back without spending an attempt.
+func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleaseParams) (storage.Delivery, error) {
+	op := "release delivery " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	var d storage.Delivery
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		d, err = scanDelivery(tx.QueryRowContext(ctx, `
+			UPDATE webhook_deliveries
+			SET state = 'pending', next_attempt_at = ?, claim_token = NULL, claim_expires_at = NULL
+			WHERE id = ? AND claim_token = ?
+			RETURNING `+deliveryColumns,
+			now+p.Delay.Microseconds(), p.DeliveryID, p.Token))
+		if errors.Is(err, sql.ErrNoRows) {
+			exists, err := deliveryExists(ctx, tx, p.DeliveryID)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				return storage.ErrNotFound
+			}
+			return storage.ErrClaimLost
+		}
+		return err
+	})
+	if err != nil {
+		return storage.Delivery{}, err
+	}
+	return d, nil
+}
+
+// replaySet is the one definition of what replay does to a row.
+const replaySet = `SET state = 'pending', next_attempt_at = :now, cycle_attempts = 0,
+	completed_at = NULL, claim_token = NULL, claim_expires_at = NULL`
+
+// DeliveryReplay puts one terminal delivery back in the queue and writes the
+// audit record.
+func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.Delivery, error) {
+	op := "replay delivery " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	var d storage.Delivery
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		// Read then write is safe here: the IMMEDIATE transaction holds the
+		// write lock, so the state cannot change in between.
+		var prev string
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM webhook_deliveries WHERE id = ?`, p.DeliveryID).Scan(&prev); err != nil {
+			return err // sql.ErrNoRows becomes ErrNotFound
+		}
+		if !storage.DeliveryState(prev).Terminal() {
+			return fmt.Errorf("%w: it is %s", storage.ErrNotTerminal, prev)
+		}
+		var err error
+		d, err = scanDelivery(tx.QueryRowContext(ctx, `
+			UPDATE webhook_deliveries `+replaySet+`
+			WHERE id = :id
+			RETURNING `+deliveryColumns,
+			sql.Named("now", now), sql.Named("id", p.DeliveryID)))
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `
+			INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+			VALUES (?, ?, ?, ?)`, p.DeliveryID, p.Actor, prev, now)
+		return err
+	})
+	if err != nil {
+		return storage.Delivery{}, err
+	}
+	return d, nil
+}
+
+// DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
+// match the filter, oldest first, each with its audit record.
+func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error) {
+	const op = "replay deliveries"
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	where, args := filterSQL(p.Filter)
+	var n int
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		// The selection cannot change under us: this transaction holds the
+		// write lock from its first statement.
+		rows, err := tx.QueryContext(ctx, `
+			SELECT id FROM webhook_deliveries
+			WHERE `+where+`
+			ORDER BY id
+			LIMIT :limit`,
+			append(args, sql.Named("limit", p.BatchSize()))...)
+		if err != nil {
+			return err
+		}
+		ids, err := collectStrings(rows)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		idList := sql.Named("ids", jsonList(ids))
+		// The audit record goes first, while the row still shows the state
+		// it is leaving.
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+			SELECT id, :actor, state, :now FROM webhook_deliveries
+			WHERE id IN (SELECT value FROM json_each(:ids))
+			ORDER BY id`,
+			sql.Named("actor", p.Actor), sql.Named("now", now), idList); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `
+			UPDATE webhook_deliveries `+replaySet+`
+			WHERE id IN (SELECT value FROM json_each(:ids))`,
+			sql.Named("now", now), idList)
+		if err != nil {
+			return err
+		}
+		updated, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		n = int(updated)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// filterSQL writes f as a WHERE condition over webhook_deliveries with named
+// arguments. Every field is optional.
+func filterSQL(f storage.DeliveryFilter) (string, []any) {
+	conds := []string{"1 = 1"}
+	var args []any
+	if f.State != "" {
+		conds = append(conds, "state = :f_state")
+		args = append(args, sql.Named("f_state", string(f.State)))
+	}
+	if f.EndpointID != "" {
+		conds = append(conds, "endpoint_id = :f_endpoint")
+		args = append(args, sql.Named("f_endpoint", f.EndpointID))
+	}
+	if f.EventID != "" {
+		conds = append(conds, "event_id = :f_event")
+		args = append(args, sql.Named("f_event", f.EventID))
+	}
+	if f.FormID != "" {
+		conds = append(conds, "event_id IN (SELECT id FROM webhook_events WHERE form_id = :f_form)")
+		args = append(args, sql.Named("f_form", f.FormID))
+	}
+	if !f.CreatedAfter.IsZero() {
+		conds = append(conds, "created_at > :f_after")
+		args = append(args, sql.Named("f_after", micros(f.CreatedAfter)))
+	}
+	if !f.CreatedBefore.IsZero() {
+		conds = append(conds, "created_at < :f_before")
+		args = append(args, sql.Named("f_before", micros(f.CreatedBefore)))
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+func validateFilter(f storage.DeliveryFilter) error {
+	if f.State != "" && !f.State.Valid() {
+		return fmt.Errorf("%w: state %q is not pending, processing, delivered or failed", storage.ErrInvalid, f.State)
+	}
+	return nil
+}
+
+// DeliveryGet reads one delivery.
+func (s *Store) DeliveryGet(ctx context.Context, id string) (storage.Delivery, error) {
+	d, err := scanDelivery(s.reader.QueryRowContext(ctx,
+		`SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, id))
+	if err != nil {
+		return storage.Delivery{}, s.mapErr("get delivery "+id, err)
+	}
+	return d, nil
+}
+
+// DeliveryList pages through deliveries matching the filter, newest (largest
+// id) first; p.Before is the id of the last delivery of the previous page.
+func (s *Store) DeliveryList(ctx context.Context, p storage.DeliveryListParams) ([]storage.Delivery, error) {
+	const op = "list deliveries"
+	if err := validateFilter(p.Filter); err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	where, args := filterSQL(p.Filter)
+	if p.Before != "" {
+		where += " AND id < :before"
+		args = append(args, sql.Named("before", p.Before))
+	}
+	args = append(args, sql.Named("limit", p.PageSize()))
+	rows, err := s.reader.QueryContext(ctx, `
+		SELECT `+deliveryColumns+` FROM webhook_deliveries
+		WHERE `+where+`
+		ORDER BY id DESC
+		LIMIT :limit`, args...)
+	if err != nil {
+		return nil, s.mapErr(op, err)
+	}
+	out, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, s.mapErr(op, err)
+	}
+	return out, nil
+}
+
+// DeliveryStats counts deliveries by state, every state present, and how
+// many are claimable at now (the Go clock when zero), in one snapshot.
+func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error) {
+	var pending, processing, delivered, failed, due int64
+	err := s.reader.QueryRowContext(ctx, `
+		SELECT
+			coalesce(sum(state = 'pending'), 0),
+			coalesce(sum(state = 'processing'), 0),
+			coalesce(sum(state = 'delivered'), 0),
+			coalesce(sum(state = 'failed'), 0),
+			coalesce(sum(`+claimable+`), 0)
+		FROM webhook_deliveries`, sql.Named("now", micros(s.now(now)))).
+		Scan(&pending, &processing, &delivered, &failed, &due)
+	if err != nil {
+		return storage.DeliveryStats{}, s.mapErr("delivery stats", err)
+	}
+	return storage.DeliveryStats{
+		ByState: map[storage.DeliveryState]int64{
+			storage.StatePending:    pending,
+			storage.StateProcessing: processing,
+			storage.StateDelivered:  delivered,
+			storage.StateFailed:     failed,
+		},
+		Due: due,
+	}, nil
+}
+
+// AttemptList returns a delivery's attempts in number order; ErrNotFound when
+// the delivery does not exist.
+func (s *Store) AttemptList(ctx context.Context, deliveryID string) ([]storage.Attempt, error) {
+	op := "list attempts of delivery " + deliveryID
+	out := []storage.Attempt{}
+	err := s.read(ctx, op, func(tx *sql.Tx) error {
+		exists, err := deliveryExists(ctx, tx, deliveryID)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return storage.ErrNotFound
+		}
+		rows, err := tx.QueryContext(ctx, `
+			SELECT delivery_id, number, outcome, http_status, error, late, started_at, finished_at, trace_id
+			FROM webhook_delivery_attempts WHERE delivery_id = ? ORDER BY number`, deliveryID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				a                 storage.Attempt
+				outcome           string
+				status            sql.NullInt64
+				late              int64
+				started, finished int64
+			)
+			if err := rows.Scan(&a.DeliveryID, &a.Number, &outcome, &status, &a.Error, &late,
+				&started, &finished, &a.TraceID); err != nil {
+				return err
+			}
+			a.Outcome = storage.OutcomeKind(outcome)
+			a.HTTPStatus = int(status.Int64)
+			a.Late = late != 0
+			a.StartedAt = fromMicros(started)
+			a.FinishedAt = fromMicros(finished)
+			out = append(out, a)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReplayList returns a delivery's replay audit records, oldest first;
+// ErrNotFound when the delivery does not exist.
+func (s *Store) ReplayList(ctx context.Context, deliveryID string) ([]storage.Replay, error) {
+	op := "list replays of delivery " + deliveryID
+	out := []storage.Replay{}
+	err := s.read(ctx, op, func(tx *sql.Tx) error {
+		exists, err := deliveryExists(ctx, tx, deliveryID)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return storage.ErrNotFound
+		}
+		rows, err := tx.QueryContext(ctx, `
+			SELECT delivery_id, actor, previous_state, replayed_at
+			FROM webhook_delivery_replays WHERE delivery_id = ? ORDER BY id`, deliveryID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				r    storage.Replay
+				prev string
+				at   int64
+			)
+			if err := rows.Scan(&r.DeliveryID, &r.Actor, &prev, &at); err != nil {
+				return err
+			}
+			r.PreviousState = storage.DeliveryState(prev)
+			r.ReplayedAt = fromMicros(at)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,204 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
+	disabled_at, created_at, updated_at`
+
+// endpointRow is an endpoint in its column encoding.
+type endpointRow struct {
+	config, eventTypes, formIDs, secrets string
+}
+
+func encodeEndpoint(e storage.Endpoint) (endpointRow, error) {
+	config := e.Config
+	if config == nil {
+		config = map[string]string{}
+	}
+	cfg, err := json.Marshal(config)
+	if err != nil {
+		return endpointRow{}, fmt.Errorf("encode endpoint config: %w", err)
+	}
+	types, forms := e.EventTypes, e.FormIDs
+	if types == nil {
+		types = []string{}
+	}
+	if forms == nil {
+		forms = []string{}
+	}
+	// Secrets' expiry times are normalised like every other time, so what
+	// is read back equals what was written.
+	secrets := make([]storage.Secret, len(e.Secrets))
+	for i, sec := range e.Secrets {
+		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
+	}
+	enc, err := storage.EncodeSecrets(secrets)
+	if err != nil {
+		return endpointRow{}, fmt.Errorf("encode endpoint secrets: %w", err)
+	}
+	return endpointRow{config: string(cfg), eventTypes: jsonList(types), formIDs: jsonList(forms), secrets: enc}, nil
+}
+
+func normTime(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	n := t.UTC().Truncate(time.Microsecond)
+	return &n
+}
+
+func scanEndpoint(r rowScanner) (storage.Endpoint, error) {
+	var (
+		e                storage.Endpoint
+		row              endpointRow
+		disabled         sql.NullInt64
+		created, updated int64
+	)
+	if err := r.Scan(&e.ID, &e.Transport, &e.URL, &row.config, &row.eventTypes, &row.formIDs, &row.secrets,
+		&e.Description, &disabled, &created, &updated); err != nil {
+		return storage.Endpoint{}, err
+	}
+	if err := json.Unmarshal([]byte(row.config), &e.Config); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("decode config of endpoint %s: %w", e.ID, err)
+	}
+	if err := json.Unmarshal([]byte(row.eventTypes), &e.EventTypes); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("decode event types of endpoint %s: %w", e.ID, err)
+	}
+	if err := json.Unmarshal([]byte(row.formIDs), &e.FormIDs); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("decode form ids of endpoint %s: %w", e.ID, err)
+	}
+	secrets, err := storage.DecodeSecrets(row.secrets)
+	if err != nil {
+		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+	}
+	for i, sec := range secrets {
+		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
+	}
+	e.Secrets = secrets
+	// JSON null (or a hand-edited row) must not hand callers a nil.
+	if e.Config == nil {
+		e.Config = map[string]string{}
+	}
+	if e.EventTypes == nil {
+		e.EventTypes = []string{}
+	}
+	if e.FormIDs == nil {
+		e.FormIDs = []string{}
+	}
+	e.DisabledAt = fromNullMicros(disabled)
+	e.CreatedAt = fromMicros(created)
+	e.UpdatedAt = fromMicros(updated)
+	return e, nil
+}
+
+func listEndpoints(ctx context.Context, q querier) ([]storage.Endpoint, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []storage.Endpoint{}
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// EndpointCreate inserts e. ID defaults to a new "ep" id, CreatedAt to now
+// and UpdatedAt to CreatedAt.
+func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
+	const op = "create endpoint"
+	if err := e.Validate(); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if e.ID == "" {
+		e.ID = storage.NewID("ep")
+	}
+	e.CreatedAt = s.now(e.CreatedAt)
+	if e.UpdatedAt.IsZero() {
+		e.UpdatedAt = e.CreatedAt
+	}
+	row, err := encodeEndpoint(e)
+	if err != nil {
+		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var out storage.Endpoint
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
+			INSERT INTO webhook_endpoints (`+endpointColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			RETURNING `+endpointColumns,
+			e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
+			nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(s.now(e.UpdatedAt))))
+		return err
+	})
+	if err != nil {
+		return storage.Endpoint{}, err
+	}
+	return out, nil
+}
+
+// EndpointGet reads one endpoint.
+func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, error) {
+	e, err := scanEndpoint(s.reader.QueryRowContext(ctx,
+		`SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, id))
+	if err != nil {
+		return storage.Endpoint{}, s.mapErr("get endpoint "+id, err)
+	}
+	return e, nil
+}
+
+// EndpointList returns every endpoint, ordered by id.
+func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
+	out, err := listEndpoints(ctx, s.reader)
+	if err != nil {
+		return nil, s.mapErr("list endpoints", err)
+	}
+	return out, nil
+}
+
+// EndpointUpdate replaces every mutable field of endpoint e.ID and sets
+// updated_at to the Go clock. ID and CreatedAt are kept.
+func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
+	op := "update endpoint " + e.ID
+	if e.ID == "" {
+		return storage.Endpoint{}, fmt.Errorf("sqlite: update endpoint: %w: endpoint id is required", storage.ErrInvalid)
+	}
+	if err := e.Validate(); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	row, err := encodeEndpoint(e)
+	if err != nil {
+		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var out storage.Endpoint
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
+			UPDATE webhook_endpoints
+			SET transport = ?, url = ?, config = ?, event_types = ?, form_ids = ?, secrets = ?,
+				description = ?, disabled_at = ?, updated_at = ?
+			WHERE id = ?
+			RETURNING `+endpointColumns,
+			e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
+			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})), e.ID))
+		return err // sql.ErrNoRows becomes ErrNotFound
+	})
+	if err != nil {
+		return storage.Endpoint{}, err
+	}
+	return out, nil
+}

@@ -1,0 +1,140 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/hymical/hymical/storage"
+)
+
+const eventColumns = `id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at`
+
+// querier is what *sql.DB and *sql.Tx share, so reads can run inside a
+// writer transaction or on the reader pool.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func scanEvent(r rowScanner) (storage.Event, error) {
+	var (
+		ev      storage.Event
+		payload []byte
+		key     sql.NullString
+		created int64
+	)
+	if err := r.Scan(&ev.ID, &ev.Type, &ev.FormID, &ev.SubmissionID, &payload, &key, &ev.TraceParent, &created); err != nil {
+		return storage.Event{}, err
+	}
+	ev.Payload = payload
+	ev.IdempotencyKey = key.String
+	ev.CreatedAt = fromMicros(created)
+	return ev, nil
+}
+
+func eventsByID(ctx context.Context, q querier, ids []string) (map[string]storage.Event, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+eventColumns+` FROM webhook_events
+		WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]storage.Event, len(ids))
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[ev.ID] = ev
+	}
+	return out, rows.Err()
+}
+
+// EventCreate inserts the event and one pending delivery, due at the event's
+// CreatedAt (the Go clock when zero), for every endpoint that matches it.
+// With an idempotency key already seen it writes nothing and returns the
+// first event and its deliveries, marked Duplicate.
+func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
+	const op = "create event"
+	if err := ev.Validate(); err != nil {
+		return storage.EventCreateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if ev.ID == "" {
+		ev.ID = storage.NewID("evt")
+	}
+	ev.CreatedAt = s.now(ev.CreatedAt)
+	ev.Payload = append([]byte(nil), ev.Payload...)
+	now := micros(ev.CreatedAt)
+
+	var res storage.EventCreateResult
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		if ev.IdempotencyKey != "" {
+			// Checked inside the IMMEDIATE transaction, so a concurrent
+			// create with the same key is either fully before or fully after.
+			first, err := scanEvent(tx.QueryRowContext(ctx,
+				`SELECT `+eventColumns+` FROM webhook_events WHERE idempotency_key = ?`, ev.IdempotencyKey))
+			switch {
+			case err == nil:
+				rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+					WHERE event_id = ? ORDER BY id`, first.ID)
+				if err != nil {
+					return err
+				}
+				ds, err := collectDeliveries(rows)
+				if err != nil {
+					return err
+				}
+				res = storage.EventCreateResult{Event: first, Deliveries: ds, Duplicate: true}
+				return nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO webhook_events (`+eventColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload), nullString(ev.IdempotencyKey),
+			ev.TraceParent, now); err != nil {
+			return err
+		}
+		endpoints, err := listEndpoints(ctx, tx)
+		if err != nil {
+			return err
+		}
+		ds := []storage.Delivery{}
+		for _, ep := range endpoints {
+			if !ep.Matches(ev.Type, ev.FormID) {
+				continue
+			}
+			d, err := scanDelivery(tx.QueryRowContext(ctx, `
+				INSERT INTO webhook_deliveries
+					(id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at)
+				VALUES (?, ?, ?, 'pending', 0, 0, ?, ?)
+				RETURNING `+deliveryColumns,
+				storage.NewID("dlv"), ep.ID, ev.ID, now, now))
+			if err != nil {
+				return err
+			}
+			ds = append(ds, d)
+		}
+		// The same order a duplicate create reads them back in.
+		sort.Slice(ds, func(i, j int) bool { return ds[i].ID < ds[j].ID })
+		res = storage.EventCreateResult{Event: ev, Deliveries: ds}
+		return nil
+	})
+	if err != nil {
+		return storage.EventCreateResult{}, err
+	}
+	return res, nil
+}
+
+// EventGet reads one event.
+func (s *Store) EventGet(ctx context.Context, id string) (storage.Event, error) {
+	ev, err := scanEvent(s.reader.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM webhook_events WHERE id = ?`, id))
+	if err != nil {
+		return storage.Event{}, s.mapErr("get event "+id, err)
+	}
+	return ev, nil
+}

@@ -1,0 +1,241 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// DefaultBusyTimeout is how long a writer waits for another process's write
+// lock on the file before giving up.
+const DefaultBusyTimeout = 10 * time.Second
+
+// Store is a storage.Store on one SQLite file.
+type Store struct {
+	path        string
+	busyTimeout time.Duration
+	// writer has exactly one connection; every write transaction runs on it.
+	writer *sql.DB
+	// reader is a read-only pool for pure reads.
+	reader *sql.DB
+	clock  func() time.Time
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// Open opens (creating if missing) the SQLite database file at path. The
+// parent directory must exist. It does not migrate.
+func Open(ctx context.Context, path string) (*Store, error) {
+	return open(ctx, path, DefaultBusyTimeout)
+}
+
+func open(ctx context.Context, path string, busyTimeout time.Duration) (*Store, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now}
+
+	var err error
+	s.writer, err = sql.Open("sqlite", dsn(path, busyTimeout, true))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open writer on %s: %w", path, err)
+	}
+	// One connection, kept open: in-process writers queue for it instead of
+	// contending for SQLite's lock.
+	s.writer.SetMaxOpenConns(1)
+	s.writer.SetMaxIdleConns(1)
+	s.writer.SetConnMaxLifetime(0)
+	s.writer.SetConnMaxIdleTime(0)
+
+	// The writer connects first so the file exists and is in WAL mode before
+	// any read-only connection touches it.
+	var mode string
+	if err := s.writer.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		s.writer.Close()
+		return nil, s.mapErr("open "+path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		s.writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s: journal mode is %q, not WAL: the file system may not support WAL (network file systems usually do not); put the database on a local disk", path, mode)
+	}
+
+	s.reader, err = sql.Open("sqlite", dsn(path, busyTimeout, false))
+	if err != nil {
+		s.writer.Close()
+		return nil, fmt.Errorf("sqlite: open reader on %s: %w", path, err)
+	}
+	s.reader.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
+	s.reader.SetMaxIdleConns(max(4, runtime.GOMAXPROCS(0)))
+	if err := s.reader.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, s.mapErr("open "+path, err)
+	}
+	return s, nil
+}
+
+func checkPath(path string) error {
+	switch {
+	case strings.TrimSpace(path) == "":
+		return errors.New("sqlite: database path is empty: give the path of a database file, e.g. /var/lib/hymical/hymical.db")
+	case path == ":memory:" || strings.HasPrefix(path, "file:"):
+		return fmt.Errorf("sqlite: database path %q is not a plain file path: the store needs a real file, because its readers and its writer are separate connections", path)
+	case strings.Contains(path, "?"):
+		return fmt.Errorf("sqlite: database path %q contains '?', which the driver reads as the start of connection parameters: choose a path without it", path)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("sqlite: directory %s for database %s: %w: create the directory first", dir, path, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("sqlite: %s, the parent of database %s, is not a directory", dir, path)
+	}
+	return nil
+}
+
+// dsn spells the connection settings in modernc.org/sqlite's DSN: each
+// _pragma runs on every new connection, busy_timeout first.
+func dsn(path string, busyTimeout time.Duration, writer bool) string {
+	q := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)",
+		busyTimeout.Milliseconds())
+	if writer {
+		return path + q + "&_txlock=immediate"
+	}
+	// Reads must never write; query_only turns a mistake into an error.
+	return path + q + "&_pragma=query_only(1)"
+}
+
+// Close closes both connection pools.
+func (s *Store) Close() error {
+	var errs []error
+	if s.reader != nil {
+		errs = append(errs, s.reader.Close())
+	}
+	errs = append(errs, s.writer.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// mapErr is the one place SQLite's native errors become storage sentinels.
+// Errors that already carry a sentinel are only given the operation name.
+func (s *Store) mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("sqlite: %s: %w", op, storage.ErrNotFound)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("sqlite: %s: %w: %w", op, storage.ErrConflict, err)
+		case sqlite3.SQLITE_CONSTRAINT_CHECK:
+			return fmt.Errorf("sqlite: %s: %w: %w", op, storage.ErrInvalid, err)
+		}
+		if se.Code() == sqlite3.SQLITE_BUSY_SNAPSHOT {
+			// Not a wait that ran out: a read snapshot went stale before
+			// its transaction could write, which BEGIN IMMEDIATE prevents.
+			return fmt.Errorf("sqlite: %s: another connection wrote to %s between this transaction's read and its write; retry the operation: %w",
+				op, s.path, err)
+		}
+		if se.Code()&0xff == sqlite3.SQLITE_BUSY {
+			return fmt.Errorf("sqlite: %s: the database %s stayed locked for longer than the busy timeout (%s): another process is holding a write transaction on it; check for other hymical processes or tools such as the sqlite3 shell with the file open: %w",
+				op, s.path, s.busyTimeout, err)
+		}
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// write runs fn in one BEGIN IMMEDIATE transaction on the writer connection.
+// fn must not call other Store methods that write: the writer has a single
+// connection and fn already holds it.
+func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return s.mapErr(op, err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return s.mapErr(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.mapErr(op, err)
+	}
+	return nil
+}
+
+// read runs fn in one read transaction on the reader pool, so several
+// queries see one snapshot.
+func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return s.mapErr(op, err)
+	}
+	// Read-only: rolling back loses nothing.
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return s.mapErr(op, err)
+	}
+	return nil
+}
+
+// now is t, or the Go clock when t is zero, in UTC at microsecond precision.
+func (s *Store) now(t time.Time) time.Time {
+	if t.IsZero() {
+		t = s.clock()
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nullMicros(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+func fromNullMicros(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}
+
+func nullString(s string) sql.NullString {
+	return sql.NullString{String: s, Valid: s != ""}
+}
+
+func nullStatus(status int) sql.NullInt64 {
+	return sql.NullInt64{Int64: int64(status), Valid: status != 0}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// rowScanner is what *sql.Row and *sql.Rows share.
+type rowScanner interface {
+	Scan(dest ...any) error
+}
