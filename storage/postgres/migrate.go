@@ -60,7 +60,11 @@ func (s *Store) Migrate(ctx context.Context, p storage.MigrateParams) (storage.M
 				return fmt.Errorf("%w: the database is at schema version %d and this build knows versions up to %d; upgrade the hymical binary",
 					storage.ErrSchemaUnknown, current, latest)
 			}
-			if current >= target {
+			if current > target {
+				return fmt.Errorf("%w: the database is at schema version %d, past the requested %d: migrations only go forward",
+					storage.ErrInvalid, current, target)
+			}
+			if current == target {
 				res.To = current
 				done = true
 				return nil

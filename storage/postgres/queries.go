@@ -137,8 +137,8 @@ func (s *Store) AttemptList(ctx context.Context, deliveryID string) ([]storage.A
 	if err != nil {
 		return nil, mapErr(op, err)
 	}
-	if out == nil {
-		out = []storage.Attempt{}
+	if len(out) == 0 {
+		return []storage.Attempt{}, s.deliveryExists(ctx, op, deliveryID)
 	}
 	return out, nil
 }
@@ -159,8 +159,20 @@ func (s *Store) ReplayList(ctx context.Context, deliveryID string) ([]storage.Re
 	if err != nil {
 		return nil, mapErr(op, err)
 	}
-	if out == nil {
-		out = []storage.Replay{}
+	if len(out) == 0 {
+		return []storage.Replay{}, s.deliveryExists(ctx, op, deliveryID)
 	}
 	return out, nil
+}
+
+// deliveryExists tells an empty history apart from an unknown delivery.
+func (s *Store) deliveryExists(ctx context.Context, op, id string) error {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = $1)`, id).Scan(&ok); err != nil {
+		return mapErr(op, err)
+	}
+	if !ok {
+		return fmt.Errorf("postgres: %s: delivery %s: %w", op, id, storage.ErrNotFound)
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package storagetest
 
 import (
-	"errors"
 	"sort"
 	"sync"
 	"testing"
@@ -218,8 +217,14 @@ func testEvents(t *testing.T, b Backend) {
 		_, err = f.store.EventGet(f.ctx, "evt_missing")
 		wantErr(t, err, storage.ErrNotFound, "get unknown event")
 		_, err = f.store.DeliveryGet(f.ctx, "dlv_missing")
-		if !errors.Is(err, storage.ErrNotFound) {
-			t.Fatalf("get unknown delivery: %v", err)
+		wantErr(t, err, storage.ErrNotFound, "get unknown delivery")
+		_, err = f.store.AttemptList(f.ctx, "dlv_missing")
+		wantErr(t, err, storage.ErrNotFound, "attempts of unknown delivery")
+		_, err = f.store.ReplayList(f.ctx, "dlv_missing")
+		wantErr(t, err, storage.ErrNotFound, "replays of unknown delivery")
+		d := f.event("form_1").Deliveries[0]
+		if as, err := f.store.AttemptList(f.ctx, d.ID); err != nil || as == nil || len(as) != 0 {
+			t.Fatalf("attempts of a fresh delivery = %v, %v; want an empty list", as, err)
 		}
 	})
 }

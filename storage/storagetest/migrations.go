@@ -45,6 +45,8 @@ func testMigrations(t *testing.T, b Backend) {
 		}
 		_, err = s.Migrate(ctx, storage.MigrateParams{To: latest + 1})
 		wantErr(t, err, storage.ErrInvalid, "migrate past the newest version")
+		_, err = s.Migrate(ctx, storage.MigrateParams{To: 1})
+		wantErr(t, err, storage.ErrInvalid, "migrate backwards")
 	})
 
 	t.Run("a database newer than this build is refused", func(t *testing.T) {
