@@ -1,0 +1,135 @@
+// Command hymical is the Hymical delivery server: it delivers every form
+// submission, as a signed event, at least once to the endpoints its users
+// register.
+//
+//	hymical migrate [--database URL] [--to N]   apply pending schema migrations
+//	hymical demo    [--database URL]            deliver a sample submission end to end
+//	hymical version                             print the build and schema version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/storage"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hymical:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `hymical delivers form submissions, signed, at least once.
+
+Commands:
+  migrate   apply pending schema migrations and report what was done
+  demo      run the server on a SQLite file and deliver a sample submission
+            to a receiver on loopback that verifies its signature
+  version   print the build and the schema version it needs
+
+Run 'hymical COMMAND --help' for a command's flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "migrate":
+		return runMigrate(ctx, rest, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, rest, stdout, stderr)
+	case "version":
+		v, err := server.LatestSchemaVersion()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "hymical %s (schema version %d)\n", server.Build(), v)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := fs.String("database", databaseURLDefault(), "database URL: sqlite:PATH or postgres://USER@HOST/DB (env FORMS_DATABASE_URL)")
+	to := fs.Int("to", 0, "stop at this schema version (0: the newest this build has)")
+	force := fs.Bool("force", false, "migrate even while workers of another build are registered as live")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	store, err := server.OpenStore(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if !*force {
+		if err := server.CheckNoOtherBuilds(ctx, store, time.Now()); err != nil {
+			return fmt.Errorf("migrate %s: %w", redactURL(*dbURL), err)
+		}
+	}
+	res, err := store.Migrate(ctx, storage.MigrateParams{To: *to})
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", redactURL(*dbURL), err)
+	}
+	if len(res.Applied) == 0 {
+		fmt.Fprintf(stdout, "%s is at schema version %d: nothing to apply\n", redactURL(*dbURL), res.To)
+		return nil
+	}
+	fmt.Fprintf(stdout, "migrated %s from schema version %d to %d, applied: %s\n", redactURL(*dbURL), res.From, res.To, strings.Join(res.Applied, ", "))
+	return nil
+}
+
+func databaseURLDefault() string {
+	if v := os.Getenv("FORMS_DATABASE_URL"); v != "" {
+		return v
+	}
+	return server.DefaultDatabaseURL
+}
+
+// redactURL keeps a password in a database URL out of output.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return u
+	}
+	return scheme + "://" + user + ":***@" + rest[at+1:]
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}

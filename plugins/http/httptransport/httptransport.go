@@ -1,0 +1,373 @@
+// Package httptransport is the logic of the HTTP transport plugin: it POSTs
+// a signed message to an endpoint's URL and classifies what came back. It
+// is a library so that it can run behind plugins/http's main or in-process
+// (a benchmark); it speaks only the sdk/transport types and must not import
+// anything from the server's server/ or storage/ trees.
+//
+// What it promises the server:
+//   - the request carries exactly the headers it was handed, plus
+//     Content-Type: application/json and a User-Agent when those are not
+//     among them;
+//   - 2xx is delivered; 408, 429, 5xx, redirects (never followed),
+//     timeouts and connection failures are retryable, with the receiver's
+//     Retry-After passed on; other 4xx are permanent;
+//   - at most 4 KiB of a response body is read, and it is discarded: it is
+//     never returned or stored;
+//   - error text names the host and what went wrong, never a request
+//     header, the body or the URL's path and query;
+//   - connections to loopback, private, link-local, unspecified, multicast
+//     and CGNAT addresses are refused when dialing, after DNS resolution,
+//     unless the operator's allowed_networks contains the address.
+package httptransport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// Defaults for the plugin-wide settings.
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultReadTimeout    = 10 * time.Second
+	DefaultUserAgent      = "Hymical-Webhooks/1"
+)
+
+// MaxResponseBytes is the most of a response body that is read before the
+// connection is dropped. It is read only so the receiver is not cut off
+// mid-write for tiny answers; it is never kept.
+const MaxResponseBytes = 4 << 10
+
+// maxRetryAfter clamps a receiver's Retry-After; the server applies its own
+// schedule on top.
+const maxRetryAfter = 7 * 24 * time.Hour
+
+// The settings Configure accepts.
+const (
+	SettingConnectTimeout  = "connect_timeout"
+	SettingReadTimeout     = "read_timeout"
+	SettingAllowedNetworks = "allowed_networks"
+)
+
+// Options are what the embedding program decides, as opposed to the
+// operator's settings.
+type Options struct {
+	// UserAgent is sent unless the message carries its own; empty means
+	// DefaultUserAgent.
+	UserAgent string
+}
+
+// Transport is the HTTP transport. It is safe for concurrent use, and
+// Configure may be called again at any time.
+type Transport struct {
+	userAgent string
+
+	mu  sync.RWMutex
+	cur *configured
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// configured is one set of settings and the client built for them. It is
+// replaced whole, never changed, so a Send keeps a consistent view.
+type configured struct {
+	connectTimeout time.Duration
+	readTimeout    time.Duration
+	guard          guard
+	client         *http.Client
+}
+
+// New returns a transport with the default settings, ready to Send before
+// any Configure.
+func New(opts Options) *Transport {
+	ua := opts.UserAgent
+	if ua == "" {
+		ua = DefaultUserAgent
+	}
+	t := &Transport{userAgent: ua}
+	t.cur = newConfigured(DefaultConnectTimeout, DefaultReadTimeout, nil)
+	return t
+}
+
+func newConfigured(connect, read time.Duration, allowed []netip.Prefix) *configured {
+	c := &configured{connectTimeout: connect, readTimeout: read, guard: guard{allowed: allowed}}
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: c.guard.control}
+	c.client = &http.Client{
+		Transport: &http.Transport{
+			// No proxy: through a proxy the guard would check the proxy's
+			// address, not the receiver's.
+			Proxy:                  nil,
+			DialContext:            dialer.DialContext,
+			ForceAttemptHTTP2:      true,
+			TLSHandshakeTimeout:    connect,
+			ResponseHeaderTimeout:  read,
+			ExpectContinueTimeout:  time.Second,
+			MaxIdleConns:           100,
+			MaxIdleConnsPerHost:    16,
+			IdleConnTimeout:        90 * time.Second,
+			MaxResponseHeaderBytes: 64 << 10,
+			// The body is discarded, so there is nothing to decompress.
+			DisableCompression: true,
+		},
+		// A redirect is reported, never followed: following it would send
+		// a signed message somewhere the operator never registered.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return c
+}
+
+func (t *Transport) current() *configured {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.cur
+}
+
+// Configure applies the plugin-wide settings. Settings not given take
+// their defaults, so a Configure replaces every earlier one.
+func (t *Transport) Configure(_ context.Context, settings transport.Settings) error {
+	connect, read := DefaultConnectTimeout, DefaultReadTimeout
+	var allowed []netip.Prefix
+	var errs []error
+	for key, value := range settings {
+		var err error
+		switch key {
+		case SettingConnectTimeout:
+			connect, err = parseTimeout(key, value)
+		case SettingReadTimeout:
+			read, err = parseTimeout(key, value)
+		case SettingAllowedNetworks:
+			allowed, err = parseNetworks(value)
+		default:
+			err = fmt.Errorf("unknown setting %q: the http plugin takes %s, %s and %s",
+				key, SettingConnectTimeout, SettingReadTimeout, SettingAllowedNetworks)
+		}
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	next := newConfigured(connect, read, allowed)
+	t.mu.Lock()
+	prev := t.cur
+	t.cur = next
+	t.mu.Unlock()
+	// Sends in flight keep their client; only idle connections go.
+	prev.client.CloseIdleConnections()
+	return nil
+}
+
+func parseTimeout(key, value string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(value))
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s: %q is not a positive Go duration such as \"5s\" or \"1500ms\"", key, value)
+	}
+	return d, nil
+}
+
+// parseNetworks reads comma-separated CIDRs; a bare address means just it.
+func parseNetworks(value string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, field := range strings.Split(value, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(field); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		if a, err := netip.ParseAddr(field); err == nil {
+			a = a.Unmap()
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		return nil, fmt.Errorf("%s: %q is not a CIDR such as 10.0.0.0/8 or fd00::/8, nor an address", SettingAllowedNetworks, field)
+	}
+	return out, nil
+}
+
+// Validate checks an endpoint before it is registered: a URL that could
+// never be sent to is refused now rather than failing at every attempt.
+// Names are not resolved here; an address they resolve to is checked when
+// dialing.
+func (t *Transport) Validate(_ context.Context, e transport.Endpoint) error {
+	if len(e.Config) > 0 {
+		keys := make([]string, 0, len(e.Config))
+		for k := range e.Config {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return fmt.Errorf("the http transport takes no endpoint config, got %s; remove it", strings.Join(keys, ", "))
+	}
+	_, err := t.current().target(e.URL, true)
+	return err
+}
+
+// target parses and checks an endpoint URL. With checkLiteral, a literal
+// address in it is checked against the guard too; Send leaves that to the
+// dial, which checks every address, literal or resolved, in one place.
+func (c *configured) target(raw string, checkLiteral bool) (*url.URL, error) {
+	if strings.TrimSpace(raw) == "" {
+		return nil, errors.New("the endpoint has no URL; give an http:// or https:// URL")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url's error quotes the whole URL, which may carry a token in its
+		// query; say what is wrong without it.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("the endpoint URL does not parse: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("the endpoint URL's scheme is %q; the http transport sends only to http:// or https:// URLs", u.Scheme)
+	}
+	if u.User != nil {
+		return nil, errors.New("the endpoint URL carries a user name or password; remove it, since credentials in URLs end up in logs and proxies, and authenticate with the signature instead")
+	}
+	if u.Hostname() == "" {
+		return nil, errors.New("the endpoint URL has no host")
+	}
+	if addr, err := netip.ParseAddr(u.Hostname()); err == nil && checkLiteral {
+		if err := c.guard.check(addr, u.Hostname()); err != nil {
+			return nil, err
+		}
+	}
+	return u, nil
+}
+
+// Send POSTs msg and classifies the answer.
+func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
+	c := t.current()
+	u, err := c.target(msg.Endpoint.URL, false)
+	if err != nil {
+		return transport.Permanent(0, err.Error())
+	}
+	for _, h := range msg.Headers {
+		if !httpguts.ValidHeaderFieldName(h.Name) {
+			return transport.Permanent(0, fmt.Sprintf("header name %q is not valid in HTTP", h.Name))
+		}
+		if !httpguts.ValidHeaderFieldValue(h.Value) {
+			// The value may be a signature: name the header, not the value.
+			return transport.Permanent(0, fmt.Sprintf("the value of header %q is not valid in HTTP (it contains control characters)", h.Name))
+		}
+	}
+
+	// reqCtx also bounds reading the response body, after Do returns.
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, u.String(), bytes.NewReader(msg.Body))
+	if err != nil {
+		return transport.Permanent(0, fmt.Sprintf("could not build a request for %s: %v", u.Host, err))
+	}
+	for _, h := range msg.Headers {
+		req.Header.Add(h.Name, h.Value)
+	}
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", t.userAgent)
+	}
+
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return c.classifyError(ctx, u.Host, err)
+	}
+	discard(resp.Body, c.readTimeout, cancel)
+	return classifyResponse(resp, time.Now())
+}
+
+// discard reads at most MaxResponseBytes of body within timeout and closes
+// it. Nothing read is kept, and a read error changes nothing: the status is
+// already known.
+func discard(body io.ReadCloser, timeout time.Duration, cancel context.CancelFunc) {
+	timer := time.AfterFunc(timeout, cancel)
+	defer timer.Stop()
+	_, _ = io.CopyN(io.Discard, body, MaxResponseBytes)
+	_ = body.Close()
+}
+
+func (c *configured) classifyError(ctx context.Context, host string, err error) transport.Outcome {
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return transport.Permanent(0, refused.Error())
+	}
+	// url.Error's text repeats the URL, which may carry a token in its
+	// query; the host and the cause are what an operator needs.
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err
+	}
+	if ctx.Err() != nil {
+		return transport.Retryable(0, fmt.Sprintf("no answer from %s before the attempt's deadline", host))
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Op == "dial" {
+			return transport.Retryable(0, fmt.Sprintf("timed out connecting to %s (connect_timeout %s)", host, c.connectTimeout))
+		}
+		return transport.Retryable(0, fmt.Sprintf("timed out waiting for %s (connect_timeout %s, read_timeout %s): %v",
+			host, c.connectTimeout, c.readTimeout, err))
+	}
+	return transport.Retryable(0, fmt.Sprintf("could not reach %s: %v", host, err))
+}
+
+func classifyResponse(resp *http.Response, now time.Time) transport.Outcome {
+	code := resp.StatusCode
+	status := fmt.Sprintf("HTTP %d %s", code, http.StatusText(code))
+	switch {
+	case code >= 200 && code <= 299:
+		return transport.Delivered(code)
+	case code >= 300 && code <= 399:
+		// The Location is not repeated: it is the receiver's to disclose.
+		out := transport.Retryable(code, fmt.Sprintf("redirect not followed (%s); register the URL the receiver redirects to instead", status))
+		out.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), now)
+		return out
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500 && code <= 599:
+		out := transport.Retryable(code, "receiver answered "+status)
+		out.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), now)
+		return out
+	case code >= 400 && code <= 499:
+		return transport.Permanent(code, "receiver answered "+status)
+	}
+	return transport.Retryable(code, "receiver answered with an unexpected "+status)
+}
+
+// retryAfter reads a Retry-After header, given in seconds or as an HTTP
+// date; 0 means absent, unreadable or already past.
+func retryAfter(value string, now time.Time) time.Duration {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseUint(value, 10, 64); err == nil {
+		if secs > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
+		d = time.Duration(secs) * time.Second
+	} else if at, err := http.ParseTime(value); err == nil {
+		d = at.Sub(now)
+	} else {
+		return 0
+	}
+	return min(max(d, 0), maxRetryAfter)
+}

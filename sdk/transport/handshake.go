@@ -1,0 +1,59 @@
+package transport
+
+import (
+	"github.com/hashicorp/go-plugin"
+)
+
+// PluginName is the name the one plugin a transport binary serves is
+// dispensed under. Host and plugin both take it from here, so they cannot
+// disagree.
+const PluginName = "transport"
+
+// ProtocolVersion is the newest version of the plugin protocol this SDK
+// speaks. A change old plugins cannot ignore gets a new number and a new
+// entry in VersionedPlugins, so hosts keep serving plugins built against
+// an older SDK.
+const ProtocolVersion = 1
+
+// The magic cookie tells a plugin binary that it was started by a Hymical
+// host. It is a UX guard, not security: it only lets a binary run by hand
+// print a helpful message instead of waiting for a handshake nobody sends.
+// Trust in the binary comes from the host's SHA-256 pin, and the connection
+// is authenticated by go-plugin's AutoMTLS.
+const (
+	MagicCookieKey   = "HYMICAL_TRANSPORT_PLUGIN"
+	MagicCookieValue = "6f1d0c8e4b2a4f7fa3c1d9e85b7a2c40"
+)
+
+// Handshake is the configuration host and plugin must agree on before any
+// call. It is a function so no caller can change the shared value.
+func Handshake() plugin.HandshakeConfig {
+	return plugin.HandshakeConfig{
+		ProtocolVersion:  ProtocolVersion,
+		MagicCookieKey:   MagicCookieKey,
+		MagicCookieValue: MagicCookieValue,
+	}
+}
+
+// VersionedPlugins is the plugin set for every protocol version this SDK
+// speaks. A plugin passes its implementation; the host passes nil.
+func VersionedPlugins(impl Transport) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		1: {PluginName: &Plugin{Impl: impl}},
+	}
+}
+
+// Serve runs impl as a transport plugin. Call it from the plugin's main; it
+// returns when the host stops the plugin. Run by hand, outside a host, it
+// prints a message and exits.
+//
+// The plugin's log output goes to its standard error, which the host reads
+// and logs under the plugin's name; anything a plugin writes to stdout is
+// discarded.
+func Serve(impl Transport) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  Handshake(),
+		VersionedPlugins: VersionedPlugins(impl),
+		GRPCServer:       plugin.DefaultGRPCServer,
+	})
+}

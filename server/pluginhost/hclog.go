@@ -1,0 +1,163 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"log/slog"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// hclogAdapter lets go-plugin, which logs through hclog, write to the
+// product's one logger. go-plugin also replays each plugin's own log lines
+// through it, so they arrive structured, under the plugin's name.
+type hclogAdapter struct {
+	base    *slog.Logger
+	name    string
+	implied []any
+}
+
+var _ hclog.Logger = (*hclogAdapter)(nil)
+
+func newHCLogAdapter(l *slog.Logger) *hclogAdapter {
+	return &hclogAdapter{base: l}
+}
+
+// levelTrace sits below slog's Debug, as hclog's Trace sits below Debug.
+const levelTrace = slog.LevelDebug - 4
+
+func toSlogLevel(level hclog.Level) slog.Level {
+	switch level {
+	case hclog.Trace:
+		return levelTrace
+	case hclog.Debug:
+		return slog.LevelDebug
+	case hclog.Warn:
+		return slog.LevelWarn
+	case hclog.Error:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Off {
+		return
+	}
+	sl := toSlogLevel(level)
+	ctx := context.Background()
+	if !a.base.Enabled(ctx, sl) {
+		return
+	}
+	// go-plugin's own keys ("plugin" for a path, for one) would collide
+	// with the host's, so they go in a group of their own.
+	attrs := make([]any, 0, 2+len(a.implied)+len(args))
+	if a.name != "" {
+		attrs = append(attrs, "logger", a.name)
+	}
+	attrs = append(attrs, a.implied...)
+	attrs = append(attrs, args...)
+	a.base.Log(ctx, sl, msg, slog.Group("goplugin", attrs...))
+}
+
+func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
+func (a *hclogAdapter) Debug(msg string, args ...any) { a.Log(hclog.Debug, msg, args...) }
+func (a *hclogAdapter) Info(msg string, args ...any)  { a.Log(hclog.Info, msg, args...) }
+func (a *hclogAdapter) Warn(msg string, args ...any)  { a.Log(hclog.Warn, msg, args...) }
+func (a *hclogAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
+
+func (a *hclogAdapter) enabled(level hclog.Level) bool {
+	return a.base.Enabled(context.Background(), toSlogLevel(level))
+}
+
+func (a *hclogAdapter) IsTrace() bool { return a.enabled(hclog.Trace) }
+func (a *hclogAdapter) IsDebug() bool { return a.enabled(hclog.Debug) }
+func (a *hclogAdapter) IsInfo() bool  { return a.enabled(hclog.Info) }
+func (a *hclogAdapter) IsWarn() bool  { return a.enabled(hclog.Warn) }
+func (a *hclogAdapter) IsError() bool { return a.enabled(hclog.Error) }
+
+func (a *hclogAdapter) ImpliedArgs() []any { return a.implied }
+
+func (a *hclogAdapter) With(args ...any) hclog.Logger {
+	c := *a
+	c.implied = append(append([]any(nil), a.implied...), args...)
+	return &c
+}
+
+func (a *hclogAdapter) Name() string { return a.name }
+
+func (a *hclogAdapter) Named(name string) hclog.Logger {
+	c := *a
+	if c.name != "" {
+		c.name += "." + name
+	} else {
+		c.name = name
+	}
+	return &c
+}
+
+func (a *hclogAdapter) ResetNamed(name string) hclog.Logger {
+	c := *a
+	c.name = name
+	return &c
+}
+
+// SetLevel does nothing: the slog handler decides what is kept.
+func (a *hclogAdapter) SetLevel(hclog.Level) {}
+
+// GetLevel reports the lowest level the slog handler keeps; go-plugin uses
+// it to skip parsing plugin log lines nobody will see.
+func (a *hclogAdapter) GetLevel() hclog.Level {
+	for _, l := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error} {
+		if a.enabled(l) {
+			return l
+		}
+	}
+	return hclog.Off
+}
+
+func (a *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
+	return slog.NewLogLogger(a.base.Handler(), slog.LevelInfo)
+}
+
+func (a *hclogAdapter) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
+	return a.StandardLogger(opts).Writer()
+}
+
+// lineLogger logs each line written to it. It takes what a plugin writes to
+// the os.Stderr that go-plugin hands it once serving.
+type lineLogger struct {
+	logger *slog.Logger
+	mu     sync.Mutex
+	buf    []byte
+}
+
+// maxLine bounds a line kept waiting for its newline.
+const maxLine = 4 << 10
+
+func (w *lineLogger) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			if len(w.buf) >= maxLine {
+				w.emit(w.buf)
+				w.buf = w.buf[:0]
+			}
+			return len(p), nil
+		}
+		w.emit(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+func (w *lineLogger) emit(line []byte) {
+	if line = bytes.TrimRight(line, "\r"); len(line) > 0 {
+		w.logger.Info("plugin output", "line", string(line))
+	}
+}

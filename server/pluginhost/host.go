@@ -1,0 +1,338 @@
+// Package pluginhost runs the transport plugins of the Hymical delivery
+// server: it finds them, checks their SHA-256 pins, launches them with
+// go-plugin over gRPC with mutual TLS, configures them, and moves messages
+// to them and outcomes back.
+//
+// It owns the plugin processes and nothing else. It never sees delivery
+// state: a caller hands it a message and a deadline and gets an Outcome,
+// and deciding what the outcome means for a delivery is the caller's job.
+// It must not import storage or anything that reaches the database, and it
+// keeps the server's environment (database DSNs and other secrets) away
+// from the plugins it starts.
+//
+// A plugin that crashes, or does not answer by the deadline plus a grace,
+// costs that attempt a retryable outcome; the host kills the process and
+// starts a new one, configured again, for the next send.
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// Defaults for the Config durations.
+const (
+	DefaultSendGrace       = 2 * time.Second
+	DefaultStartTimeout    = 10 * time.Second
+	DefaultValidateTimeout = 10 * time.Second
+	// DefaultSendTimeout is the deadline of a Send given none, so a hung
+	// plugin is always caught.
+	DefaultSendTimeout = 30 * time.Second
+)
+
+// Config says which plugins to run.
+type Config struct {
+	// Dir holds plugin executables named hymical-plugin-<name>; each one is
+	// run. Empty means no directory; a directory that does not exist is an
+	// error.
+	Dir string `koanf:"dir"`
+	// Plugins configures plugins by name: where one is (when not in Dir),
+	// its SHA-256 pin, and its settings.
+	Plugins []PluginConfig `koanf:"plugins"`
+	// SendGrace is how long past a send's deadline the host waits before
+	// it counts the plugin as hung; zero means DefaultSendGrace.
+	SendGrace time.Duration `koanf:"send_grace"`
+	// StartTimeout bounds starting and configuring one plugin; zero means
+	// DefaultStartTimeout.
+	StartTimeout time.Duration `koanf:"start_timeout"`
+	// ValidateTimeout bounds one Validate call, after which the plugin
+	// counts as hung; zero means DefaultValidateTimeout.
+	ValidateTimeout time.Duration `koanf:"validate_timeout"`
+}
+
+// PluginConfig is one configured plugin.
+type PluginConfig struct {
+	// Name is what endpoints name as their transport, e.g. "http".
+	Name string `koanf:"name"`
+	// Path is the executable; empty means Dir/hymical-plugin-<Name>.
+	Path string `koanf:"path"`
+	// SHA256, when set, is the hex SHA-256 the executable must have; a
+	// plugin that does not match is not run. It must come from a trusted
+	// source, such as the release notes of the build that was installed.
+	SHA256 string `koanf:"sha256"`
+	// Settings are handed to the plugin's Configure after every launch.
+	Settings map[string]string `koanf:"settings"`
+}
+
+// Errors New, Validate and Send's outcomes are built on; check them with
+// errors.Is.
+var (
+	ErrPluginNotFound   = errors.New("transport plugin not found")
+	ErrChecksumMismatch = errors.New("transport plugin does not match its SHA-256 pin")
+	ErrUnknownPlugin    = errors.New("no such transport plugin")
+	ErrClosed           = errors.New("plugin host is closed")
+)
+
+// Host runs the plugins. Its methods are safe for concurrent use; each
+// plugin is one long-lived process whose connection carries concurrent
+// sends.
+type Host struct {
+	logger          *slog.Logger
+	grace           time.Duration
+	startTimeout    time.Duration
+	validateTimeout time.Duration
+	// slots is fixed by New; each slot guards its own process.
+	slots map[string]*slot
+	names []string
+}
+
+// slot is one plugin and its current process.
+type slot struct {
+	spec spec
+	mu   sync.Mutex
+	// cur is nil while the plugin is down: after a failed restart, or once
+	// the host is closed.
+	cur      *instance
+	restarts int
+	closed   bool
+}
+
+// New launches and configures every plugin cfg names or its Dir holds. Any
+// failure stops every plugin already started and is returned.
+func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("component", "pluginhost")
+	specs, err := discover(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{
+		logger:          logger,
+		grace:           orDefault(cfg.SendGrace, DefaultSendGrace),
+		startTimeout:    orDefault(cfg.StartTimeout, DefaultStartTimeout),
+		validateTimeout: orDefault(cfg.ValidateTimeout, DefaultValidateTimeout),
+		slots:           make(map[string]*slot, len(specs)),
+	}
+	for _, sp := range specs {
+		s := &slot{spec: sp}
+		inst, err := h.launch(ctx, sp)
+		if err != nil {
+			h.Close()
+			return nil, err
+		}
+		s.cur = inst
+		h.slots[sp.name] = s
+		h.names = append(h.names, sp.name)
+		if sp.sum == nil {
+			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path)
+		} else {
+			logger.Info("transport plugin started", "plugin", sp.name, "path", sp.path)
+		}
+	}
+	return h, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Names returns the names of the plugins the host runs, sorted.
+func (h *Host) Names() []string { return slices.Clone(h.names) }
+
+// Restarts reports how many times the named plugin was started again after
+// crashing, hanging or exiting; 0 for a name the host does not run.
+func (h *Host) Restarts(name string) int {
+	s, ok := h.slots[name]
+	if !ok {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+func (h *Host) unknown(name string) error {
+	loaded := "none"
+	if len(h.names) > 0 {
+		loaded = strings.Join(h.names, ", ")
+	}
+	return fmt.Errorf("%w %q (loaded: %s); use one of those as the endpoint's transport, or install and configure that plugin", ErrUnknownPlugin, name, loaded)
+}
+
+// Send hands msg to the named plugin and returns its outcome. The
+// attempt's deadline is deadline or ctx's, whichever is earlier (a zero
+// deadline and none on ctx mean DefaultSendTimeout from now); the plugin
+// sees it as its context's deadline and Message.Deadline. The host waits
+// SendGrace past it before counting the plugin as hung, so Send returns at
+// the latest then, even when ctx's deadline was earlier.
+//
+// Send never returns an error to interpret: an unknown plugin is a
+// permanent outcome, and a plugin that is down, crashes or hangs is a
+// retryable one (the host then kills and restarts it). When ctx is
+// canceled the cancellation reaches the plugin, the outcome is retryable,
+// and the plugin is left running.
+func (h *Host) Send(ctx context.Context, name string, msg transport.Message, deadline time.Time) transport.Outcome {
+	s, ok := h.slots[name]
+	if !ok {
+		return transport.Permanent(0, h.unknown(name).Error())
+	}
+	inst, err := h.acquire(ctx, s)
+	if err != nil {
+		return transport.Retryable(0, fmt.Sprintf("transport plugin %q is not running: %v", name, err))
+	}
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(DefaultSendTimeout)
+	}
+	msg.Deadline = deadline
+
+	// The call runs to the attempt's deadline plus the grace whatever
+	// ctx's deadline says: were ctx's deadline to end it, a plugin that
+	// hangs would look like a caller that gave up, and never be restarted.
+	// ctx's values (trace context) and its cancellation still apply.
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(h.grace))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stop()
+
+	out, err := inst.rpc.SendRPC(callCtx, msg)
+	if err == nil {
+		return out
+	}
+	if errors.Is(callCtx.Err(), context.Canceled) {
+		// The caller gave up (shutdown, most likely); the plugin did
+		// nothing wrong.
+		return transport.Retryable(0, fmt.Sprintf("send through transport plugin %q canceled by the caller: %v", name, err))
+	}
+	what := "crashed or lost its connection"
+	if errors.Is(err, context.DeadlineExceeded) {
+		what = fmt.Sprintf("did not answer within %s after the attempt's deadline", h.grace)
+	}
+	h.replace(s, inst, fmt.Sprintf("%s: %v", what, err))
+	return transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
+}
+
+// callerDeadlineFirst reports whether ctx's own deadline comes before the
+// host's limit for the call, so a timeout is the caller's, not a hang.
+func callerDeadlineFirst(ctx context.Context, limit time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && d.Before(limit)
+}
+
+// Validate asks the named plugin whether it can send to endpoint. A
+// refusal wraps transport.ErrRejected and says why; an unknown name wraps
+// ErrUnknownPlugin; a plugin that is down, or does not answer within
+// ValidateTimeout, wraps transport.ErrUnavailable (and is restarted).
+func (h *Host) Validate(ctx context.Context, name string, endpoint transport.Endpoint) error {
+	s, ok := h.slots[name]
+	if !ok {
+		return h.unknown(name)
+	}
+	inst, err := h.acquire(ctx, s)
+	if err != nil {
+		return fmt.Errorf("%w: transport plugin %q is not running: %w", transport.ErrUnavailable, name, err)
+	}
+	limit := time.Now().Add(h.validateTimeout)
+	callCtx, cancel := context.WithDeadline(ctx, limit)
+	defer cancel()
+	err = inst.rpc.Validate(callCtx, endpoint)
+	callerGaveUp := ctx.Err() != nil || (errors.Is(err, context.DeadlineExceeded) && callerDeadlineFirst(ctx, limit))
+	if errors.Is(err, transport.ErrUnavailable) && !callerGaveUp {
+		h.replace(s, inst, fmt.Sprintf("failed to answer Validate: %v", err))
+	}
+	if err != nil {
+		return fmt.Errorf("transport plugin %q: %w", name, err)
+	}
+	return nil
+}
+
+// acquire returns the slot's running process, starting a new one when the
+// last one exited or could not be started.
+func (h *Host) acquire(ctx context.Context, s *slot) (*instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.cur != nil && !s.cur.exited() {
+		return s.cur, nil
+	}
+	if s.cur != nil {
+		h.logger.Warn("transport plugin exited; restarting it", "plugin", s.spec.name)
+		s.cur.kill(true)
+		s.cur = nil
+	}
+	// The start belongs to the plugin, not to this one call: a send that
+	// is about to time out must not leave the plugin half-configured.
+	inst, err := h.launch(context.WithoutCancel(ctx), s.spec)
+	if err != nil {
+		h.logger.Error("transport plugin could not be restarted", "plugin", s.spec.name, "error", err)
+		return nil, err
+	}
+	s.cur = inst
+	s.restarts++
+	return inst, nil
+}
+
+// replace kills failed, if it is still the slot's process, and starts a
+// new one so the next send finds it ready. Holding the slot's lock while
+// doing so makes concurrent sends wait for the new process rather than
+// pile onto the broken one.
+func (h *Host) replace(s *slot, failed *instance, what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != failed {
+		return // another send already replaced it
+	}
+	h.logger.Warn("transport plugin failed; killing and restarting it", "plugin", s.spec.name, "reason", what)
+	failed.kill(true)
+	s.cur = nil
+	if s.closed {
+		return
+	}
+	inst, err := h.launch(context.Background(), s.spec)
+	if err != nil {
+		// acquire tries again on the next send.
+		h.logger.Error("transport plugin could not be restarted", "plugin", s.spec.name, "error", err)
+		return
+	}
+	s.cur = inst
+	s.restarts++
+}
+
+// Close stops every plugin. Sends after Close return retryable outcomes.
+// It is safe to call more than once.
+func (h *Host) Close() {
+	var wg sync.WaitGroup
+	for _, s := range h.slots {
+		wg.Go(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.closed = true
+			if s.cur != nil {
+				s.cur.kill(false)
+				s.cur = nil
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,103 @@
+// Command misbehave is a transport plugin for the plugin host's tests,
+// written only against sdk/transport as any third-party plugin would be.
+// The endpoint's "mode" config says how to behave on Send:
+//
+//	ok          delivered, status 200
+//	configured  delivered, with the "marker" setting from Configure as the
+//	            error text; permanent if Configure never ran
+//	deadline    delivered, with Message.Deadline and the context's deadline
+//	            as the error text
+//	env         delivered, with the process environment as the error text
+//	log         writes a line to stderr, then delivered
+//	slow        waits for the context to end, then retryable
+//	hang        never answers, whatever the context says
+//	exit        exits the process mid-send
+//	sigkill     SIGKILLs itself mid-send
+//	panic       panics mid-send
+//
+// A "validate" config of "hang" makes Validate never answer. A
+// "fail_configure" setting makes Configure refuse with its value.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+type misbehave struct {
+	mu       sync.Mutex
+	settings transport.Settings
+}
+
+func (m *misbehave) Configure(_ context.Context, s transport.Settings) error {
+	if reason := s["fail_configure"]; reason != "" {
+		return errors.New(reason)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.settings = s
+	return nil
+}
+
+func (m *misbehave) Validate(_ context.Context, e transport.Endpoint) error {
+	if e.Config["validate"] == "hang" {
+		select {}
+	}
+	modes := []string{"ok", "configured", "deadline", "env", "log", "slow", "hang", "exit", "sigkill", "panic"}
+	for _, mode := range modes {
+		if e.Config["mode"] == mode {
+			return nil
+		}
+	}
+	return fmt.Errorf("mode %q is not one of %s", e.Config["mode"], strings.Join(modes, ", "))
+}
+
+func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.Outcome {
+	switch mode := msg.Endpoint.Config["mode"]; mode {
+	case "ok":
+		return transport.Delivered(200)
+	case "configured":
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.settings == nil {
+			return transport.Permanent(0, "not configured")
+		}
+		return transport.Outcome{Kind: transport.OutcomeDelivered, StatusCode: 200, Error: "marker=" + m.settings["marker"]}
+	case "deadline":
+		d, _ := ctx.Deadline()
+		return transport.Outcome{Kind: transport.OutcomeDelivered, StatusCode: 200,
+			Error: msg.Deadline.UTC().Format(time.RFC3339Nano) + " " + d.UTC().Format(time.RFC3339Nano)}
+	case "env":
+		return transport.Outcome{Kind: transport.OutcomeDelivered, StatusCode: 200, Error: strings.Join(os.Environ(), "\n")}
+	case "log":
+		fmt.Fprintln(os.Stderr, "misbehave says hello for", msg.DeliveryID)
+		return transport.Delivered(200)
+	case "slow":
+		<-ctx.Done()
+		return transport.Retryable(0, "gave up: "+ctx.Err().Error())
+	case "hang":
+		select {}
+	case "exit":
+		os.Exit(3)
+	case "sigkill":
+		p, _ := os.FindProcess(os.Getpid())
+		_ = p.Kill()
+		select {}
+	case "panic":
+		panic("misbehave: asked to panic")
+	default:
+		return transport.Permanent(0, fmt.Sprintf("unknown mode %q", mode))
+	}
+	return transport.Outcome{}
+}
+
+func main() {
+	transport.Serve(&misbehave{})
+}

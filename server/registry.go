@@ -1,0 +1,111 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// HeartbeatInterval is how often a running server refreshes its row in the
+// worker registry; a worker whose heartbeat is older than LiveWindow is
+// taken for dead.
+const (
+	HeartbeatInterval = 10 * time.Second
+	LiveWindow        = 3 * HeartbeatInterval
+)
+
+// registrySchemaVersion is the migration that added the worker registry.
+const registrySchemaVersion = 4
+
+// Build identifies this binary: its module version and, when the build
+// recorded it, the VCS revision. Two binaries with the same Build maintain
+// the claim token the same way.
+func Build() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && s.Value != "" {
+			v += "+" + s.Value
+		}
+	}
+	return v
+}
+
+// NewWorker describes this process for the registry.
+func NewWorker(schemaVersion int, now time.Time) storage.Worker {
+	host, _ := os.Hostname()
+	return storage.Worker{
+		ID:            storage.NewID("wrk"),
+		Build:         Build(),
+		SchemaVersion: schemaVersion,
+		Host:          host,
+		StartedAt:     now,
+		HeartbeatAt:   now,
+	}
+}
+
+// RunHeartbeat keeps w registered as live until ctx ends, then removes it.
+func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, log *slog.Logger) {
+	beat := func() {
+		w.HeartbeatAt = time.Now()
+		if err := store.WorkerHeartbeat(ctx, w); err != nil && ctx.Err() == nil {
+			log.Warn("worker heartbeat failed", "worker_id", w.ID, "error", err)
+		}
+	}
+	beat()
+	t := time.NewTicker(HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			beat()
+		case <-ctx.Done():
+			// Deregistering must happen although ctx has ended.
+			if err := store.WorkerDeregister(context.WithoutCancel(ctx), w.ID); err != nil {
+				log.Warn("worker deregistration failed; it ages out of the registry", "worker_id", w.ID, "error", err)
+			}
+			return
+		}
+	}
+}
+
+// CheckNoOtherBuilds refuses to migrate while a live worker of a different
+// build is registered: a worker older than the claim token neither writes
+// nor checks it, and one left running beside newer ones defeats the fence.
+// Before the registry existed (schema version < 4) there is nothing to check.
+func CheckNoOtherBuilds(ctx context.Context, store storage.Store, now time.Time) error {
+	v, err := store.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v < registrySchemaVersion {
+		return nil
+	}
+	live, err := store.WorkerList(ctx, now.Add(-LiveWindow))
+	if err != nil {
+		return fmt.Errorf("list live workers: %w", err)
+	}
+	mine := Build()
+	var others []string
+	for _, w := range live {
+		if w.Build != mine {
+			others = append(others, fmt.Sprintf("%s on %s (build %s, schema %d)", w.ID, w.Host, w.Build, w.SchemaVersion))
+		}
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("live workers of another build are running: %s; stop them, migrate, then start the new build (or pass --force if they are gone and only their registry rows remain)", strings.Join(others, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,364 @@
+// Package worker is the delivery loop of the core: it claims due deliveries
+// in batches, signs each message, hands it to the endpoint's transport plugin,
+// and records the outcome under the claim token. It owns the retry schedule
+// and the shutdown rules. It never decides a state transition itself: the
+// store enforces those in SQL, and this package only reports what happened.
+//
+// A send never outlives its claim: before a message goes out the worker
+// checks that the lease covers the whole send deadline, and otherwise gives
+// the claim back unspent. On shutdown it stops claiming, gives back claims it
+// has not started, and lets in-flight sends finish by their deadline, which
+// is inside the lease. Only a transport's delivered outcome marks a delivery
+// delivered.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/storage"
+)
+
+// Store is what the worker needs of storage.Store.
+type Store interface {
+	DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error)
+	DeliveryComplete(ctx context.Context, p storage.DeliveryCompleteParams) (storage.Delivery, storage.Attempt, error)
+	DeliveryRelease(ctx context.Context, p storage.DeliveryReleaseParams) (storage.Delivery, error)
+	AttemptRecordLate(ctx context.Context, p storage.AttemptRecordLateParams) (storage.Attempt, error)
+	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
+}
+
+// Sender moves one signed message through the named transport plugin by
+// deadline. It reports every failure, a crashed or hung plugin included, as
+// an Outcome.
+type Sender interface {
+	Send(ctx context.Context, plugin string, msg transport.Message, deadline time.Time) transport.Outcome
+}
+
+// Config tunes the pool. Zero fields take the defaults in DefaultConfig.
+type Config struct {
+	// Concurrency is how many sends may be in flight at once.
+	Concurrency int
+	// BatchSize is the most deliveries claimed in one statement.
+	BatchSize int
+	// Lease is how long a claim holds. It must outlast SendTimeout.
+	Lease time.Duration
+	// SendTimeout is the deadline of one send through the plugin, from the
+	// moment it starts: the transport's connect and read timeouts plus a
+	// margin for the plugin hop.
+	SendTimeout time.Duration
+	// PollInterval is how long the claimer waits when nothing was due.
+	PollInterval time.Duration
+	// MaxCycleAttempts is the retry allowance.
+	MaxCycleAttempts int
+	Retry            RetrySchedule
+}
+
+// DefaultConfig is the pool's configuration when nothing is set: a lease of
+// 60 s against a send deadline of 17 s (5 s connect + 10 s read + 2 s for the
+// plugin hop).
+func DefaultConfig() Config {
+	return Config{
+		Concurrency:      16,
+		BatchSize:        16,
+		Lease:            60 * time.Second,
+		SendTimeout:      17 * time.Second,
+		PollInterval:     500 * time.Millisecond,
+		MaxCycleAttempts: storage.DefaultMaxCycleAttempts,
+		Retry:            DefaultRetrySchedule(),
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Concurrency == 0 {
+		c.Concurrency = d.Concurrency
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = d.BatchSize
+	}
+	if c.Lease == 0 {
+		c.Lease = d.Lease
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = d.SendTimeout
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = d.PollInterval
+	}
+	if c.MaxCycleAttempts == 0 {
+		c.MaxCycleAttempts = d.MaxCycleAttempts
+	}
+	if c.Retry.Delays == nil {
+		c.Retry = d.Retry
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults are applied.
+func (c Config) Validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("worker concurrency must be at least 1, got %d", c.Concurrency)
+	case c.BatchSize < 1:
+		return fmt.Errorf("worker batch size must be at least 1, got %d", c.BatchSize)
+	case c.SendTimeout <= 0:
+		return fmt.Errorf("send timeout must be positive, got %s", c.SendTimeout)
+	case c.Lease <= c.SendTimeout:
+		return fmt.Errorf("worker lease %s must outlast the send deadline %s (connect + read timeout + plugin margin), or another worker will reclaim deliveries still in flight: raise the lease or lower the timeouts", c.Lease, c.SendTimeout)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
+	case c.MaxCycleAttempts < 1:
+		return fmt.Errorf("retry allowance must be at least 1, got %d", c.MaxCycleAttempts)
+	}
+	return c.Retry.Validate()
+}
+
+// Pool claims and sends deliveries until its context ends.
+type Pool struct {
+	store  Store
+	sender Sender
+	cfg    Config
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// New checks cfg and returns a pool; Run starts it.
+func New(store Store, sender Sender, cfg Config, log *slog.Logger) (*Pool, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Pool{store: store, sender: sender, cfg: cfg, log: log, now: time.Now}, nil
+}
+
+// Run claims and sends until ctx ends, then gives back what it had not
+// started, waits for in-flight sends to finish and be recorded, and returns.
+func (p *Pool) Run(ctx context.Context) error {
+	slots := make(chan struct{}, p.cfg.Concurrency)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+
+	backoff := p.cfg.PollInterval
+	for {
+		// Wait for one free slot, then take as many more as are free, up to
+		// a batch: never claim what cannot be sent at once, or its lease
+		// would run while it waits.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		n := 1
+	fill:
+		for n < p.cfg.BatchSize {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break fill
+			}
+		}
+		claims, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+		for range n - len(claims) {
+			<-slots
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// The database is away: nothing is lost (every delivery is
+			// still in it), so wait and try again, backing off to a cap.
+			p.log.Error("claiming deliveries failed; retrying", "error", err, "retry_in", backoff)
+			backoff = min(backoff*2, 30*time.Second)
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			continue
+		}
+		backoff = p.cfg.PollInterval
+		for _, c := range claims {
+			inflight.Go(func() {
+				defer func() { <-slots }()
+				p.process(ctx, c)
+			})
+		}
+		if len(claims) < n && !sleep(ctx, p.cfg.PollInterval) {
+			return nil
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// process sends one claimed delivery and records what happened.
+func (p *Pool) process(ctx context.Context, c storage.Claim) {
+	// Recording must outlive shutdown: a request that went out is recorded
+	// even while the process is stopping, or the history would under-count.
+	record := context.WithoutCancel(ctx)
+	log := p.log.With("delivery_id", c.Delivery.ID, "endpoint_id", c.Delivery.EndpointID)
+
+	ep, err := p.store.EndpointGet(record, c.Delivery.EndpointID)
+	if err != nil {
+		log.Error("loading the endpoint failed; giving the claim back", "error", err)
+		p.release(record, log, c, p.cfg.PollInterval)
+		return
+	}
+	if ctx.Err() != nil {
+		p.release(record, log, c, 0)
+		return
+	}
+	start := p.now()
+	deadline := start.Add(p.cfg.SendTimeout)
+	if c.Delivery.ClaimExpiresAt != nil && !deadline.Before(*c.Delivery.ClaimExpiresAt) {
+		log.Warn("the lease would end before the send deadline; giving the claim back", "lease_ends", c.Delivery.ClaimExpiresAt, "deadline", deadline)
+		p.release(record, log, c, 0)
+		return
+	}
+
+	msg, err := message(c, ep, start)
+	msg.Deadline = deadline
+	if err != nil {
+		// Nothing was sent: the endpoint cannot be signed for. Failing the
+		// attempt records why, without a request having gone out.
+		p.finish(record, log, c, transport.Permanent(0, "signing failed: "+err.Error()), start, p.now())
+		return
+	}
+	// The send runs to its deadline even during shutdown, so a request that
+	// is already on the wire gets its answer recorded. The deadline goes to
+	// the sender, not onto ctx: the sender enforces it and tells a plugin
+	// that hung past it (and must be restarted) from a caller that gave up.
+	outcome := p.sender.Send(record, ep.Transport, msg, deadline)
+	p.finish(record, log, c, outcome, start, p.now())
+}
+
+// message builds the signed message for one attempt. The secret is used
+// here and goes no further: the plugin only gets the headers.
+func message(c storage.Claim, ep storage.Endpoint, now time.Time) (transport.Message, error) {
+	var secrets []string
+	for _, s := range ep.Secrets {
+		if s.ActiveAt(now) {
+			secrets = append(secrets, s.Reveal())
+		}
+	}
+	if len(secrets) == 0 {
+		return transport.Message{}, errors.New("the endpoint has no active signing secret; rotate in a new one")
+	}
+	h, err := webhook.SignHeaders(c.Delivery.ID, now, c.Event.Payload, secrets...)
+	if err != nil {
+		return transport.Message{}, err
+	}
+	headers := make([]transport.Header, 0, len(h))
+	for _, name := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+		headers = append(headers, transport.Header{Name: name, Value: h.Get(name)})
+	}
+	return transport.Message{
+		DeliveryID: c.Delivery.ID,
+		Attempt:    c.Delivery.Attempts + 1,
+		Endpoint:   transport.Endpoint{URL: ep.URL, Config: ep.Config},
+		Headers:    headers,
+		Body:       c.Event.Payload,
+	}, nil
+}
+
+// finish records the attempt under the claim token, or as a late attempt
+// when the claim was superseded while the request was out.
+func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, o transport.Outcome, start, end time.Time) {
+	kind := storage.OutcomeKind(o.Kind)
+	if !kind.Valid() {
+		kind = storage.OutcomeRetryable
+		o.Error = fmt.Sprintf("transport reported an unknown outcome %q", o.Kind)
+	}
+	status := o.StatusCode
+	if status < 100 || status > 599 {
+		status = 0
+	}
+	params := storage.DeliveryCompleteParams{
+		DeliveryID:       c.Delivery.ID,
+		Token:            c.Token,
+		Outcome:          kind,
+		HTTPStatus:       status,
+		Error:            o.Error,
+		StartedAt:        start,
+		FinishedAt:       end,
+		RetryDelay:       p.cfg.Retry.Delay(c.Delivery.CycleAttempts+1, o.RetryAfter),
+		MaxCycleAttempts: p.cfg.MaxCycleAttempts,
+	}
+	err := p.retryStore(ctx, c, func() error {
+		d, a, err := p.store.DeliveryComplete(ctx, params)
+		if err == nil {
+			log.Info("attempt recorded", "attempt", a.Number, "outcome", a.Outcome, "http_status", a.HTTPStatus, "state", d.State)
+		}
+		return err
+	})
+	if !errors.Is(err, storage.ErrClaimLost) {
+		if err != nil {
+			log.Error("recording the attempt failed; the lease will expire and the delivery will be sent again", "error", err)
+		}
+		return
+	}
+	late := storage.AttemptRecordLateParams{
+		DeliveryID: c.Delivery.ID, Token: c.Token, Outcome: kind, HTTPStatus: status,
+		Error: o.Error, StartedAt: start, FinishedAt: end,
+	}
+	err = p.retryStore(ctx, c, func() error {
+		a, err := p.store.AttemptRecordLate(ctx, late)
+		if err == nil {
+			log.Warn("claim was superseded while the request was out; recorded as a late attempt", "attempt", a.Number, "outcome", a.Outcome)
+		}
+		return err
+	})
+	if err != nil {
+		log.Error("recording the late attempt failed", "error", err)
+	}
+}
+
+func (p *Pool) release(ctx context.Context, log *slog.Logger, c storage.Claim, delay time.Duration) {
+	err := p.retryStore(ctx, c, func() error {
+		_, err := p.store.DeliveryRelease(ctx, storage.DeliveryReleaseParams{DeliveryID: c.Delivery.ID, Token: c.Token, Delay: delay})
+		return err
+	})
+	if err != nil && !errors.Is(err, storage.ErrClaimLost) {
+		log.Error("giving the claim back failed; it is retried when its lease expires", "error", err)
+	}
+}
+
+// retryStore retries a store write that failed for a reason other than the
+// state machine's answer (a dropped connection, a restarting database) until
+// the claim's lease would have expired anyway.
+func (p *Pool) retryStore(ctx context.Context, c storage.Claim, write func() error) error {
+	until := p.now().Add(p.cfg.Lease)
+	if c.Delivery.ClaimExpiresAt != nil {
+		until = *c.Delivery.ClaimExpiresAt
+	}
+	wait := 100 * time.Millisecond
+	for {
+		err := write()
+		if err == nil || errors.Is(err, storage.ErrClaimLost) || errors.Is(err, storage.ErrNotFound) ||
+			errors.Is(err, storage.ErrInvalid) || errors.Is(err, storage.ErrClaimHeld) || !p.now().Add(wait).Before(until) {
+			return err
+		}
+		if !sleep(ctx, wait) {
+			return err
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
+}
