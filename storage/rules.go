@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/hymical/hymical/internal/boundtext"
 )
 
 // NewID mints an id written prefix + "_" + 32 lowercase hex digits. The
@@ -28,21 +29,9 @@ func NewID(prefix string) string {
 	return prefix + "_" + hex.EncodeToString(b[:])
 }
 
-// BoundError makes error text safe to store: valid UTF-8, no NUL bytes (which
-// PostgreSQL text rejects), and at most MaxErrorBytes, cut on a rune boundary.
-func BoundError(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= MaxErrorBytes {
-		return s
-	}
-	const ellipsis = "…"
-	cut := MaxErrorBytes - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
-}
+// BoundError makes error text safe to store: valid UTF-8, no NUL bytes, and
+// at most MaxErrorBytes.
+func BoundError(s string) string { return boundtext.Bound(s, MaxErrorBytes) }
 
 // Validate checks the claim parameters.
 func (p DeliveryClaimParams) Validate() error {

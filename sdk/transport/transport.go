@@ -3,9 +3,9 @@ package transport
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/hymical/hymical/internal/boundtext"
 )
 
 // Transport is what a plugin implements. The host calls Configure once after
@@ -120,19 +120,7 @@ const MaxErrorBytes = 1024
 
 // BoundError makes error text safe to carry and store: valid UTF-8, no NUL
 // bytes, and at most MaxErrorBytes, cut on a rune boundary.
-func BoundError(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= MaxErrorBytes {
-		return s
-	}
-	const ellipsis = "…"
-	cut := MaxErrorBytes - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
-}
+func BoundError(s string) string { return boundtext.Bound(s, MaxErrorBytes) }
 
 // Errors from the host side of a call. Check them with errors.Is.
 var (

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportBoundaries holds the layout's rules in one place: what each
+// room of the tree may not reach. Plugin authors import sdk/, so it must not
+// drag in the server; plugins must not touch delivery state; the plugin host
+// moves messages and never sees the store; storage knows no transport.
+func TestImportBoundaries(t *testing.T) {
+	t.Parallel()
+	const mod = "github.com/hymical/hymical/"
+	rules := []struct {
+		pattern   string
+		forbidden []string
+	}{
+		{"./sdk/...", []string{"server", "storage", "plugins"}},
+		{"./plugins/...", []string{"server", "storage"}},
+		{"./examples/...", []string{"server", "storage"}},
+		{"./server/pluginhost/...", []string{"storage"}},
+		{"./storage/...", []string{"server", "sdk", "plugins"}},
+	}
+	for _, r := range rules {
+		t.Run(r.pattern, func(t *testing.T) {
+			t.Parallel()
+			// Packages of the pattern itself, with their non-test imports.
+			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", r.pattern).CombinedOutput()
+			if err != nil {
+				if strings.Contains(string(out), "matched no packages") {
+					return
+				}
+				t.Fatalf("go list %s: %v\n%s", r.pattern, err, out)
+			}
+			for _, dep := range strings.Fields(string(out)) {
+				for _, f := range r.forbidden {
+					if dep == mod+f || strings.HasPrefix(dep, mod+f+"/") {
+						t.Errorf("%s depends on %s", r.pattern, dep)
+					}
+				}
+			}
+		})
+	}
+}
