@@ -1,0 +1,307 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/storage"
+)
+
+// Defaults for the Options that take one.
+const (
+	DefaultMaxBodyBytes        = 1 << 20
+	DefaultSecretRotationGrace = 24 * time.Hour
+)
+
+// Headers the API reads or writes beyond the standard ones.
+const (
+	// HeaderIdempotencyKey makes a retried ingest request return the first
+	// result instead of creating a second event.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderIdempotentReplayed is "true" on a response that repeats the
+	// result of an earlier request with the same Idempotency-Key.
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	// HeaderOperator names the person behind a replay, for the audit record.
+	HeaderOperator = "Hymical-Operator"
+	// HeaderAuth is "disabled" on every response of an API built with
+	// Options.Insecure, so nobody mistakes a dev server for a guarded one.
+	HeaderAuth = "Hymical-Auth"
+)
+
+// Transports is what the API needs of the plugin host: the names of the
+// loaded transports, and a check of an endpoint by the plugin that would
+// send to it. *pluginhost.Host satisfies it.
+type Transports interface {
+	// Validate asks the named plugin whether it can send to e. A refusal
+	// wraps transport.ErrRejected and says why; a plugin that did not answer
+	// wraps transport.ErrUnavailable.
+	Validate(ctx context.Context, name string, e transport.Endpoint) error
+	// Names lists the loaded transports.
+	Names() []string
+}
+
+// Options configure the handler New builds.
+type Options struct {
+	// Store holds every piece of delivery state; required.
+	Store storage.Store
+	// Transports validates endpoints before they are written; required.
+	Transports Transports
+	// AdminToken authorises every route. Required unless Insecure.
+	AdminToken string
+	// IngestKeys authorise only the ingest routes (submissions and events).
+	IngestKeys []string
+	// Insecure turns authentication off, for local development only. Every
+	// response then carries "Hymical-Auth: disabled" and New logs a warning.
+	Insecure bool
+	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// SecretRotationGrace is how long a rotated-out secret keeps signing
+	// next to the new one; zero means DefaultSecretRotationGrace.
+	SecretRotationGrace time.Duration
+	// Logger receives request failures; nil means slog.Default().
+	Logger *slog.Logger
+	// Ready, when set, is checked by /readyz after the store; an error
+	// makes the server not ready, and its text is the reason shown.
+	Ready func(ctx context.Context) error
+}
+
+// handler is the API. It holds no state of its own beyond what New sets and
+// the endpoint locks.
+type handler struct {
+	store      storage.Store
+	transports Transports
+	auth       authenticator
+	insecure   bool
+	maxBody    int64
+	grace      time.Duration
+	log        *slog.Logger
+	ready      func(ctx context.Context) error
+	mux        *http.ServeMux
+	// endpoints serialises read-modify-write of one endpoint within this
+	// process, so a rotation and a concurrent PATCH cannot drop each
+	// other's change.
+	endpoints keyedMutex
+	now       func() time.Time
+}
+
+// New checks opts and returns the API's handler.
+func New(opts Options) (http.Handler, error) {
+	h, err := newHandler(opts)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func newHandler(opts Options) (*handler, error) {
+	if opts.Store == nil {
+		return nil, errors.New("api: Options.Store is required")
+	}
+	if opts.Transports == nil {
+		return nil, errors.New("api: Options.Transports is required: endpoints are validated by their transport plugin before they are saved")
+	}
+	if opts.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("api: MaxBodyBytes must not be negative, got %d; use 0 for the default of %d", opts.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if opts.SecretRotationGrace < 0 {
+		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, DefaultSecretRotationGrace)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "api")
+	auth, err := newAuthenticator(opts.AdminToken, opts.IngestKeys, opts.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Insecure {
+		log.Warn("the HTTP API runs WITHOUT authentication (insecure dev mode): anyone who can reach it can read deliveries and manage endpoints; never expose it beyond loopback")
+	} else if len(opts.AdminToken) < minTokenLen {
+		log.Warn("the admin token is short; use at least 32 random characters", "length", len(opts.AdminToken))
+	}
+	h := &handler{
+		store:      opts.Store,
+		transports: opts.Transports,
+		auth:       auth,
+		insecure:   opts.Insecure,
+		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
+		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
+		log:        log,
+		ready:      opts.Ready,
+		mux:        http.NewServeMux(),
+		now:        time.Now,
+	}
+	h.routes()
+	return h, nil
+}
+
+func cmpOr[T int64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// access says who may call a route.
+type access int
+
+const (
+	public access = iota // no token
+	ingest               // an ingest key or the admin token
+	admin                // the admin token
+)
+
+func (h *handler) routes() {
+	h.handle("GET /healthz", public, h.healthz)
+	h.handle("GET /readyz", public, h.readyz)
+
+	h.handle("POST /v1/forms/{form_id}/submissions", ingest, h.createSubmission)
+	h.handle("POST /v1/events", ingest, h.createEvent)
+
+	h.handle("POST /v1/endpoints", admin, h.createEndpoint)
+	h.handle("GET /v1/endpoints", admin, h.listEndpoints)
+	h.handle("GET /v1/endpoints/{id}", admin, h.getEndpoint)
+	h.handle("PATCH /v1/endpoints/{id}", admin, h.updateEndpoint)
+	h.handle("POST /v1/endpoints/{id}/disable", admin, h.disableEndpoint)
+	h.handle("POST /v1/endpoints/{id}/enable", admin, h.enableEndpoint)
+	h.handle("POST /v1/endpoints/{id}/rotate-secret", admin, h.rotateSecret)
+
+	h.handle("GET /v1/deliveries", admin, h.listDeliveries)
+	h.handle("POST /v1/deliveries/replay", admin, h.replayDeliveries)
+	h.handle("GET /v1/deliveries/{id}", admin, h.getDelivery)
+	h.handle("GET /v1/deliveries/{id}/attempts", admin, h.listAttempts)
+	h.handle("POST /v1/deliveries/{id}/replay", admin, h.replayDelivery)
+	h.handle("GET /v1/deliveries/{id}/replays", admin, h.listReplays)
+}
+
+// handlerFunc is a route: it returns the error to answer with, or nil once
+// it has written its response.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (h *handler) handle(pattern string, who access, fn handlerFunc) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if who != public {
+			if err := h.auth.check(r, who); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
+		if err := fn(w, r); err != nil {
+			h.fail(w, r, err)
+		}
+	})
+}
+
+// ServeHTTP sets the headers every response carries, recovers from panics
+// with a JSON 500, and turns the mux's own plain-text 404 and 405 answers
+// into the API's error shape.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	// Responses can carry a signing secret shown once; nothing may cache them.
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	if h.insecure {
+		hdr.Set(HeaderAuth, "disabled")
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			h.log.Error("panic while serving a request", "method", r.Method, "path", r.URL.Path, "panic", v)
+			writeError(w, errInternal())
+		}
+	}()
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		h.unrouted(w, r)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// unrouted answers a request no pattern matched. The mux knows whether that
+// is a 404, a 405 (and the Allow header), or a redirect to a cleaned path;
+// its answer is captured and, for 404 and 405, rewritten as JSON.
+func (h *handler) unrouted(w http.ResponseWriter, r *http.Request) {
+	c := &captureWriter{header: http.Header{}}
+	h.mux.ServeHTTP(c, r)
+	switch c.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", c.header.Get("Allow"))
+		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, c.header.Get("Allow"))})
+	case http.StatusNotFound, 0:
+		writeError(w, &apiError{Status: http.StatusNotFound, Code: "not_found",
+			Message: fmt.Sprintf("no route %s %s; the API lives under /v1 (see the README's HTTP API section)", r.Method, r.URL.Path)})
+	default:
+		for k, v := range c.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(c.status)
+		_, _ = w.Write(c.body)
+	}
+}
+
+// captureWriter records what the mux would have answered.
+type captureWriter struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	c.body = append(c.body, b...)
+	return len(b), nil
+}
+
+// keyedMutex is a set of mutexes by key, created on demand and dropped when
+// nobody holds or waits for them.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

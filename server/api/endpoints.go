@@ -1,0 +1,343 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/storage"
+)
+
+// defaultTransport is the transport an endpoint gets when none is named.
+const defaultTransport = "http"
+
+// validateTimeout bounds asking a plugin about one endpoint.
+const validateTimeout = 10 * time.Second
+
+type endpointCreate struct {
+	URL         string            `json:"url"`
+	Transport   string            `json:"transport"`
+	EventTypes  []string          `json:"event_types"`
+	FormIDs     []string          `json:"form_ids"`
+	Config      map[string]string `json:"config"`
+	Description string            `json:"description"`
+}
+
+// endpointPatch holds the fields a PATCH may change; a field left out (or
+// null) keeps its value.
+type endpointPatch struct {
+	URL         *string            `json:"url"`
+	Transport   *string            `json:"transport"`
+	EventTypes  *[]string          `json:"event_types"`
+	FormIDs     *[]string          `json:"form_ids"`
+	Config      *map[string]string `json:"config"`
+	Description *string            `json:"description"`
+}
+
+// noFields is the body of an action that takes none; it may be empty or {}.
+type noFields struct{}
+
+func endpointName(id string) string { return fmt.Sprintf("endpoint %q", clip(id)) }
+
+// checkFields checks everything about an endpoint that needs no plugin,
+// normalising its lists.
+func checkFields(e *storage.Endpoint) error {
+	if strings.TrimSpace(e.Transport) == "" {
+		return unprocessable("unknown_transport", "transport must not be empty; leave it out for %q", defaultTransport)
+	}
+	if e.URL == "" && e.Transport == defaultTransport {
+		return unprocessable("invalid_url", "url is required for the %s transport: give the receiver's https:// URL", defaultTransport)
+	}
+	if e.URL != "" {
+		if err := checkEndpointURL(e.URL); err != nil {
+			return err
+		}
+	}
+	var err error
+	if e.EventTypes, err = normaliseList("event_types", e.EventTypes, checkEventType); err != nil {
+		return err
+	}
+	if e.FormIDs, err = normaliseList("form_ids", e.FormIDs, checkFormID); err != nil {
+		return err
+	}
+	if err := checkConfig(e.Config); err != nil {
+		return err
+	}
+	return checkDescription(e.Description)
+}
+
+// checkTarget asks the endpoint's transport plugin whether it can send
+// there, after the name is checked against the loaded plugins.
+func (h *handler) checkTarget(ctx context.Context, e storage.Endpoint) error {
+	names := h.transports.Names()
+	if !slices.Contains(names, e.Transport) {
+		loaded := "none are loaded; install a transport plugin"
+		if len(names) > 0 {
+			loaded = "the loaded transports are " + strings.Join(names, ", ")
+		}
+		return unprocessable("unknown_transport", "transport %q is not loaded on this server; %s", clip(e.Transport), loaded)
+	}
+	ctx, cancel := context.WithTimeout(ctx, validateTimeout)
+	defer cancel()
+	err := h.transports.Validate(ctx, e.Transport, transport.Endpoint{URL: e.URL, Config: e.Config})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, transport.ErrRejected):
+		return unprocessable("transport_refused", "the %s transport refused this endpoint: %s", e.Transport, refusalReason(err))
+	}
+	return &apiError{Status: http.StatusServiceUnavailable, Code: "transport_unavailable",
+		Message: fmt.Sprintf("the %s transport plugin could not check this endpoint; nothing was saved, try again", e.Transport), cause: err}
+}
+
+// refusalReason is the plugin's own words from a refusal, without the
+// layers of context the host and the gRPC shim wrap around them.
+func refusalReason(err error) string {
+	msg := err.Error()
+	marker := transport.ErrRejected.Error() + ": "
+	if i := strings.LastIndex(msg, marker); i >= 0 {
+		msg = strings.TrimPrefix(msg[i+len(marker):], "endpoint: ")
+	}
+	return transport.BoundError(msg)
+}
+
+// POST /v1/endpoints
+func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
+	body, err := h.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req endpointCreate
+	if err := decodeObject(body, &req, false); err != nil {
+		return err
+	}
+	ep := storage.Endpoint{
+		Transport: req.Transport, URL: req.URL, Config: req.Config,
+		EventTypes: req.EventTypes, FormIDs: req.FormIDs, Description: req.Description,
+	}
+	if ep.Transport == "" {
+		ep.Transport = defaultTransport
+	}
+	if ep.Config == nil {
+		ep.Config = map[string]string{}
+	}
+	if err := checkFields(&ep); err != nil {
+		return err
+	}
+	if err := h.checkTarget(r.Context(), ep); err != nil {
+		return err
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return err
+	}
+	ep.Secrets = []storage.Secret{storage.NewSecret(secret, nil)}
+	created, err := h.store.EndpointCreate(r.Context(), ep)
+	if err != nil {
+		return storeError(err, "the endpoint")
+	}
+	w.Header().Set("Location", "/v1/endpoints/"+created.ID)
+	writeJSON(w, http.StatusCreated, endpointCreated{endpointView: viewEndpoint(created, h.now()), Secret: secret})
+	return nil
+}
+
+// GET /v1/endpoints
+func (h *handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	eps, err := h.store.EndpointList(r.Context())
+	if err != nil {
+		return storeError(err, "the endpoints")
+	}
+	now := h.now()
+	out := make([]endpointView, 0, len(eps))
+	for _, e := range eps {
+		out = append(out, viewEndpoint(e, now))
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Endpoints []endpointView `json:"endpoints"`
+	}{out})
+	return nil
+}
+
+// GET /v1/endpoints/{id}
+func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	e, err := h.store.EndpointGet(r.Context(), id)
+	if err != nil {
+		return storeError(err, endpointName(id))
+	}
+	writeJSON(w, http.StatusOK, viewEndpoint(e, h.now()))
+	return nil
+}
+
+// modifyEndpoint reads the endpoint, lets change edit it, and writes it
+// back, holding the endpoint's lock so two changes in this process cannot
+// lose each other. change returns false when there is nothing to write.
+func (h *handler) modifyEndpoint(ctx context.Context, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
+	unlock := h.endpoints.lock(id)
+	defer unlock()
+	e, err := h.store.EndpointGet(ctx, id)
+	if err != nil {
+		return storage.Endpoint{}, storeError(err, endpointName(id))
+	}
+	write, err := change(&e)
+	if err != nil || !write {
+		return e, err
+	}
+	updated, err := h.store.EndpointUpdate(ctx, e)
+	if err != nil {
+		return storage.Endpoint{}, storeError(err, endpointName(id))
+	}
+	return updated, nil
+}
+
+// PATCH /v1/endpoints/{id}
+func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	body, err := h.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var p endpointPatch
+	if err := decodeObject(body, &p, false); err != nil {
+		return err
+	}
+	e, err := h.modifyEndpoint(r.Context(), id, func(e *storage.Endpoint) (bool, error) {
+		target := p.URL != nil || p.Transport != nil || p.Config != nil
+		if p.URL != nil {
+			e.URL = *p.URL
+		}
+		if p.Transport != nil {
+			e.Transport = *p.Transport
+		}
+		if p.Config != nil {
+			e.Config = *p.Config
+			if e.Config == nil {
+				e.Config = map[string]string{}
+			}
+		}
+		if p.EventTypes != nil {
+			e.EventTypes = *p.EventTypes
+		}
+		if p.FormIDs != nil {
+			e.FormIDs = *p.FormIDs
+		}
+		if p.Description != nil {
+			e.Description = *p.Description
+		}
+		if err := checkFields(e); err != nil {
+			return false, err
+		}
+		// Only a change to where or how it sends needs the plugin's word;
+		// renaming an endpoint must not fail because a plugin is down.
+		if target {
+			if err := h.checkTarget(r.Context(), *e); err != nil {
+				return false, err
+			}
+		}
+		return p != endpointPatch{}, nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewEndpoint(e, h.now()))
+	return nil
+}
+
+// POST /v1/endpoints/{id}/disable
+func (h *handler) disableEndpoint(w http.ResponseWriter, r *http.Request) error {
+	return h.setDisabled(w, r, true)
+}
+
+// POST /v1/endpoints/{id}/enable
+func (h *handler) enableEndpoint(w http.ResponseWriter, r *http.Request) error {
+	return h.setDisabled(w, r, false)
+}
+
+// setDisabled is idempotent: disabling a disabled endpoint keeps the time
+// it was first disabled.
+func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bool) error {
+	id := r.PathValue("id")
+	if err := h.emptyBody(w, r); err != nil {
+		return err
+	}
+	e, err := h.modifyEndpoint(r.Context(), id, func(e *storage.Endpoint) (bool, error) {
+		if (e.DisabledAt != nil) == disable {
+			return false, nil
+		}
+		e.DisabledAt = nil
+		if disable {
+			now := h.now()
+			e.DisabledAt = &now
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewEndpoint(e, h.now()))
+	return nil
+}
+
+// emptyBody accepts an action's body only when it is empty or {}.
+func (h *handler) emptyBody(w http.ResponseWriter, r *http.Request) error {
+	body, err := h.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeObject(body, &noFields{}, true)
+}
+
+// POST /v1/endpoints/{id}/rotate-secret
+//
+// The new secret signs from now on. Every secret that was active keeps
+// signing beside it until now + SecretRotationGrace (or its own earlier
+// expiry), so receivers can switch over without dropping a message;
+// secrets already past their expiry are removed.
+func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := h.emptyBody(w, r); err != nil {
+		return err
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return err
+	}
+	now := h.now()
+	// Cut to what every backend stores, so the time shown is the time kept.
+	expiry := now.Add(h.grace).UTC().Truncate(time.Millisecond)
+	var kept bool
+	e, err := h.modifyEndpoint(r.Context(), id, func(e *storage.Endpoint) (bool, error) {
+		next := []storage.Secret{storage.NewSecret(secret, nil)}
+		for _, s := range e.Secrets {
+			if !s.ActiveAt(now) {
+				continue
+			}
+			until := expiry
+			if s.ExpiresAt != nil && s.ExpiresAt.Before(until) {
+				until = *s.ExpiresAt
+			}
+			next = append(next, storage.NewSecret(s.Reveal(), &until))
+			kept = true
+		}
+		e.Secrets = next
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	out := endpointCreated{endpointView: viewEndpoint(e, now), Secret: secret}
+	if kept {
+		out.PreviousSecretsExpireAt = &expiry
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

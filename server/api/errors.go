@@ -1,0 +1,129 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// apiError is an answer other than success, in the one error shape every
+// route uses: {"error":{"code":"…","message":"…"}}. Message is written for
+// the caller: it says what was wrong and what to do, and never carries a
+// secret or a database's own words.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+	// cause is logged, never sent.
+	cause error
+}
+
+func (e *apiError) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Message, e.cause)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+func (e *apiError) Unwrap() error { return e.cause }
+
+func badRequest(code, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func unprocessable(code, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusUnprocessableEntity, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func errInternal() *apiError {
+	return &apiError{Status: http.StatusInternalServerError, Code: "internal",
+		Message: "the server failed to complete the request; nothing is wrong with the request itself, try again and see the server log if it persists"}
+}
+
+// storeError is the one place a Store error becomes an HTTP answer. what
+// names the thing the call was about ("delivery dlv_…"), for 404 and 409.
+// Anything that is not a sentinel is a 500 with a generic message: the
+// detail, which may hold SQL or driver text, goes only to the log.
+func storeError(err error, what string) *apiError {
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return &apiError{Status: http.StatusNotFound, Code: "not_found",
+			Message: what + " does not exist; check the id", cause: err}
+	case errors.Is(err, storage.ErrNotTerminal):
+		return &apiError{Status: http.StatusConflict, Code: "not_terminal",
+			Message: what + " is pending or processing; only delivered or failed deliveries can be replayed, so wait until it finishes", cause: err}
+	case errors.Is(err, storage.ErrConflict):
+		return &apiError{Status: http.StatusConflict, Code: "conflict",
+			Message: what + " conflicts with one that already exists; retry, and if it persists use a new id or idempotency key", cause: err}
+	case errors.Is(err, storage.ErrInvalid):
+		return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid_request",
+			Message: "the request breaks a rule of the delivery store for " + what + "; check the values sent against the README's HTTP API section", cause: err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "timeout",
+			Message: "the database did not answer in time; try again", cause: err}
+	}
+	e := errInternal()
+	e.cause = err
+	return e
+}
+
+// fail writes err as the error response, logging what the caller does not
+// see.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errInternal()
+		ae.cause = err
+	}
+	switch {
+	case r.Context().Err() != nil:
+		// The client went away; there is no one to answer.
+		h.log.Debug("request abandoned by the client", "method", r.Method, "route", r.Pattern, "path", r.URL.Path)
+	case ae.Status >= 500:
+		h.log.Error("request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path,
+			"status", ae.Status, "code", ae.Code, "error", ae.cause)
+	default:
+		h.log.Debug("request refused", "method", r.Method, "route", r.Pattern, "path", r.URL.Path,
+			"status", ae.Status, "code", ae.Code, "message", ae.Message)
+	}
+	writeError(w, ae)
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hymical"`)
+	}
+	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// Answers are application/json with nosniff, never HTML, so "<" in a
+	// message stays readable instead of becoming \u003c.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only our own view types are written; one that does not encode
+		// is a bug, answered without its details.
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":"internal","message":"the server could not encode its answer"}}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}

@@ -1,0 +1,187 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/worker"
+)
+
+// receiver is a real HTTP server on loopback that records what it gets and
+// answers what the test says.
+type receiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	status int
+	got    []received
+}
+
+type received struct {
+	header http.Header
+	body   []byte
+}
+
+func newReceiver(t *testing.T, status int) *receiver {
+	rc := &receiver{status: status}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		rc.got = append(rc.got, received{header: r.Header.Clone(), body: body})
+		status := rc.status
+		rc.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) answer(status int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.status = status
+}
+
+func (rc *receiver) requests() []received {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]received(nil), rc.got...)
+}
+
+// runPool runs a real worker pool over the fixture's store, sending through
+// the real http plugin, until the test ends.
+func (f *fixture) runPool() {
+	f.t.Helper()
+	pool, err := worker.New(f.store, loopbackHost, worker.Config{
+		Concurrency: 2, BatchSize: 2, Lease: 8 * time.Second, SendTimeout: 3 * time.Second,
+		PollInterval: 20 * time.Millisecond, MaxCycleAttempts: 5,
+		Retry: worker.RetrySchedule{Delays: []time.Duration{50 * time.Millisecond}},
+	}, quietLogger())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(ctx) }()
+	f.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			f.t.Errorf("pool.Run: %v", err)
+		}
+	})
+}
+
+// waitState polls the delivery through the API until it is in state.
+func (f *fixture) waitState(id, state string) response {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := f.admin("GET", "/v1/deliveries/"+id, nil).must(f.t, http.StatusOK)
+		if r.str("state") == state {
+			return r
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("delivery never became %s: %s", state, r.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFullRun drives one delivery through its whole life over the API:
+// register, submit, fail at the receiver, replay once the receiver is
+// fixed, delivered, and the history says so; then a secret rotation, after
+// which a receiver holding either secret can verify.
+func TestFullRun(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, nil)
+		recv := newReceiver(t, http.StatusBadRequest)
+		epID, secret := f.createEndpoint(map[string]any{"url": recv.URL + "/hook", "form_ids": []string{"contact"}})
+		f.runPool()
+
+		sub := f.submit("contact", map[string]any{"email": "a@example.com"}).must(t, http.StatusAccepted)
+		id := ids(sub, "deliveries")[0]
+
+		failed := f.waitState(id, "failed")
+		if failed.body["attempts"] != 1.0 || failed.body["cycle_attempts"] != 1.0 || failed.str("completed_at") == "" {
+			t.Fatalf("failed delivery: %s", failed.raw)
+		}
+
+		recv.answer(http.StatusOK)
+		f.send(req{method: "POST", path: "/v1/deliveries/" + id + "/replay", token: adminToken,
+			header: map[string]string{"Hymical-Operator": "on-call"}}).must(t, http.StatusOK)
+		done := f.waitState(id, "delivered")
+		if done.body["attempts"] != 2.0 || done.body["cycle_attempts"] != 1.0 || done.str("endpoint_id") != epID {
+			t.Fatalf("after replay: attempts %v cycle_attempts %v, want 2 and 1: %s", done.body["attempts"], done.body["cycle_attempts"], done.raw)
+		}
+
+		as := f.admin("GET", "/v1/deliveries/"+id+"/attempts", nil).must(t, http.StatusOK).list("attempts")
+		var history []string
+		for _, v := range as {
+			a := v.(map[string]any)
+			history = append(history, strings.Join([]string{
+				a["outcome"].(string), jsonNum(a["http_status"]), jsonNum(a["number"]), jsonBool(a["late"]),
+			}, " "))
+		}
+		if strings.Join(history, ", ") != "permanent 400 1 on-time, delivered 200 2 on-time" {
+			t.Fatalf("attempt history = %v", history)
+		}
+		if detail := done.list("attempt_history"); len(detail) != 2 {
+			t.Fatalf("GET delivery shows %d attempts, want 2", len(detail))
+		}
+		rs := f.admin("GET", "/v1/deliveries/"+id+"/replays", nil).must(t, http.StatusOK).list("replays")
+		if len(rs) != 1 || rs[0].(map[string]any)["actor"] != "api:on-call" || rs[0].(map[string]any)["previous_state"] != "failed" {
+			t.Fatalf("replay audit: %v", rs)
+		}
+
+		reqs := recv.requests()
+		if len(reqs) != 2 {
+			t.Fatalf("receiver got %d requests, want 2", len(reqs))
+		}
+		for i, r := range reqs {
+			if err := webhook.Verify(r.header, r.body, secret); err != nil {
+				t.Fatalf("request %d does not verify with the secret the API showed: %v", i+1, err)
+			}
+			if r.header.Get("webhook-id") != id || !strings.Contains(string(r.body), sub.str("submission_id")) {
+				t.Fatalf("request %d: webhook-id %q, body %s", i+1, r.header.Get("webhook-id"), r.body)
+			}
+		}
+		if string(reqs[0].body) != string(reqs[1].body) {
+			t.Fatal("the replay sent different bytes")
+		}
+
+		t.Run("after rotate-secret both secrets verify", func(t *testing.T) {
+			next := f.admin("POST", "/v1/endpoints/"+epID+"/rotate-secret", nil).must(t, http.StatusOK).str("secret")
+			sub := f.submit("contact", map[string]any{"email": "b@example.com"}).must(t, http.StatusAccepted)
+			f.waitState(ids(sub, "deliveries")[0], "delivered")
+			reqs := recv.requests()
+			last := reqs[len(reqs)-1]
+			for name, s := range map[string]string{"old": secret, "new": next} {
+				if err := webhook.Verify(last.header, last.body, s); err != nil {
+					t.Fatalf("a receiver holding only the %s secret cannot verify during the grace: %v", name, err)
+				}
+			}
+		})
+	})
+}
+
+func jsonNum(v any) string {
+	f, ok := v.(float64)
+	if !ok {
+		return "null"
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+func jsonBool(v any) string {
+	if v == true {
+		return "late"
+	}
+	return "on-time"
+}

@@ -1,0 +1,223 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"reflect"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/storage"
+)
+
+type ingestResult struct {
+	SubmissionID string   `json:"submission_id,omitempty"`
+	EventID      string   `json:"event_id"`
+	Deliveries   []string `json:"deliveries"`
+}
+
+// idempotencyKey reads the Idempotency-Key header; "" when absent.
+func idempotencyKey(r *http.Request) (string, error) {
+	vs := r.Header.Values(HeaderIdempotencyKey)
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", badRequest("invalid_idempotency_key", "the %s header is given %d times; give it once", HeaderIdempotencyKey, len(vs))
+	case vs[0] == "":
+		return "", badRequest("invalid_idempotency_key", "the %s header is empty; give a unique value such as a UUID, or leave the header out", HeaderIdempotencyKey)
+	}
+	return vs[0], checkIdempotencyKey(vs[0])
+}
+
+// Idempotency keys are unique across the whole events table, so the API
+// scopes each one to its route, and a submission's to its form: the same key
+// sent for two forms makes two events. Form ids cannot contain ':', so no
+// two scopes can spell the same stored key.
+func submissionScope(formID, key string) string { return "submission:" + formID + ":" + key }
+func eventScope(key string) string              { return "event:" + key }
+
+// traceParentPattern is the W3C traceparent format, version 00.
+var traceParentPattern = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// traceParent keeps the caller's trace context when it is well formed, so
+// attempts made later can link back to the request that made the event.
+func traceParent(r *http.Request) string {
+	tp := r.Header.Get("traceparent")
+	if traceParentPattern.MatchString(tp) {
+		return tp
+	}
+	return ""
+}
+
+// POST /v1/forms/{form_id}/submissions
+func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error {
+	formID := r.PathValue("form_id")
+	if err := checkFormID("the form id in the path", formID); err != nil {
+		return err
+	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := h.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	data, err := objectBody(body, "the submission")
+	if err != nil {
+		return err
+	}
+	ev, err := server.SubmissionEvent(formID, data, h.now())
+	if err != nil {
+		if errors.Is(err, storage.ErrInvalid) {
+			return unprocessable("invalid_body", "the submission was refused: %v", err)
+		}
+		return err
+	}
+	if key != "" {
+		ev.IdempotencyKey = submissionScope(formID, key)
+	}
+	ev.TraceParent = traceParent(r)
+	res, err := h.store.EventCreate(r.Context(), ev)
+	if err != nil {
+		return storeError(err, "the submission")
+	}
+	if res.Duplicate {
+		var first struct {
+			Submission struct {
+				Data json.RawMessage `json:"data"`
+			} `json:"submission"`
+		}
+		if err := json.Unmarshal(res.Event.Payload, &first); err != nil || !sameJSON(first.Submission.Data, data) {
+			return keyReused()
+		}
+	}
+	h.writeIngest(w, res, res.Event.SubmissionID)
+	return nil
+}
+
+type eventRequest struct {
+	Type    string          `json:"type"`
+	FormID  string          `json:"form_id"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// genericBody is the signed payload of a generic event: the same shape as a
+// submission's, with event.id as what receivers dedupe on.
+type genericBody struct {
+	Type  string      `json:"type"`
+	Event genericData `json:"event"`
+}
+
+type genericData struct {
+	ID        string          `json:"id"`
+	FormID    string          `json:"form_id,omitempty"`
+	Data      json.RawMessage `json:"data"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// POST /v1/events
+func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := h.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req eventRequest
+	if err := decodeObject(body, &req, false); err != nil {
+		return err
+	}
+	switch {
+	case req.Type == "":
+		return unprocessable("invalid_event_type", "type is required: name the event, e.g. form.published")
+	case req.Type == server.EventTypeSubmissionReceived:
+		return unprocessable("invalid_event_type", "type %q is reserved for form submissions, which carry a submission id receivers dedupe on; send them to POST /v1/forms/{form_id}/submissions", req.Type)
+	}
+	if err := checkEventType("type", req.Type); err != nil {
+		return err
+	}
+	if req.FormID != "" {
+		if err := checkFormID("form_id", req.FormID); err != nil {
+			return err
+		}
+	}
+	trimmed := bytes.TrimSpace(req.Payload)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		got := "nothing"
+		if len(trimmed) > 0 {
+			got = jsonKindOf(trimmed)
+		}
+		return unprocessable("invalid_body", "payload must be a JSON object, got %s; send the event's data as {…}", got)
+	}
+	now := h.now()
+	id := storage.NewID("evt")
+	payload, err := json.Marshal(genericBody{Type: req.Type, Event: genericData{
+		ID: id, FormID: req.FormID, Data: trimmed, CreatedAt: now.UTC().Truncate(time.Millisecond),
+	}})
+	if err != nil {
+		return err
+	}
+	ev := storage.Event{ID: id, Type: req.Type, FormID: req.FormID, Payload: payload, TraceParent: traceParent(r), CreatedAt: now}
+	if key != "" {
+		ev.IdempotencyKey = eventScope(key)
+	}
+	res, err := h.store.EventCreate(r.Context(), ev)
+	if err != nil {
+		return storeError(err, "the event")
+	}
+	if res.Duplicate {
+		var first genericBody
+		if err := json.Unmarshal(res.Event.Payload, &first); err != nil ||
+			res.Event.Type != req.Type || res.Event.FormID != req.FormID || !sameJSON(first.Event.Data, trimmed) {
+			return keyReused()
+		}
+	}
+	h.writeIngest(w, res, "")
+	return nil
+}
+
+func keyReused() error {
+	return unprocessable("idempotency_key_reused", "this %s was first used with a different request; a retry must send the same body, and a new request needs a new key", HeaderIdempotencyKey)
+}
+
+// writeIngest answers 202 for a new event and 200, marked as a replay, for a
+// repeat of an idempotency key.
+func (h *handler) writeIngest(w http.ResponseWriter, res storage.EventCreateResult, submissionID string) {
+	ids := make([]string, 0, len(res.Deliveries))
+	for _, d := range res.Deliveries {
+		ids = append(ids, d.ID)
+	}
+	// Backends read a repeat's deliveries back in different orders; ids
+	// sort by creation, so the answer is the same every time.
+	slices.Sort(ids)
+	status := http.StatusAccepted
+	if res.Duplicate {
+		status = http.StatusOK
+		w.Header().Set(HeaderIdempotentReplayed, "true")
+	}
+	writeJSON(w, status, ingestResult{SubmissionID: submissionID, EventID: res.Event.ID, Deliveries: ids})
+}
+
+// sameJSON reports whether two JSON texts hold the same value, whatever
+// their spacing, key order or escaping.
+func sameJSON(a, b []byte) bool {
+	va, errA := decodeAny(a)
+	vb, errB := decodeAny(b)
+	return errA == nil && errB == nil && reflect.DeepEqual(va, vb)
+}
+
+func decodeAny(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Bounds on what a caller may store. They keep one request from writing
+// rows that are slow to fan out over or awkward to show.
+const (
+	maxURLBytes         = 2048
+	maxDescriptionBytes = 1024
+	maxListEntries      = 100
+	maxConfigEntries    = 64
+	maxConfigKeyBytes   = 128
+	maxConfigValueBytes = 4096
+	maxIdempotencyKey   = 255
+	maxOperatorBytes    = 64
+	maxIDParamBytes     = 128
+)
+
+// namePattern is what a form id and an event type may look like. No ':' so
+// a form id can be joined into an idempotency scope without ambiguity.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func checkFormID(field, v string) error {
+	if !namePattern.MatchString(v) {
+		return unprocessable("invalid_form_id", "%s %q is not a form id: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", field, clip(v))
+	}
+	return nil
+}
+
+func checkEventType(field, v string) error {
+	if !namePattern.MatchString(v) {
+		return unprocessable("invalid_event_type", "%s %q is not an event type: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit, e.g. form.published", field, clip(v))
+	}
+	return nil
+}
+
+// checkEndpointURL checks a URL before any plugin sees it: it must parse,
+// be http or https with a host, and carry no user name or password (those
+// end up in logs and proxies; the signature is the authentication). The
+// URL itself is never quoted back: its query may hold a token.
+func checkEndpointURL(raw string) error {
+	bad := func(format string, args ...any) error {
+		return unprocessable("invalid_url", format, args...)
+	}
+	if len(raw) > maxURLBytes {
+		return bad("url is %d bytes long; the limit is %d", len(raw), maxURLBytes)
+	}
+	if strings.TrimSpace(raw) != raw {
+		return bad("url has leading or trailing white space; remove it")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return bad("url does not parse: %v; give an absolute http:// or https:// URL", err)
+	}
+	switch {
+	case u.Scheme == "":
+		return bad("url has no scheme; give an absolute URL starting with https:// (or http://)")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("url scheme %q is not supported; endpoints take http:// or https:// URLs", clip(u.Scheme))
+	case u.User != nil:
+		return bad("url carries a user name or password; remove it, since credentials in URLs end up in logs and proxies, and let the receiver verify the signature instead")
+	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
+		return bad("url has no host; write it as https://host/path")
+	}
+	return nil
+}
+
+// normaliseList checks a list of ids or types, dropping repeats.
+func normaliseList(field string, in []string, check func(field, v string) error) ([]string, error) {
+	if len(in) > maxListEntries {
+		return nil, unprocessable("invalid_request", "%s has %d entries; the limit is %d", field, len(in), maxListEntries)
+	}
+	out := make([]string, 0, len(in))
+	seen := map[string]bool{}
+	for i, v := range in {
+		if err := check(fmt.Sprintf("%s[%d]", field, i), v); err != nil {
+			return nil, err
+		}
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func checkConfig(cfg map[string]string) error {
+	if len(cfg) > maxConfigEntries {
+		return unprocessable("invalid_request", "config has %d entries; the limit is %d", len(cfg), maxConfigEntries)
+	}
+	for k, v := range cfg {
+		if k == "" || len(k) > maxConfigKeyBytes {
+			return unprocessable("invalid_request", "config key %q must be 1 to %d bytes", clip(k), maxConfigKeyBytes)
+		}
+		if len(v) > maxConfigValueBytes {
+			return unprocessable("invalid_request", "config value of %q is %d bytes; the limit is %d", clip(k), len(v), maxConfigValueBytes)
+		}
+	}
+	return nil
+}
+
+func checkDescription(d string) error {
+	if len(d) > maxDescriptionBytes {
+		return unprocessable("invalid_request", "description is %d bytes; the limit is %d", len(d), maxDescriptionBytes)
+	}
+	return nil
+}
+
+// checkIdempotencyKey allows printable ASCII only, so the key is safe to
+// store and log and cannot smuggle a separator into its scope.
+func checkIdempotencyKey(k string) error {
+	if len(k) > maxIdempotencyKey {
+		return badRequest("invalid_idempotency_key", "the %s header is %d bytes; the limit is %d (a UUID is plenty)", HeaderIdempotencyKey, len(k), maxIdempotencyKey)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return badRequest("invalid_idempotency_key", "the %s header may hold only printable ASCII without spaces; use a UUID or similar", HeaderIdempotencyKey)
+		}
+	}
+	return nil
+}
+
+// operatorActor is the replay audit's actor: "api", plus the operator the
+// Hymical-Operator header names, kept to printable characters that cannot
+// forge a log line or another field, and cut to maxOperatorBytes.
+func operatorActor(header string) string {
+	var b strings.Builder
+	for _, r := range header {
+		if r != ' ' && !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("@._+-", r) {
+			r = '_'
+		}
+		if b.Len()+utf8.RuneLen(r) > maxOperatorBytes {
+			break
+		}
+		b.WriteRune(r)
+	}
+	op := strings.Trim(b.String(), "_ ")
+	if op == "" {
+		return "api"
+	}
+	return "api:" + op
+}
+
+// clip shortens a caller's value for quoting in an error message.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
