@@ -1,0 +1,372 @@
+package main_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hymical/hymical/plugins/nats/natstest"
+	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/postgres"
+	"github.com/hymical/hymical/storage/postgres/pgtest"
+	"github.com/hymical/hymical/storage/sqlite"
+)
+
+// End to end: a real store, the real plugin host launching the real
+// hymical-plugin-nats process, the real worker pool, and a real nats-server
+// with JetStream that is killed mid-run and started again.
+
+// pluginDir holds the plugin binary, built once in TestMain.
+var pluginDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hymical-nats-plugin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pluginDir = dir
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pluginhost.BinaryPrefix+"nats"), ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build hymical-plugin-nats: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var backends = map[string]func(t *testing.T) storage.Store{
+	"sqlite": func(t *testing.T) storage.Store {
+		s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hymical.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return migrated(t, s)
+	},
+	"postgres": func(t *testing.T) storage.Store {
+		s, err := postgres.Open(t.Context(), pgtest.NewDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return migrated(t, s)
+	},
+}
+
+func migrated(t *testing.T, s storage.Store) storage.Store {
+	t.Helper()
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(context.Background(), storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func quietLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// fastConfig retries quickly, and often enough to outlast the broker's
+// outage in these tests (about a second) many times over.
+func fastConfig() worker.Config {
+	return worker.Config{
+		Concurrency:      4,
+		BatchSize:        4,
+		Lease:            8 * time.Second,
+		SendTimeout:      2 * time.Second,
+		PollInterval:     20 * time.Millisecond,
+		MaxCycleAttempts: 30,
+		Retry: worker.RetrySchedule{Delays: []time.Duration{
+			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		}},
+	}
+}
+
+func runPool(t *testing.T, store storage.Store, host *pluginhost.Host) {
+	t.Helper()
+	pool, err := worker.New(store, host, fastConfig(), quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pool.Run: %v", err)
+		}
+	})
+}
+
+func submit(t *testing.T, store storage.Store, n int) map[string]storage.Event {
+	t.Helper()
+	out := map[string]storage.Event{}
+	for i := range n {
+		ev, err := server.SubmissionEvent("form_1", []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.EventCreate(t.Context(), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Deliveries) != 1 {
+			t.Fatalf("fan-out made %d deliveries, want 1", len(res.Deliveries))
+		}
+		out[res.Deliveries[0].ID] = res.Event
+	}
+	return out
+}
+
+// waitUntil polls cond every 20 ms for up to limit.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, still not %s: %s", limit, what, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// delivered counts the deliveries among ids that are delivered.
+func delivered(t *testing.T, store storage.Store, ids map[string]storage.Event) int {
+	t.Helper()
+	n := 0
+	for id := range ids {
+		d, err := store.DeliveryGet(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State == storage.StateDelivered {
+			n++
+		}
+	}
+	return n
+}
+
+// retryableAttempts counts the retryable attempts recorded for ids.
+func retryableAttempts(t *testing.T, store storage.Store, ids map[string]storage.Event) int {
+	t.Helper()
+	n := 0
+	for id := range ids {
+		as, err := store.AttemptList(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.Outcome == storage.OutcomeRetryable {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestDeliveryThroughTheRealPlugin(t *testing.T) {
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			store := open(t)
+			broker := natstest.Start(t, natstest.Options{})
+			createStream(t, broker.URL())
+
+			host, err := pluginhost.New(ctx, pluginhost.Config{
+				Dir: pluginDir,
+				Plugins: []pluginhost.PluginConfig{{Name: "nats", Settings: map[string]string{
+					"url": broker.URL(), "connect_timeout": "1s", "reconnect_wait": "50ms",
+				}}},
+			}, quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(host.Close)
+
+			// Endpoint creation asks the plugin process; a bad subject is
+			// refused there, before any delivery is made.
+			err = host.Validate(ctx, "nats", transport.Endpoint{Config: map[string]string{"subject": "forms.*"}})
+			if !errors.Is(err, transport.ErrRejected) || !strings.Contains(err.Error(), "wildcards") {
+				t.Fatalf("Validate of a wildcard subject = %v, want a refusal naming wildcards", err)
+			}
+			epCfg := map[string]string{"subject": "forms.submissions"}
+			if err := host.Validate(ctx, "nats", transport.Endpoint{Config: epCfg}); err != nil {
+				t.Fatalf("Validate of a good endpoint: %v", err)
+			}
+			secret, err := webhook.NewSecret()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.EndpointCreate(ctx, storage.Endpoint{
+				Transport: "nats", Config: epCfg, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			runPool(t, store, host)
+
+			// The broker dies mid-run, with deliveries going out: some of
+			// those may be on the wire when it does.
+			before := submit(t, store, 30)
+			waitUntil(t, 20*time.Second, "delivering", func() (bool, string) {
+				n := delivered(t, store, before)
+				return n >= 3, fmt.Sprintf("%d delivered", n)
+			})
+			broker.Stop()
+			// Deliveries made while it is away fail as retryable and wait
+			// in the store.
+			during := submit(t, store, 20)
+			waitUntil(t, 20*time.Second, "retrying while the broker is down", func() (bool, string) {
+				n := retryableAttempts(t, store, during)
+				return n >= 10, fmt.Sprintf("%d retryable attempts", n)
+			})
+
+			// It comes back on the same port and store; the plugin
+			// reconnects and every waiting delivery goes out.
+			broker.Restart()
+			all := map[string]storage.Event{}
+			for id, ev := range before {
+				all[id] = ev
+			}
+			for id, ev := range during {
+				all[id] = ev
+			}
+			waitUntil(t, 30*time.Second, "all delivered after the outage", func() (bool, string) {
+				n := delivered(t, store, all)
+				return n == len(all), fmt.Sprintf("%d of %d delivered", n, len(all))
+			})
+
+			retried := 0
+			for id := range during {
+				d, err := store.DeliveryGet(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Attempts > 1 {
+					retried++
+					as, err := store.AttemptList(ctx, id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					first := as[0]
+					if first.Outcome != storage.OutcomeRetryable || !strings.Contains(first.Error, broker.URL()) || strings.Contains(first.Error, secret) {
+						t.Fatalf("first attempt of a retried delivery = %+v, want retryable naming the server", first)
+					}
+					if last := as[len(as)-1]; last.Outcome != storage.OutcomeDelivered {
+						t.Fatalf("last attempt = %+v, want delivered", last)
+					}
+				}
+			}
+			if retried == 0 {
+				t.Fatal("no delivery made during the outage was retried")
+			}
+
+			got := readStream(t, broker.URL(), len(all))
+			repeats := 0
+			for id, ev := range all {
+				repeats += max(len(got[id])-1, 0)
+				msgs := got[id]
+				if len(msgs) == 0 {
+					t.Errorf("delivery %s never reached the stream", id)
+					continue
+				}
+				for _, m := range msgs {
+					h := http.Header(m.Headers())
+					if err := webhook.Verify(h, m.Data(), secret); err != nil {
+						t.Errorf("delivery %s: signature does not verify: %v", id, err)
+					}
+					if string(m.Data()) != string(ev.Payload) || m.Headers().Get("Nats-Msg-Id") != id {
+						t.Errorf("delivery %s: data %s, Nats-Msg-Id %q; want the event's payload and the delivery id", id, m.Data(), m.Headers().Get("Nats-Msg-Id"))
+					}
+				}
+			}
+			if extra := len(got) - len(all); extra != 0 {
+				t.Errorf("the stream holds %d messages for deliveries nobody made", extra)
+			}
+			t.Logf("%d deliveries, %d retried across the outage, all in the stream, %d stored more than once", len(all), retried, repeats)
+		})
+	}
+}
+
+func createStream(t *testing.T, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FORMS", Subjects: []string{"forms.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readStream reads the whole stream through a JetStream consumer, grouped
+// by webhook-id, until it has want distinct ids or nothing more comes.
+func readStream(t *testing.T, url string, want int) map[string][]jetstream.Msg {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, "FORMS", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]jetstream.Msg{}
+	for {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			id := m.Headers().Get(webhook.HeaderID)
+			got[id] = append(got[id], m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatal(err)
+		}
+		if n == 0 || len(got) >= want && n < 100 {
+			return got
+		}
+	}
+}

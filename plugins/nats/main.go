@@ -1,0 +1,26 @@
+// Command hymical-plugin-nats is the NATS JetStream transport plugin of the
+// Hymical delivery server: it publishes each signed message to the
+// endpoint's JetStream subject and reports delivered only once JetStream
+// has acknowledged storing it. The host starts it; run by hand it only says
+// so.
+//
+// Install it as hymical-plugin-nats in the server's plugin directory. The
+// logic lives in package natstransport.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/hymical/hymical/plugins/nats/natstransport"
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+func main() {
+	// The host reads the plugin's standard error line by line and logs it
+	// under the plugin's name.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	t := natstransport.New(natstransport.Options{Logger: logger})
+	defer t.Close()
+	transport.Serve(t)
+}

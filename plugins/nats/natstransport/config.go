@@ -1,0 +1,280 @@
+package natstransport
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// The plugin-wide settings Configure accepts.
+const (
+	// SettingURL is the server every endpoint without its own url uses.
+	SettingURL            = "url"
+	SettingConnectTimeout = "connect_timeout"
+	SettingReconnectWait  = "reconnect_wait"
+	SettingAckTimeout     = "ack_timeout"
+)
+
+// The endpoint config keys Validate and Send read.
+const (
+	ConfigSubject = "subject"
+	ConfigURL     = "url"
+)
+
+// Defaults for the plugin-wide settings.
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultReconnectWait  = 2 * time.Second
+	// DefaultAckTimeout bounds the wait for a publish ack when the attempt's
+	// own deadline is later or absent.
+	DefaultAckTimeout = 10 * time.Second
+)
+
+// MaxSubjectBytes bounds a subject; NATS itself sets no limit, but a
+// subject longer than this is a mistake, not a design.
+const MaxSubjectBytes = 512
+
+// settings is one Configure's worth of plugin-wide settings.
+type settings struct {
+	servers        *servers // nil when no default url is set
+	connectTimeout time.Duration
+	reconnectWait  time.Duration
+	ackTimeout     time.Duration
+}
+
+func defaultSettings() settings {
+	return settings{
+		connectTimeout: DefaultConnectTimeout,
+		reconnectWait:  DefaultReconnectWait,
+		ackTimeout:     DefaultAckTimeout,
+	}
+}
+
+func parseSettings(s transport.Settings) (settings, error) {
+	out := defaultSettings()
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(s)) {
+		value := s[key]
+		var err error
+		switch key {
+		case SettingURL:
+			if strings.TrimSpace(value) != "" {
+				out.servers, err = parseServers(value)
+				if err != nil {
+					err = fmt.Errorf("setting %s: %w", key, err)
+				}
+			}
+		case SettingConnectTimeout:
+			out.connectTimeout, err = parseDuration(key, value)
+		case SettingReconnectWait:
+			out.reconnectWait, err = parseDuration(key, value)
+		case SettingAckTimeout:
+			out.ackTimeout, err = parseDuration(key, value)
+		default:
+			err = fmt.Errorf("unknown setting %q: the nats plugin takes %s, %s, %s and %s",
+				key, SettingURL, SettingConnectTimeout, SettingReconnectWait, SettingAckTimeout)
+		}
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+func parseDuration(key, value string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(value))
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("setting %s: %q is not a positive Go duration such as \"5s\" or \"500ms\"", key, value)
+	}
+	return d, nil
+}
+
+// servers is a parsed server list: what nats.Connect is given, what error
+// text may show, and the credentials that must never be shown.
+type servers struct {
+	// raw is the list as configured, credentials included. It is handed to
+	// the client and keys the connection cache; it is never printed.
+	raw string
+	// shown names the servers without credentials, for error text and logs.
+	shown string
+	// secrets are the passwords and tokens in the URLs, scrubbed from any
+	// error text before it leaves the plugin.
+	secrets []string
+}
+
+var allowedSchemes = []string{"nats", "tls", "ws", "wss"}
+
+// parseServers reads a comma-separated list of server URLs, such as
+// "nats://n1:4222,nats://n2:4222", the form the NATS client takes.
+func parseServers(raw string) (*servers, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, errors.New("no server URL; give one such as nats://127.0.0.1:4222")
+	}
+	s := &servers{raw: raw}
+	var shown []string
+	for i, part := range strings.Split(raw, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			return nil, fmt.Errorf("server URL %d of the list is empty; separate URLs with single commas", i+1)
+		}
+		if !strings.Contains(part, "://") {
+			return nil, fmt.Errorf("server URL %d has no scheme; write it as nats://host:port, such as nats://127.0.0.1:4222", i+1)
+		}
+		u, err := url.Parse(part)
+		if err != nil {
+			// url's error quotes the whole URL, password included; keep
+			// only what is wrong with it.
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err
+			}
+			return nil, fmt.Errorf("server URL %d does not parse (%v); give one such as nats://127.0.0.1:4222", i+1, err)
+		}
+		if u.User != nil {
+			if pw, ok := u.User.Password(); ok {
+				s.secrets = append(s.secrets, pw)
+			} else if tok := u.User.Username(); tok != "" {
+				// nats://TOKEN@host is the token form: the user part is
+				// the credential.
+				s.secrets = append(s.secrets, tok)
+			}
+		}
+		if !slices.Contains(allowedSchemes, u.Scheme) {
+			return nil, fmt.Errorf("server URL %d has scheme %q; use nats://, tls://, ws:// or wss://, such as nats://127.0.0.1:4222", i+1, u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return nil, fmt.Errorf("server URL %d has no host; give one such as nats://127.0.0.1:4222", i+1)
+		}
+		shown = append(shown, u.Scheme+"://"+u.Host)
+	}
+	s.shown = strings.Join(shown, ",")
+	return s, nil
+}
+
+// scrub removes every credential in s from text.
+func (s *servers) scrub(text string) string {
+	for _, secret := range s.secrets {
+		if secret != "" {
+			text = strings.ReplaceAll(text, secret, "[redacted]")
+		}
+	}
+	return text
+}
+
+// target is where one endpoint publishes.
+type target struct {
+	subject string
+	servers *servers
+}
+
+// resolve reads an endpoint's config against the plugin-wide settings.
+func (st settings) resolve(e transport.Endpoint) (target, error) {
+	for _, key := range slices.Sorted(maps.Keys(e.Config)) {
+		if key != ConfigSubject && key != ConfigURL {
+			return target{}, fmt.Errorf("unknown endpoint config %q: the nats transport takes %s and, optionally, %s", key, ConfigSubject, ConfigURL)
+		}
+	}
+	subject, ok := e.Config[ConfigSubject]
+	if !ok || subject == "" {
+		return target{}, fmt.Errorf("the endpoint config has no %s; give the JetStream subject to publish to, such as forms.submissions", ConfigSubject)
+	}
+	if err := checkSubject(subject); err != nil {
+		return target{}, err
+	}
+	raw := strings.TrimSpace(e.Config[ConfigURL])
+	if e.URL != "" {
+		if raw != "" && raw != strings.TrimSpace(e.URL) {
+			return target{}, fmt.Errorf("the endpoint has both a URL and a different %s in its config; give the server once", ConfigURL)
+		}
+		raw = strings.TrimSpace(e.URL)
+	}
+	if raw == "" {
+		if st.servers == nil {
+			return target{}, fmt.Errorf("the endpoint names no server and the nats plugin has no %s setting; set %s in the endpoint config, such as nats://127.0.0.1:4222, or in the plugin's settings", SettingURL, ConfigURL)
+		}
+		return target{subject: subject, servers: st.servers}, nil
+	}
+	srv, err := parseServers(raw)
+	if err != nil {
+		return target{}, fmt.Errorf("endpoint config %s: %w", ConfigURL, err)
+	}
+	return target{subject: subject, servers: srv}, nil
+}
+
+// ErrInvalidSubject is wrapped by every refusal of a subject.
+var ErrInvalidSubject = errors.New("invalid NATS subject")
+
+// checkSubject refuses a subject JetStream could never store a message
+// under: one with wildcards, empty tokens, white space or control
+// characters, or one in the server's own $-prefixed namespace.
+func checkSubject(subject string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w %q: %s; give dot-separated tokens such as forms.submissions", ErrInvalidSubject, clip(subject), why)
+	}
+	switch {
+	case len(subject) > MaxSubjectBytes:
+		return bad(fmt.Sprintf("it is %d bytes, more than %d", len(subject), MaxSubjectBytes))
+	case !utf8.ValidString(subject):
+		return bad("it is not valid UTF-8")
+	case strings.HasPrefix(subject, "$"):
+		return bad("subjects starting with $ belong to the server (JetStream's API, system events)")
+	case strings.HasPrefix(subject, "_INBOX."):
+		return bad("_INBOX. subjects carry replies, not messages")
+	}
+	for _, r := range subject {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return bad("it contains white space or a control character")
+		}
+	}
+	for _, token := range strings.Split(subject, ".") {
+		switch token {
+		case "":
+			return bad("it has an empty token (a leading, trailing or doubled dot)")
+		case "*", ">":
+			return bad("wildcards (* and >) subscribe to subjects, they cannot be published to")
+		}
+	}
+	return nil
+}
+
+// clip keeps a value quoted in an error short.
+func clip(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// ErrInvalidHeader is wrapped when a handed-over header cannot be carried
+// in a NATS message.
+var ErrInvalidHeader = errors.New("header cannot be carried in a NATS message")
+
+// checkHeader refuses a header the NATS wire format cannot carry intact. The
+// value may be a signature, so only the name is ever quoted.
+func checkHeader(h transport.Header) error {
+	if h.Name == "" {
+		return fmt.Errorf("%w: a header has an empty name", ErrInvalidHeader)
+	}
+	for i := 0; i < len(h.Name); i++ {
+		c := h.Name[i]
+		if c <= ' ' || c == ':' || c >= 0x7f {
+			return fmt.Errorf("%w: header name %q contains a space, a colon, a control or a non-ASCII character", ErrInvalidHeader, clip(h.Name))
+		}
+	}
+	if strings.ContainsAny(h.Value, "\r\n") {
+		return fmt.Errorf("%w: the value of header %q contains a line break", ErrInvalidHeader, clip(h.Name))
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+// Package natstransport is the logic of the NATS JetStream transport plugin:
+// it publishes a signed message to an endpoint's JetStream subject and
+// classifies what came back. It speaks only the sdk/transport types and must
+// not import anything from the server's server/ or storage/ trees.
+//
+// What it promises the server:
+//   - the message's data is exactly the body it was handed, and its headers
+//     are exactly the headers it was handed (webhook-id, webhook-timestamp,
+//     webhook-signature, names kept as given) plus Nats-Msg-Id set to the
+//     delivery id, so JetStream's duplicate window drops a repeat of a
+//     delivery it already stored;
+//   - delivered means JetStream acknowledged storing the message (a
+//     duplicate ack counts: the stream has it);
+//   - no ack by the deadline, no stream listening on the subject (no
+//     responders), a connection that is down or reconnecting, and JetStream
+//     errors a retry may fix are retryable; an invalid subject, a
+//     permissions violation, a body over the server's max_payload or the
+//     stream's max_msg_size are permanent;
+//   - error text names the servers and what went wrong, never a header, the
+//     body, or a password or token from a server URL.
+//
+// One connection is kept per server list (in practice one per plugin
+// process, the plugin's url setting) and reconnects on its own after a
+// loss. While it is reconnecting, publishes fail at once as retryable
+// instead of queueing in the client, so an attempt's outcome is known when
+// Send returns.
+package natstransport
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// ClientName is how the plugin's connections name themselves to the server,
+// so an operator can find them in the server's monitoring.
+const ClientName = "hymical-plugin-nats"
+
+// Options are what the embedding program decides, as opposed to the
+// operator's settings.
+type Options struct {
+	// Logger receives connection events (lost, reconnected); nil discards
+	// them. Messages, headers and credentials are never logged.
+	Logger *slog.Logger
+}
+
+// Transport is the NATS JetStream transport. It is safe for concurrent use.
+type Transport struct {
+	log *slog.Logger
+
+	mu     sync.Mutex
+	cur    settings
+	conns  map[string]*entry
+	closed bool
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// New returns a transport with the default settings. Until Configure gives
+// it a url setting, only endpoints naming their own server can be sent to.
+func New(opts Options) *Transport {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Transport{log: log, cur: defaultSettings(), conns: map[string]*entry{}}
+}
+
+func (t *Transport) settings() settings {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cur
+}
+
+// Configure applies the plugin-wide settings; settings not given take their
+// defaults. Connections made under earlier settings are closed, and new
+// ones are made on the next send.
+func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
+	next, err := parseSettings(s)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cur = next
+	old := t.conns
+	t.conns = map[string]*entry{}
+	t.mu.Unlock()
+	closeAll(old)
+	return nil
+}
+
+// Close closes every connection. Sends after Close are retryable.
+func (t *Transport) Close() {
+	t.mu.Lock()
+	t.closed = true
+	old := t.conns
+	t.conns = map[string]*entry{}
+	t.mu.Unlock()
+	closeAll(old)
+}
+
+// Validate checks an endpoint's config without connecting: an endpoint is
+// refused for what no retry could fix (no subject, an invalid subject, no
+// server or an unreadable server URL), not because the server is down
+// right now.
+func (t *Transport) Validate(_ context.Context, e transport.Endpoint) error {
+	_, err := t.settings().resolve(e)
+	return err
+}
+
+// Send publishes msg and waits for JetStream's ack.
+func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
+	st := t.settings()
+	tgt, err := st.resolve(msg.Endpoint)
+	if err != nil {
+		return transport.Permanent(0, err.Error())
+	}
+	if msg.DeliveryID == "" {
+		return transport.Permanent(0, "the message has no delivery id, which Nats-Msg-Id must carry for JetStream to drop repeats")
+	}
+	nm := &nats.Msg{Subject: tgt.subject, Data: msg.Body, Header: nats.Header{}}
+	for _, h := range msg.Headers {
+		if err := checkHeader(h); err != nil {
+			return transport.Permanent(0, err.Error())
+		}
+		nm.Header.Add(h.Name, h.Value)
+	}
+
+	// The ack wait ends at the attempt's deadline, not at the host's
+	// (which is later by a grace), so the answer is back in time.
+	deadline := time.Now().Add(st.ackTimeout)
+	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
+		deadline = msg.Deadline
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	start := time.Now()
+	c, err := t.conn(ctx, tgt.servers, st)
+	if err != nil {
+		return outcome(tgt, msg, err, nil, failure{waited: time.Since(start)})
+	}
+	if !c.nc.IsConnected() {
+		// Fail now rather than at the deadline: the client would refuse
+		// the publish anyway, and for a reason (no headers before the
+		// server's INFO) that would read as permanent.
+		return outcome(tgt, msg, errNotConnected, nil, failure{lastErr: c.lastError(), waited: time.Since(start)})
+	}
+	pubCtx, done := c.watch(ctx, tgt.subject)
+	defer done()
+	ack, err := c.js.PublishMsg(pubCtx, nm, jetstream.WithMsgID(msg.DeliveryID))
+	if err != nil {
+		return outcome(tgt, msg, err, context.Cause(pubCtx), failure{
+			lastErr: c.lastError(), waited: time.Since(start), connected: c.nc.IsConnected(),
+		})
+	}
+	if ack.Duplicate {
+		t.log.DebugContext(ctx, "JetStream already had this delivery; counted as delivered",
+			"delivery_id", msg.DeliveryID, "stream", ack.Stream, "seq", ack.Sequence)
+	}
+	return transport.Delivered(0)
+}
+
+// outcome classifies a failed publish and makes its error text safe: no
+// credential from the URL, and none of the header values or the body,
+// should the client ever have quoted them.
+func outcome(tgt target, msg transport.Message, err, cause error, f failure) transport.Outcome {
+	f.subject, f.servers = tgt.subject, tgt.servers.shown
+	o := classify(err, cause, f)
+	text := tgt.servers.scrub(o.Error)
+	for _, h := range msg.Headers {
+		if len(h.Value) >= 8 {
+			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
+		}
+	}
+	if len(msg.Body) >= 8 {
+		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
+	}
+	o.Error = transport.BoundError(text)
+	return o
+}

@@ -1,0 +1,25 @@
+// Command hymical-plugin-redis is the Redis Streams transport plugin of the
+// Hymical delivery server: it appends each signed message to the endpoint's
+// stream with XADD and reports delivered once Redis has stored the entry.
+// The host starts it; run by hand it only says so.
+//
+// Install it as hymical-plugin-redis in the server's plugin directory. The
+// logic lives in package redistransport.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/hymical/hymical/plugins/redis/redistransport"
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+func main() {
+	// The host reads the plugin's standard error line by line and logs it
+	// under the plugin's name.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	t := redistransport.New(redistransport.Options{Logger: logger})
+	defer t.Close()
+	transport.Serve(t)
+}

@@ -1,0 +1,256 @@
+package redistransport
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// The plugin-wide settings Configure accepts.
+const (
+	// SettingURL is the server every endpoint without its own url uses.
+	SettingURL            = "url"
+	SettingConnectTimeout = "connect_timeout"
+	SettingPoolSize       = "pool_size"
+)
+
+// The endpoint config keys Validate and Send read.
+const (
+	ConfigStream = "stream"
+	ConfigURL    = "url"
+	// ConfigMaxLen caps the stream's length with approximate trimming
+	// (XADD MAXLEN ~ n): Redis trims whole internal nodes, so the stream
+	// may hold somewhat more than n entries, never fewer.
+	ConfigMaxLen = "maxlen"
+)
+
+// Defaults for the plugin-wide settings.
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultSendTimeout bounds one XADD when the attempt's own deadline
+	// is later or absent.
+	DefaultSendTimeout = 10 * time.Second
+)
+
+// Limits on endpoint config values.
+const (
+	MaxStreamBytes = 1024
+	MaxMaxLen      = 1 << 40
+)
+
+// The entry's field names, in the order they are written.
+const (
+	FieldID        = "id"
+	FieldTimestamp = "timestamp"
+	FieldSignature = "signature"
+	FieldBody      = "body"
+)
+
+type settings struct {
+	server         *server // nil when no default url is set
+	connectTimeout time.Duration
+	poolSize       int // 0: the client's default
+}
+
+func defaultSettings() settings {
+	return settings{connectTimeout: DefaultConnectTimeout}
+}
+
+func parseSettings(s transport.Settings) (settings, error) {
+	out := defaultSettings()
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(s)) {
+		value := strings.TrimSpace(s[key])
+		var err error
+		switch key {
+		case SettingURL:
+			if value != "" {
+				out.server, err = parseServer(value)
+				if err != nil {
+					err = fmt.Errorf("setting %s: %w", key, err)
+				}
+			}
+		case SettingConnectTimeout:
+			d, perr := time.ParseDuration(value)
+			if perr != nil || d <= 0 {
+				err = fmt.Errorf("setting %s: %q is not a positive Go duration such as \"5s\" or \"500ms\"", key, value)
+			}
+			out.connectTimeout = d
+		case SettingPoolSize:
+			n, perr := strconv.Atoi(value)
+			if perr != nil || n < 1 || n > 10000 {
+				err = fmt.Errorf("setting %s: %q is not a whole number of connections from 1 to 10000", key, value)
+			}
+			out.poolSize = n
+		default:
+			err = fmt.Errorf("unknown setting %q: the redis plugin takes %s, %s and %s", key, SettingURL, SettingConnectTimeout, SettingPoolSize)
+		}
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// server is one parsed server URL.
+type server struct {
+	// raw is the URL as configured, password included. It keys the pool
+	// cache and is never printed.
+	raw string
+	// shown names the server without credentials, for error text and logs.
+	shown string
+	// secret is the URL's password, scrubbed from any error text.
+	secret string
+	opts   *redis.Options
+}
+
+var allowedSchemes = []string{"redis", "rediss", "unix"}
+
+func parseServer(raw string) (*server, error) {
+	const example = "give one such as redis://127.0.0.1:6379/0, or redis://:password@host:6379/0"
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, errors.New("no server URL; " + example)
+	}
+	if !strings.Contains(raw, "://") {
+		return nil, errors.New("the server URL has no scheme; " + example)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url's error quotes the whole URL, password included.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("the server URL does not parse (%v); %s", err, example)
+	}
+	s := &server{raw: raw}
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			s.secret = pw
+		}
+	}
+	if !slices.Contains(allowedSchemes, u.Scheme) {
+		return nil, fmt.Errorf("the server URL has scheme %q; use redis://, rediss:// (TLS) or unix://; %s", u.Scheme, example)
+	}
+	if u.Scheme == "unix" {
+		if u.Path == "" {
+			return nil, errors.New("the unix:// server URL has no socket path, such as unix:///run/redis/redis.sock")
+		}
+		s.shown = "unix://" + u.Path
+	} else {
+		if u.Hostname() == "" {
+			return nil, errors.New("the server URL has no host; " + example)
+		}
+		s.shown = u.Scheme + "://" + u.Host + u.Path
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the server URL %s is not usable: %s", s.shown, s.scrub(err.Error()))
+	}
+	s.opts = opts
+	return s, nil
+}
+
+// scrub removes the URL's password from text.
+func (s *server) scrub(text string) string {
+	if s.secret != "" {
+		text = strings.ReplaceAll(text, s.secret, "[redacted]")
+	}
+	return text
+}
+
+// target is where one endpoint appends.
+type target struct {
+	stream string
+	maxLen int64 // 0: no trimming
+	server *server
+}
+
+func (st settings) resolve(e transport.Endpoint) (target, error) {
+	for _, key := range slices.Sorted(maps.Keys(e.Config)) {
+		if key != ConfigStream && key != ConfigURL && key != ConfigMaxLen {
+			return target{}, fmt.Errorf("unknown endpoint config %q: the redis transport takes %s, %s and, optionally, %s", key, ConfigStream, ConfigURL, ConfigMaxLen)
+		}
+	}
+	stream := e.Config[ConfigStream]
+	if stream == "" {
+		return target{}, fmt.Errorf("the endpoint config has no %s; give the key of the stream to append to, such as forms:submissions", ConfigStream)
+	}
+	if err := checkStream(stream); err != nil {
+		return target{}, err
+	}
+	tgt := target{stream: stream}
+	if v, ok := e.Config[ConfigMaxLen]; ok {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < 1 || n > MaxMaxLen {
+			return target{}, fmt.Errorf("endpoint config %s: %q is not a whole number from 1 to %d; it caps the stream's length (approximately), or leave it out to keep every entry", ConfigMaxLen, clip(v), int64(MaxMaxLen))
+		}
+		tgt.maxLen = n
+	}
+	raw := strings.TrimSpace(e.Config[ConfigURL])
+	if e.URL != "" {
+		if raw != "" && raw != strings.TrimSpace(e.URL) {
+			return target{}, fmt.Errorf("the endpoint has both a URL and a different %s in its config; give the server once", ConfigURL)
+		}
+		raw = strings.TrimSpace(e.URL)
+	}
+	if raw == "" {
+		if st.server == nil {
+			return target{}, fmt.Errorf("the endpoint config has no %s and the redis plugin has no %s setting; set %s, such as redis://127.0.0.1:6379/0", ConfigURL, SettingURL, ConfigURL)
+		}
+		tgt.server = st.server
+		return tgt, nil
+	}
+	srv, err := parseServer(raw)
+	if err != nil {
+		return target{}, fmt.Errorf("endpoint config %s: %w", ConfigURL, err)
+	}
+	tgt.server = srv
+	return tgt, nil
+}
+
+// ErrInvalidStream is wrapped by every refusal of a stream key.
+var ErrInvalidStream = errors.New("invalid stream key")
+
+// checkStream refuses a key that is surely a mistake. Redis itself takes
+// any bytes as a key, but a key with white space, control characters or
+// invalid UTF-8 is one nobody can type into redis-cli to read it back.
+func checkStream(stream string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w %q: %s; give a key such as forms:submissions", ErrInvalidStream, clip(stream), why)
+	}
+	if len(stream) > MaxStreamBytes {
+		return bad(fmt.Sprintf("it is %d bytes, more than %d", len(stream), MaxStreamBytes))
+	}
+	if !utf8.ValidString(stream) {
+		return bad("it is not valid UTF-8")
+	}
+	for _, r := range stream {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return bad("it contains white space or a control character")
+		}
+	}
+	return nil
+}
+
+func clip(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -1,0 +1,241 @@
+// Package redistransport is the logic of the Redis Streams transport plugin:
+// it appends a signed message to an endpoint's stream with XADD and
+// classifies what came back. It speaks only the sdk/transport types and must
+// not import anything from the server's server/ or storage/ trees.
+//
+// What it promises the server:
+//   - each message is one stream entry with the fields id, timestamp,
+//     signature and body, in that order: the webhook-id, webhook-timestamp
+//     and webhook-signature values it was handed and the exact body, so a
+//     consumer verifies the entry as it would an HTTP delivery;
+//   - delivered means Redis answered the XADD with the new entry's id;
+//   - with maxlen set, the stream is trimmed approximately (MAXLEN ~ n);
+//   - connection failures, timeouts and answers a retry may fix (LOADING,
+//     BUSY, OOM, READONLY, MASTERDOWN, TRYAGAIN, max clients) are
+//     retryable; WRONGTYPE (the key is not a stream), NOAUTH and WRONGPASS
+//     (the URL's credentials), NOPERM (the user's ACL), an unknown database
+//     and a cluster's MOVED/ASK are permanent;
+//   - error text names the server and what went wrong, never the body, a
+//     header or the password from the URL.
+//
+// Redis Streams have no duplicate window: a retry after a reply was lost
+// appends a second entry with the same id field. Consumers dedupe on it, or
+// on the submission id in the body, as every Hymical receiver must.
+//
+// One pool of connections is kept per server URL and is shared by every
+// endpoint naming it. The client never retries an XADD on its own, since a
+// retry the server did not ask for is a duplicate entry the attempt history
+// would not show.
+package redistransport
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// ClientName is how the plugin's connections name themselves to Redis
+// (CLIENT LIST), so an operator can find them.
+const ClientName = "hymical-plugin-redis"
+
+// Options are what the embedding program decides, as opposed to the
+// operator's settings.
+type Options struct {
+	// Logger receives pool events; nil discards them. Messages, headers and
+	// credentials are never logged.
+	Logger *slog.Logger
+}
+
+// Transport is the Redis Streams transport. It is safe for concurrent use.
+type Transport struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	cur     settings
+	clients map[string]*redis.Client
+	closed  bool
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// New returns a transport with the default settings.
+func New(opts Options) *Transport {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Transport{log: log, cur: defaultSettings(), clients: map[string]*redis.Client{}}
+}
+
+func (t *Transport) settings() settings {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cur
+}
+
+// Configure applies the plugin-wide settings; settings not given take their
+// defaults. Pools made under earlier settings are closed; new ones are made
+// on the next send.
+func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
+	next, err := parseSettings(s)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cur = next
+	old := t.clients
+	t.clients = map[string]*redis.Client{}
+	t.mu.Unlock()
+	closeAll(old)
+	return nil
+}
+
+// Close closes every pool. Sends after Close are retryable.
+func (t *Transport) Close() {
+	t.mu.Lock()
+	t.closed = true
+	old := t.clients
+	t.clients = map[string]*redis.Client{}
+	t.mu.Unlock()
+	closeAll(old)
+}
+
+func closeAll(clients map[string]*redis.Client) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
+}
+
+// Validate checks an endpoint's config without connecting: an endpoint is
+// refused for what no retry could fix (no stream, an unusable key, a bad
+// maxlen, no server or an unreadable server URL), not because the server is
+// down right now.
+func (t *Transport) Validate(_ context.Context, e transport.Endpoint) error {
+	_, err := t.settings().resolve(e)
+	return err
+}
+
+// client returns the pool for srv, making it on first use. Making one does
+// not connect; connections are dialled as sends need them.
+func (t *Transport) client(srv *server, st settings) (*redis.Client, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, false
+	}
+	if c, ok := t.clients[srv.raw]; ok {
+		return c, true
+	}
+	opts := *srv.opts
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = st.connectTimeout
+	}
+	if st.poolSize > 0 && opts.PoolSize == 0 {
+		opts.PoolSize = st.poolSize
+	}
+	if opts.ClientName == "" {
+		opts.ClientName = ClientName
+	}
+	// An XADD the client retries by itself after a lost reply is a second
+	// entry; the server's retry schedule decides when to try again.
+	opts.MaxRetries = -1
+	// The attempt's deadline, carried by the context, bounds every
+	// command rather than the client's own read and write timeouts.
+	opts.ContextTimeoutEnabled = true
+	// CLIENT SETINFO and maintenance notifications are newer than many
+	// servers in use; their refusals would only add noise.
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	c := redis.NewClient(&opts)
+	t.clients[srv.raw] = c
+	t.log.Info("opened a connection pool", "server", srv.shown)
+	return c, true
+}
+
+// Send appends msg to the endpoint's stream.
+func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
+	st := t.settings()
+	tgt, err := st.resolve(msg.Endpoint)
+	if err != nil {
+		return transport.Permanent(0, err.Error())
+	}
+	fields, err := entry(msg)
+	if err != nil {
+		return transport.Permanent(0, err.Error())
+	}
+	c, ok := t.client(tgt.server, st)
+	if !ok {
+		return transport.Retryable(0, "the redis transport is shutting down")
+	}
+	// The command ends at the attempt's deadline, not at the host's (which
+	// is later by a grace), so the answer is back in time.
+	deadline := time.Now().Add(DefaultSendTimeout)
+	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
+		deadline = msg.Deadline
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	args := &redis.XAddArgs{Stream: tgt.stream, Values: fields}
+	if tgt.maxLen > 0 {
+		args.MaxLen, args.Approx = tgt.maxLen, true
+	}
+	if err := c.XAdd(ctx, args).Err(); err != nil {
+		o := classify(err, failure{stream: tgt.stream, server: tgt.server.shown, waited: time.Since(start)})
+		o.Error = scrub(o.Error, tgt.server, msg)
+		return o
+	}
+	return transport.Delivered(0)
+}
+
+// entry lays out the stream entry's fields from the signed message.
+func entry(msg transport.Message) ([]any, error) {
+	values := map[string]string{}
+	for _, h := range msg.Headers {
+		name := strings.ToLower(h.Name)
+		if _, seen := values[name]; !seen {
+			values[name] = h.Value
+		}
+	}
+	id := values["webhook-id"]
+	if id == "" {
+		id = msg.DeliveryID
+	}
+	if id == "" {
+		return nil, fmt.Errorf("the message has no webhook-id header and no delivery id, which the entry's %s field must carry", FieldID)
+	}
+	for _, name := range []string{"webhook-timestamp", "webhook-signature"} {
+		if values[name] == "" {
+			return nil, fmt.Errorf("the message has no %s header, without which a consumer cannot verify the entry", name)
+		}
+	}
+	return []any{
+		FieldID, id,
+		FieldTimestamp, values["webhook-timestamp"],
+		FieldSignature, values["webhook-signature"],
+		FieldBody, msg.Body,
+	}, nil
+}
+
+// scrub makes an outcome's text safe: no password from the URL, and none
+// of the header values or the body, should an error ever have quoted them.
+func scrub(text string, srv *server, msg transport.Message) string {
+	text = srv.scrub(text)
+	for _, h := range msg.Headers {
+		if len(h.Value) >= 8 {
+			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
+		}
+	}
+	if len(msg.Body) >= 8 {
+		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
+	}
+	return transport.BoundError(text)
+}

@@ -1,0 +1,247 @@
+package redistransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// Values the tests hand over; no error text may ever contain them.
+const (
+	secretSignature = "v1,SIGNATURE-MUST-NOT-LEAK"
+	secretBody      = `{"secret":"BODY-MUST-NOT-LEAK"}`
+	testPassword    = "PASSWORD-MUST-NOT-LEAK"
+)
+
+func message(url, stream string) transport.Message {
+	return transport.Message{
+		DeliveryID: "dlv_1",
+		Attempt:    1,
+		Endpoint:   transport.Endpoint{Config: map[string]string{ConfigURL: url, ConfigStream: stream}},
+		Headers: []transport.Header{
+			{Name: "webhook-id", Value: "dlv_1"},
+			{Name: "webhook-timestamp", Value: "1700000000"},
+			{Name: "webhook-signature", Value: secretSignature},
+		},
+		Body: []byte(secretBody),
+	}
+}
+
+func assertNoLeak(t *testing.T, out transport.Outcome) {
+	t.Helper()
+	for _, s := range []string{"SIGNATURE-MUST-NOT-LEAK", "BODY-MUST-NOT-LEAK", testPassword} {
+		if strings.Contains(out.Error, s) {
+			t.Errorf("outcome error %q contains %q", out.Error, s)
+		}
+	}
+	if len(out.Error) > transport.MaxErrorBytes {
+		t.Errorf("outcome error is %d bytes, want at most %d", len(out.Error), transport.MaxErrorBytes)
+	}
+}
+
+func TestConfigure(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		s       transport.Settings
+		wantErr string
+	}{
+		{"no settings", nil, ""},
+		{"every setting", transport.Settings{SettingURL: "redis://127.0.0.1:6379/0", SettingConnectTimeout: "2s", SettingPoolSize: "20"}, ""},
+		{"an unknown setting", transport.Settings{"maxlen": "5"}, `unknown setting "maxlen"`},
+		{"a bad duration", transport.Settings{SettingConnectTimeout: "soon"}, "connect_timeout"},
+		{"a zero pool", transport.Settings{SettingPoolSize: "0"}, "pool_size"},
+		{"a bad url", transport.Settings{SettingURL: "http://x"}, `scheme "http"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := New(Options{}).Configure(context.Background(), tt.s)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Configure: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Configure error = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	tr := New(Options{})
+	cfg := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	const u = "redis://127.0.0.1:6379/0"
+	tests := []struct {
+		name    string
+		e       transport.Endpoint
+		wantErr string // "" means valid
+	}{
+		{"a stream and a url", transport.Endpoint{Config: cfg("stream", "forms:submissions", "url", u)}, ""},
+		{"a password in the url", transport.Endpoint{Config: cfg("stream", "s", "url", "redis://:"+testPassword+"@10.0.0.1:6379/2")}, ""},
+		{"a user and a password", transport.Endpoint{Config: cfg("stream", "s", "url", "rediss://hymical:"+testPassword+"@redis.internal:6380/0")}, ""},
+		{"a unix socket", transport.Endpoint{Config: cfg("stream", "s", "url", "unix:///run/redis.sock?db=1")}, ""},
+		{"the url in the endpoint's URL", transport.Endpoint{URL: u, Config: cfg("stream", "s")}, ""},
+		{"a maxlen", transport.Endpoint{Config: cfg("stream", "s", "url", u, "maxlen", "10000")}, ""},
+		{"no stream", transport.Endpoint{Config: cfg("url", u)}, "no stream"},
+		{"a stream with a space", transport.Endpoint{Config: cfg("stream", "forms submissions", "url", u)}, "white space"},
+		{"a stream with a newline", transport.Endpoint{Config: cfg("stream", "forms\n", "url", u)}, "white space"},
+		{"a stream of invalid UTF-8", transport.Endpoint{Config: cfg("stream", "s\xff", "url", u)}, "UTF-8"},
+		{"an overlong stream", transport.Endpoint{Config: cfg("stream", strings.Repeat("s", MaxStreamBytes+1), "url", u)}, "bytes"},
+		{"no url", transport.Endpoint{Config: cfg("stream", "s")}, "no url"},
+		{"a url without a scheme", transport.Endpoint{Config: cfg("stream", "s", "url", "127.0.0.1:6379")}, "no scheme"},
+		{"an http url", transport.Endpoint{Config: cfg("stream", "s", "url", "http://127.0.0.1:6379")}, `scheme "http"`},
+		{"a url without a host", transport.Endpoint{Config: cfg("stream", "s", "url", "redis:///0")}, "no host"},
+		{"a url that does not parse", transport.Endpoint{Config: cfg("stream", "s", "url", "redis://:"+testPassword+"@[::1")}, "does not parse"},
+		{"a database that is not a number", transport.Endpoint{Config: cfg("stream", "s", "url", "redis://:"+testPassword+"@127.0.0.1:6379/zero")}, "database"},
+		{"a unix url without a path", transport.Endpoint{Config: cfg("stream", "s", "url", "unix://")}, "socket path"},
+		{"maxlen zero", transport.Endpoint{Config: cfg("stream", "s", "url", u, "maxlen", "0")}, "maxlen"},
+		{"maxlen negative", transport.Endpoint{Config: cfg("stream", "s", "url", u, "maxlen", "-5")}, "maxlen"},
+		{"maxlen not a number", transport.Endpoint{Config: cfg("stream", "s", "url", u, "maxlen", "~1000")}, "maxlen"},
+		{"maxlen too large", transport.Endpoint{Config: cfg("stream", "s", "url", u, "maxlen", "99999999999999999")}, "maxlen"},
+		{"two different urls", transport.Endpoint{URL: "redis://a:6379/0", Config: cfg("stream", "s", "url", u)}, "both"},
+		{"an unknown key", transport.Endpoint{Config: cfg("stream", "s", "url", u, "subject", "x")}, `unknown endpoint config "subject"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tr.Validate(context.Background(), tt.e)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate error = %v, want one containing %q", err, tt.wantErr)
+			}
+			if strings.Contains(err.Error(), testPassword) {
+				t.Fatalf("Validate error %q shows the password", err)
+			}
+			// What Validate refuses, Send refuses permanently, without
+			// trying the network.
+			msg := message("", "")
+			msg.Endpoint = tt.e
+			if out := tr.Send(context.Background(), msg); out.Kind != transport.OutcomePermanent {
+				t.Fatalf("Send of an endpoint Validate refuses: outcome %+v, want permanent", out)
+			}
+		})
+	}
+}
+
+func TestDefaultURLSetting(t *testing.T) {
+	t.Parallel()
+	tr := New(Options{})
+	if err := tr.Configure(context.Background(), transport.Settings{SettingURL: "redis://127.0.0.1:6379/0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Validate(context.Background(), transport.Endpoint{Config: map[string]string{ConfigStream: "s"}}); err != nil {
+		t.Fatalf("with the url setting, an endpoint naming only its stream: %v", err)
+	}
+}
+
+func TestEntryNeedsTheSignedHeaders(t *testing.T) {
+	t.Parallel()
+	for _, drop := range []string{"webhook-timestamp", "webhook-signature"} {
+		msg := message("redis://127.0.0.1:1/0", "s")
+		var kept []transport.Header
+		for _, h := range msg.Headers {
+			if h.Name != drop {
+				kept = append(kept, h)
+			}
+		}
+		msg.Headers = kept
+		out := New(Options{}).Send(context.Background(), msg)
+		assertNoLeak(t, out)
+		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, drop) {
+			t.Errorf("without %s: outcome = %+v, want permanent naming it", drop, out)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	f := failure{stream: "forms", server: "redis://127.0.0.1:6379/0", waited: 2 * time.Second}
+	redisErr := func(s string) error { return fmt.Errorf("wrapped: %w", fakeRedisError(s)) }
+	tests := []struct {
+		name   string
+		err    error
+		want   transport.OutcomeKind
+		inText string
+	}{
+		{"WRONGTYPE", redisErr("WRONGTYPE Operation against a key holding the wrong kind of value"), transport.OutcomePermanent, "not a stream"},
+		{"NOAUTH", redisErr("NOAUTH Authentication required."), transport.OutcomePermanent, "requires a password"},
+		{"WRONGPASS", redisErr("WRONGPASS invalid username-password pair or user is disabled."), transport.OutcomePermanent, "wrong"},
+		{"AUTH without a password set", redisErr("ERR AUTH <password> called without any password configured for the default user."), transport.OutcomePermanent, "does not expect"},
+		{"NOPERM", redisErr("NOPERM User limited has no permissions to run the 'xadd' command"), transport.OutcomePermanent, "ACL"},
+		{"a missing database", redisErr("ERR DB index is out of range"), transport.OutcomePermanent, "database number"},
+		{"no streams", redisErr("ERR unknown command 'XADD', with args beginning with: "), transport.OutcomePermanent, "5.0"},
+		{"a cluster", redisErr("MOVED 3999 127.0.0.1:6381"), transport.OutcomePermanent, "Cluster"},
+		{"LOADING", redisErr("LOADING Redis is loading the dataset in memory"), transport.OutcomeRetryable, "LOADING"},
+		{"BUSY", redisErr("BUSY Redis is busy running a script."), transport.OutcomeRetryable, "BUSY"},
+		{"OOM", redisErr("OOM command not allowed when used memory > 'maxmemory'."), transport.OutcomeRetryable, "OOM"},
+		{"READONLY", redisErr("READONLY You can't write against a read only replica."), transport.OutcomeRetryable, "READONLY"},
+		{"max clients", redisErr("ERR max number of clients reached"), transport.OutcomeRetryable, "max number of clients"},
+		{"an unknown answer", redisErr("ERR something new"), transport.OutcomeRetryable, "something new"},
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}, transport.OutcomeRetryable, "could not reach"},
+		{"a dropped connection", io.EOF, transport.OutcomeRetryable, "could not reach"},
+		{"the deadline", context.DeadlineExceeded, transport.OutcomeRetryable, "within 2s"},
+		{"a network timeout", &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}}, transport.OutcomeRetryable, "no reply"},
+		{"cancelled", context.Canceled, transport.OutcomeRetryable, "abandoned"},
+		{"a busy pool", redis.ErrPoolTimeout, transport.OutcomeRetryable, "pool_size"},
+		{"closed", redis.ErrClosed, transport.OutcomeRetryable, "shutting down"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out := classify(tt.err, f)
+			if out.Kind != tt.want || !strings.Contains(out.Error, tt.inText) {
+				t.Fatalf("classify(%v) = %+v, want %s containing %q", tt.err, out, tt.want, tt.inText)
+			}
+		})
+	}
+}
+
+// fakeRedisError is an error reply as the client reports one: it has the
+// RedisError marker method that redis.Error requires.
+type fakeRedisError string
+
+func (e fakeRedisError) Error() string { return string(e) }
+func (fakeRedisError) RedisError()     {}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestOutcomeTextIsScrubbed(t *testing.T) {
+	t.Parallel()
+	srv, err := parseServer("redis://hymical:" + testPassword + "@127.0.0.1:6379/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(srv.shown, testPassword) || strings.Contains(srv.shown, "hymical") {
+		t.Fatalf("shown server %q carries credentials", srv.shown)
+	}
+	msg := message(srv.raw, "s")
+	quoting := fmt.Errorf("failed: %s %s %s %s", testPassword, secretSignature, secretBody, strings.Repeat("z", 2000))
+	out := classify(quoting, failure{stream: "s", server: srv.shown})
+	out.Error = scrub(out.Error, srv, msg)
+	assertNoLeak(t, out)
+}

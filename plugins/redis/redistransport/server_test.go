@@ -1,0 +1,219 @@
+package redistransport
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hymical/hymical/plugins/redis/redistest"
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// These tests run against a real redis-server, started from the installed
+// binary.
+
+func admin(t *testing.T, url string) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.DisableIdentity = true
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func send(tr *Transport, msg transport.Message, within time.Duration) transport.Outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), within+2*time.Second)
+	defer cancel()
+	msg.Deadline = time.Now().Add(within)
+	return tr.Send(ctx, msg)
+}
+
+func newTransport(t *testing.T) *Transport {
+	t.Helper()
+	tr := New(Options{})
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func TestAgainstServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := admin(t, srv.URL())
+	tr := newTransport(t)
+	ctx := context.Background()
+
+	t.Run("an XADD is delivered with id, timestamp, signature and body in order", func(t *testing.T) {
+		out := send(tr, message(srv.URL(), "forms:delivered"), 5*time.Second)
+		if out.Kind != transport.OutcomeDelivered || out.Error != "" {
+			t.Fatalf("outcome = %+v, want delivered", out)
+		}
+		// XRANGE through RESP2's flat array keeps the field order.
+		raw, err := rdb.Do(ctx, "XRANGE", "forms:delivered", "-", "+").Slice()
+		if err != nil || len(raw) != 1 {
+			t.Fatalf("XRANGE = %v, %v; want one entry", raw, err)
+		}
+		fields := fmt.Sprint(raw[0].([]any)[1])
+		want := fmt.Sprint([]any{"id", "dlv_1", "timestamp", "1700000000", "signature", secretSignature, "body", secretBody})
+		if fields != want {
+			t.Fatalf("entry fields = %s, want %s", fields, want)
+		}
+	})
+
+	t.Run("maxlen trims the stream approximately", func(t *testing.T) {
+		msg := message(srv.URL(), "forms:trimmed")
+		msg.Endpoint.Config[ConfigMaxLen] = "10"
+		const sent = 300
+		for i := range sent {
+			if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+				t.Fatalf("send %d: outcome = %+v", i+1, out)
+			}
+		}
+		n, err := rdb.XLen(ctx, "forms:trimmed").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Approximate trimming removes whole nodes (100 entries each by
+		// default): fewer than sent, never fewer than maxlen.
+		if n < 10 || n >= sent {
+			t.Fatalf("stream length after %d sends with maxlen ~10 = %d, want at least 10 and fewer than %d", sent, n, sent)
+		}
+	})
+
+	t.Run("a key that is not a stream is permanent: WRONGTYPE", func(t *testing.T) {
+		if err := rdb.Set(ctx, "forms:string", "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		out := send(tr, message(srv.URL(), "forms:string"), 5*time.Second)
+		assertNoLeak(t, out)
+		t.Logf("outcome: %+v", out)
+		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "WRONGTYPE") {
+			t.Fatalf("outcome = %+v, want permanent naming WRONGTYPE", out)
+		}
+	})
+
+	t.Run("a database the server does not have is permanent", func(t *testing.T) {
+		out := send(tr, message(fmt.Sprintf("redis://%s/99", srv.Addr()), "forms:x"), 5*time.Second)
+		assertNoLeak(t, out)
+		t.Logf("outcome: %+v", out)
+		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "database") {
+			t.Fatalf("outcome = %+v, want permanent naming the database", out)
+		}
+	})
+
+	t.Run("an ACL without xadd is permanent: NOPERM", func(t *testing.T) {
+		if err := rdb.Do(ctx, "ACL", "SETUSER", "limited", "on", ">"+testPassword, "~*", "+@all", "-xadd").Err(); err != nil {
+			t.Fatal(err)
+		}
+		out := send(tr, message(fmt.Sprintf("redis://limited:%s@%s/0", testPassword, srv.Addr()), "forms:x"), 5*time.Second)
+		assertNoLeak(t, out)
+		t.Logf("outcome: %+v", out)
+		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "NOPERM") {
+			t.Fatalf("outcome = %+v, want permanent naming NOPERM", out)
+		}
+	})
+}
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{Password: testPassword})
+	tr := newTransport(t)
+	tests := []struct {
+		name   string
+		url    string
+		want   transport.OutcomeKind
+		inText string
+	}{
+		{"the right password is delivered", fmt.Sprintf("redis://:%s@%s/0", testPassword, srv.Addr()), transport.OutcomeDelivered, ""},
+		{"no password is permanent: NOAUTH", srv.URL(), transport.OutcomePermanent, "NOAUTH"},
+		{"a wrong password is permanent: WRONGPASS", fmt.Sprintf("redis://:%s-WRONG@%s/0", testPassword, srv.Addr()), transport.OutcomePermanent, "WRONGPASS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := send(tr, message(tt.url, "forms:auth"), 5*time.Second)
+			assertNoLeak(t, out)
+			t.Logf("outcome: %+v", out)
+			if out.Kind != tt.want || !strings.Contains(out.Error, tt.inText) {
+				t.Fatalf("outcome = %+v, want %s containing %q", out, tt.want, tt.inText)
+			}
+		})
+	}
+}
+
+func TestBrokerAwayAndBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{Password: testPassword})
+	url := fmt.Sprintf("redis://:%s@%s/0", testPassword, srv.Addr())
+	tr := newTransport(t)
+	if out := send(tr, message(url, "forms:away"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		t.Fatalf("before: outcome = %+v, want delivered", out)
+	}
+
+	srv.Stop()
+	for i := range 2 {
+		start := time.Now()
+		out := send(tr, message(url, "forms:away"), 2*time.Second)
+		assertNoLeak(t, out)
+		t.Logf("outcome: %+v", out)
+		if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, srv.Addr()) {
+			t.Fatalf("while down, send %d: outcome = %+v, want retryable naming the server", i+1, out)
+		}
+		if took := time.Since(start); took > 2500*time.Millisecond {
+			t.Fatalf("while down, send %d took %s, past its deadline", i+1, took)
+		}
+	}
+
+	srv.Restart()
+	if out := send(tr, message(url, "forms:away"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		t.Fatalf("after restart: outcome = %+v, want delivered from the same pool", out)
+	}
+	n, err := admin(t, url).XLen(context.Background(), "forms:away").Result()
+	if err != nil || n != 2 {
+		t.Fatalf("XLEN after restart = %d, %v; want the entry from before the kill and the one after", n, err)
+	}
+}
+
+func TestHungServerTimesOutRetryable(t *testing.T) {
+	t.Parallel()
+	// A server that accepts connections and never answers: the attempt
+	// must end at its deadline, retryable.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		l.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+	tr := newTransport(t)
+	start := time.Now()
+	out := send(tr, message("redis://:"+testPassword+"@"+l.Addr().String()+"/0", "forms"), 500*time.Millisecond)
+	assertNoLeak(t, out)
+	t.Logf("outcome: %+v", out)
+	if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "no reply") {
+		t.Fatalf("outcome = %+v, want retryable, no reply", out)
+	}
+	if took := time.Since(start); took < 400*time.Millisecond || took > 1500*time.Millisecond {
+		t.Fatalf("Send took %s, want about the 500ms deadline", took)
+	}
+}
