@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/pluginhost"
@@ -42,9 +43,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer store.Close()
 	if res, err := store.Migrate(ctx, storage.MigrateParams{}); err != nil {
-		return fmt.Errorf("migrate %s: %w", redactURL(*dbURL), err)
+		return fmt.Errorf("migrate %s: %w", redact.URL(*dbURL), err)
 	} else if len(res.Applied) > 0 {
-		fmt.Fprintf(stdout, "migrated %s to schema version %d\n", redactURL(*dbURL), res.To)
+		fmt.Fprintf(stdout, "migrated %s to schema version %d\n", redact.URL(*dbURL), res.To)
 	}
 	if _, err := server.CheckSchema(ctx, store); err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/storage"
 )
@@ -91,18 +92,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer store.Close()
 	if !*force {
 		if err := server.CheckNoOtherBuilds(ctx, store, time.Now()); err != nil {
-			return fmt.Errorf("migrate %s: %w", redactURL(*dbURL), err)
+			return fmt.Errorf("migrate %s: %w", redact.URL(*dbURL), err)
 		}
 	}
 	res, err := store.Migrate(ctx, storage.MigrateParams{To: *to})
 	if err != nil {
-		return fmt.Errorf("migrate %s: %w", redactURL(*dbURL), err)
+		return fmt.Errorf("migrate %s: %w", redact.URL(*dbURL), err)
 	}
 	if len(res.Applied) == 0 {
-		fmt.Fprintf(stdout, "%s is at schema version %d: nothing to apply\n", redactURL(*dbURL), res.To)
+		fmt.Fprintf(stdout, "%s is at schema version %d: nothing to apply\n", redact.URL(*dbURL), res.To)
 		return nil
 	}
-	fmt.Fprintf(stdout, "migrated %s from schema version %d to %d, applied: %s\n", redactURL(*dbURL), res.From, res.To, strings.Join(res.Applied, ", "))
+	fmt.Fprintf(stdout, "migrated %s from schema version %d to %d, applied: %s\n", redact.URL(*dbURL), res.From, res.To, strings.Join(res.Applied, ", "))
 	return nil
 }
 
@@ -111,23 +112,6 @@ func databaseURLDefault() string {
 		return v
 	}
 	return server.DefaultDatabaseURL
-}
-
-// redactURL keeps a password in a database URL out of output.
-func redactURL(u string) string {
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return u
-	}
-	user, _, hasPass := strings.Cut(rest[:at], ":")
-	if !hasPass {
-		return u
-	}
-	return scheme + "://" + user + ":***@" + rest[at+1:]
 }
 
 func newLogger(w io.Writer) *slog.Logger {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hymical/hymical/storage"
 )
@@ -113,5 +114,22 @@ func TestKeyedMutexDropsUnusedLocks(t *testing.T) {
 	<-done
 	if len(k.locks) != 0 {
 		t.Fatalf("%d locks left after every holder let go", len(k.locks))
+	}
+}
+
+func TestEndpointViewHidesSecretsInConfig(t *testing.T) {
+	e := storage.Endpoint{ID: "ep_1", Transport: "redis", Config: map[string]string{
+		"url":      "redis://:s3cret@redis.internal:6379/0",
+		"password": "s3cret",
+		"stream":   "forms",
+	}}
+	v := viewEndpoint(e, time.Now())
+	for k, val := range v.Config {
+		if strings.Contains(val, "s3cret") {
+			t.Errorf("config %s shown as %q", k, val)
+		}
+	}
+	if v.Config["stream"] != "forms" || !strings.Contains(v.Config["url"], "redis.internal") {
+		t.Errorf("non-secret config lost: %v", v.Config)
 	}
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"time"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -46,7 +47,9 @@ type endpointCreated struct {
 func viewEndpoint(e storage.Endpoint, now time.Time) endpointView {
 	v := endpointView{
 		ID: e.ID, URL: e.URL, Transport: e.Transport,
-		EventTypes: nonNil(e.EventTypes), FormIDs: nonNil(e.FormIDs), Config: e.Config,
+		// Config is shown, but a password in a broker URL or a
+		// secret-named setting is not.
+		EventTypes: nonNil(e.EventTypes), FormIDs: nonNil(e.FormIDs), Config: redact.Map(e.Config),
 		Description: e.Description, Disabled: e.DisabledAt != nil, DisabledAt: utcPtr(e.DisabledAt),
 		Secrets:   []secretView{},
 		CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(),

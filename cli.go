@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// The operator commands talk to a running server's HTTP API, so they see
+// exactly what the API enforces (auth, validation, the audit of replays)
+// and work against a server on another host as well as this one.
+
+// apiClient calls the HTTP API with the admin token.
+type apiClient struct {
+	base     string
+	token    string
+	operator string
+	http     *http.Client
+}
+
+// clientFlags adds the flags every API command takes.
+func clientFlags(fs *flag.FlagSet) func() (*apiClient, error) {
+	server := fs.String("server", envOr("HYMICAL_SERVER", "http://127.0.0.1:8080"), "base URL of the running server (env HYMICAL_SERVER)")
+	token := fs.String("token", "", "admin token (default: env FORMS_SERVER_ADMIN_TOKEN; a flag is visible in the process list)")
+	operator := fs.String("operator", envOr("USER", ""), "who you are, recorded in the replay audit")
+	return func() (*apiClient, error) {
+		t := *token
+		if t == "" {
+			t = os.Getenv("FORMS_SERVER_ADMIN_TOKEN")
+		}
+		u, err := url.Parse(*server)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--server %q is not an http(s) URL such as http://127.0.0.1:8080", *server)
+		}
+		return &apiClient{base: strings.TrimRight(*server, "/"), token: t, operator: *operator, http: &http.Client{Timeout: 30 * time.Second}}, nil
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// apiError is the API's error shape.
+type apiError struct {
+	Status  int
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("server answered %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// do sends body (nil for none) and decodes the answer into out (nil to drop it).
+func (c *apiClient) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doWith(ctx, method, path, nil, body, out)
+}
+
+// doWith is do with extra request headers.
+func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.Header, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.operator != "" {
+		req.Header.Set("Hymical-Operator", c.operator)
+	}
+	for k, vs := range extra {
+		req.Header[k] = vs
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("is the server running at %s? %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("read the server's answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error apiError `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+			return fmt.Errorf("server answered %s", resp.Status)
+		}
+		e.Error.Status = resp.StatusCode
+		if resp.StatusCode == http.StatusUnauthorized && c.token == "" {
+			e.Error.Message += " (set FORMS_SERVER_ADMIN_TOKEN or pass --token)"
+		}
+		return &e.Error
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+type deliveryView struct {
+	ID             string     `json:"id"`
+	EndpointID     string     `json:"endpoint_id"`
+	EventID        string     `json:"event_id"`
+	State          string     `json:"state"`
+	Attempts       int        `json:"attempts"`
+	CycleAttempts  int        `json:"cycle_attempts"`
+	NextAttemptAt  time.Time  `json:"next_attempt_at"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	CreatedAt      time.Time  `json:"created_at"`
+	CompletedAt    *time.Time `json:"completed_at"`
+}
+
+type attemptView struct {
+	Number     int       `json:"number"`
+	Outcome    string    `json:"outcome"`
+	HTTPStatus *int      `json:"http_status"`
+	Error      string    `json:"error"`
+	Late       bool      `json:"late"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	TraceID    string    `json:"trace_id"`
+}
+
+func runDeliveries(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "show") {
+		return errors.New("usage: hymical deliveries list [filters] | hymical deliveries show DELIVERY_ID")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("deliveries "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	client := clientFlags(fs)
+	state := fs.String("state", "", "pending, processing, delivered or failed")
+	endpoint := fs.String("endpoint", "", "endpoint id")
+	form := fs.String("form", "", "form id")
+	limit := fs.Int("limit", 50, "page size")
+	cursor := fs.String("cursor", "", "the next_cursor a previous page printed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	if sub == "show" {
+		if fs.NArg() != 1 {
+			return errors.New("usage: hymical deliveries show DELIVERY_ID")
+		}
+		id := url.PathEscape(fs.Arg(0))
+		var d deliveryView
+		if err := c.do(ctx, http.MethodGet, "/v1/deliveries/"+id, nil, &d); err != nil {
+			return err
+		}
+		var as struct {
+			Attempts []attemptView `json:"attempts"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/v1/deliveries/"+id+"/attempts", nil, &as); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "delivery %s  endpoint %s  event %s\nstate %s  attempts %d  cycle_attempts %d  next attempt %s\n",
+			d.ID, d.EndpointID, d.EventID, d.State, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "#\tOUTCOME\tHTTP\tLATE\tSTARTED\tTOOK\tTRACE\tERROR")
+		for _, a := range as.Attempts {
+			status := "-"
+			if a.HTTPStatus != nil {
+				status = fmt.Sprint(*a.HTTPStatus)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, status, a.Late,
+				a.StartedAt.Format(time.RFC3339), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), dash(a.TraceID), a.Error)
+		}
+		return tw.Flush()
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"state": *state, "endpoint_id": *endpoint, "form_id": *form, "cursor": *cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	q.Set("limit", fmt.Sprint(*limit))
+	var page struct {
+		Deliveries []deliveryView `json:"deliveries"`
+		NextCursor *string        `json:"next_cursor"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/deliveries?"+q.Encode(), nil, &page); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tATTEMPTS\tCYCLE\tENDPOINT\tCREATED")
+	for _, d := range page.Deliveries {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", d.ID, d.State, d.Attempts, d.CycleAttempts, d.EndpointID, d.CreatedAt.Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextCursor != nil {
+		fmt.Fprintf(stdout, "more: --cursor %s\n", *page.NextCursor)
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	client := clientFlags(fs)
+	state := fs.String("state", "", "bulk: replay every delivery in this terminal state (failed or delivered)")
+	endpoint := fs.String("endpoint", "", "bulk: only this endpoint's deliveries")
+	form := fs.String("form", "", "bulk: only this form's deliveries")
+	limit := fs.Int("limit", 0, "bulk: at most this many (0: the server's cap)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: hymical replay DELIVERY_ID\n       hymical replay --state failed [--endpoint ID] [--form ID] [--limit N]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() == 1 && *state == "":
+		var d deliveryView
+		if err := c.do(ctx, http.MethodPost, "/v1/deliveries/"+url.PathEscape(fs.Arg(0))+"/replay", nil, &d); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "replayed %s: %s, due now, cycle_attempts %d, attempts %d\n", d.ID, d.State, d.CycleAttempts, d.Attempts)
+		return nil
+	case fs.NArg() == 0 && *state != "":
+		body := map[string]any{"state": *state}
+		if *endpoint != "" {
+			body["endpoint_id"] = *endpoint
+		}
+		if *form != "" {
+			body["form_id"] = *form
+		}
+		if *limit > 0 {
+			body["limit"] = *limit
+		}
+		var res struct {
+			Count int `json:"count"`
+		}
+		if err := c.do(ctx, http.MethodPost, "/v1/deliveries/replay", body, &res); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "replayed %d %s deliveries\n", res.Count, *state)
+		return nil
+	default:
+		fs.Usage()
+		return errors.New("give one delivery id, or --state for a bulk replay")
+	}
+}
+
+func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "add" && args[0] != "list") {
+		return errors.New("usage: hymical endpoints add --url URL [--form ID]... | hymical endpoints list")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("endpoints "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	client := clientFlags(fs)
+	target := fs.String("url", "", "add: the receiver's URL")
+	transportName := fs.String("transport", "http", "add: the transport plugin")
+	description := fs.String("description", "", "add: a note for operators")
+	var forms, types listFlag
+	fs.Var(&forms, "form", "add: a form id to subscribe to (repeat; none means every form)")
+	fs.Var(&types, "event-type", "add: an event type to subscribe to (repeat; none means every type)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	if sub == "add" {
+		if *target == "" {
+			return errors.New("endpoints add needs --url")
+		}
+		body := map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description}
+		var created struct {
+			ID     string `json:"id"`
+			URL    string `json:"url"`
+			Secret string `json:"secret"`
+		}
+		if err := c.do(ctx, http.MethodPost, "/v1/endpoints", body, &created); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "endpoint %s → %s\nsigning secret (shown once; give it to the receiver): %s\n", created.ID, created.URL, created.Secret)
+		return nil
+	}
+	var list struct {
+		Endpoints []struct {
+			ID        string   `json:"id"`
+			URL       string   `json:"url"`
+			Transport string   `json:"transport"`
+			FormIDs   []string `json:"form_ids"`
+			Disabled  bool     `json:"disabled"`
+		} `json:"endpoints"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/endpoints", nil, &list); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tFORMS\tDISABLED")
+	for _, e := range list.Endpoints {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", e.ID, e.Transport, e.URL, dash(strings.Join(e.FormIDs, ",")), e.Disabled)
+	}
+	return tw.Flush()
+}
+
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	client := clientFlags(fs)
+	form := fs.String("form", "form_demo", "the form id")
+	data := fs.String("data", `{"name":"Ada Lovelace","email":"ada@example.com","message":"Hello"}`, "the submission's data, a JSON object")
+	key := fs.String("idempotency-key", "", "send the same key again and the server returns the first submission")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	var body json.RawMessage
+	if err := json.Unmarshal([]byte(*data), &body); err != nil {
+		return fmt.Errorf("--data is not JSON: %w", err)
+	}
+	var extra http.Header
+	if *key != "" {
+		extra = http.Header{"Idempotency-Key": {*key}}
+	}
+	var res struct {
+		SubmissionID string   `json:"submission_id"`
+		EventID      string   `json:"event_id"`
+		Deliveries   []string `json:"deliveries"`
+	}
+	if err := c.doWith(ctx, http.MethodPost, "/v1/forms/"+url.PathEscape(*form)+"/submissions", extra, body, &res); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "submission %s (event %s) → %d deliveries: %s\n", res.SubmissionID, res.EventID, len(res.Deliveries), strings.Join(res.Deliveries, " "))
+	return nil
+}
+
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l listFlag) list() []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
