@@ -41,10 +41,16 @@ func main() {
 const usage = `hymical delivers form submissions, signed, at least once.
 
 Commands:
-  migrate   apply pending schema migrations and report what was done
-  demo      run the server on a SQLite file and deliver a sample submission
-            to a receiver on loopback that verifies its signature
-  version   print the build and the schema version it needs
+  migrate      apply pending schema migrations and report what was done
+  demo         run the server on a SQLite file and deliver a sample submission
+               to a receiver on loopback that verifies its signature
+  version      print the build and the schema version it needs
+
+Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADMIN_TOKEN):
+  submit       send a sample (or your own) form submission
+  endpoints    add | list
+  deliveries   list [--state …] | show DELIVERY_ID (with its attempt history)
+  replay       DELIVERY_ID | --state failed [--endpoint ID] [--form ID]
 
 Run 'hymical COMMAND --help' for a command's flags.
 `
@@ -60,6 +66,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
+	case "submit":
+		return runSubmit(ctx, rest, stdout, stderr)
+	case "endpoints":
+		return runEndpoints(ctx, rest, stdout, stderr)
+	case "deliveries":
+		return runDeliveries(ctx, rest, stdout, stderr)
+	case "replay":
+		return runReplay(ctx, rest, stdout, stderr)
 	case "version":
 		v, err := server.LatestSchemaVersion()
 		if err != nil {
