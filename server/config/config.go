@@ -1,0 +1,439 @@
+// Package config loads the delivery server's configuration: built-in
+// defaults, then a YAML file, then FORMS_* environment variables, then
+// command-line flags, layered with koanf. It owns the key names, their
+// defaults, their documentation (the doc struct tags, which --help prints,
+// so the two cannot drift), every rule a value must pass before the server
+// starts, and the conversion into the worker's and the plugin host's own
+// configs.
+//
+// It must not open the database, start a plugin or listen on a socket: it
+// only says whether a configuration makes sense. It must never show a
+// secret (the admin token, the ingest keys, the database password, plugin
+// settings whose names say they are secret): not in an error, not in a
+// warning, not in String or LogValue.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/worker"
+)
+
+// Config is the whole configuration of `hymical serve`. Every field has a
+// koanf tag (its key in the file, the environment and the flags) and a doc
+// tag (what --help says about it).
+//
+// The worker section is the field Workers because Config has a Worker
+// method; its key is still "worker".
+type Config struct {
+	Database DatabaseConfig `koanf:"database" doc:"Where delivery state is kept."`
+	Server   ServerConfig   `koanf:"server" doc:"The HTTP API: where it listens and who may call it."`
+	Workers  WorkerConfig   `koanf:"worker" doc:"The delivery loop: how deliveries are claimed, leased and retried."`
+	Webhook  WebhookConfig  `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
+	Plugins  PluginsConfig  `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
+	Log      LogConfig      `koanf:"log" doc:"The server's own log."`
+}
+
+// DatabaseConfig says where delivery state is kept.
+type DatabaseConfig struct {
+	URL DatabaseURL `koanf:"url" doc:"sqlite:PATH for one process on one host (an embedded SQLite file, created if missing), or postgres://USER:PASSWORD@HOST:PORT/DB for any number of processes sharing one PostgreSQL. Prefer the environment for a URL that holds a password."`
+}
+
+// ServerConfig is the HTTP API's.
+type ServerConfig struct {
+	Listen              string        `koanf:"listen" doc:"HOST:PORT the HTTP API listens on. The default answers only on this machine; use :8080 to listen on every interface."`
+	AdminToken          Secret        `koanf:"admin_token" doc:"Bearer token that authorises every API route. Required unless server.insecure_dev_mode is true; at least 16 characters (e.g. the output of openssl rand -hex 32). Give it through FORMS_SERVER_ADMIN_TOKEN rather than a flag, which other users can see in the process list."`
+	IngestKeys          []Secret      `koanf:"ingest_keys" doc:"Keys that authorise only the ingest routes (submissions and events), for the form front ends. Comma-separated in the environment; more than one lets a key be rotated without downtime."`
+	InsecureDevMode     bool          `koanf:"insecure_dev_mode" doc:"Run without an admin token, on a development machine only: anyone who can reach server.listen can change endpoints and replay deliveries."`
+	MaxBodyBytes        int64         `koanf:"max_body_bytes" doc:"Largest request body the API accepts, in bytes; larger ones are refused with 413."`
+	SecretRotationGrace time.Duration `koanf:"secret_rotation_grace" doc:"How long a rotated-out endpoint signing secret keeps signing next to the new one, so receivers can switch without failed verifications."`
+}
+
+// WorkerConfig is the delivery loop's.
+type WorkerConfig struct {
+	LeaseSeconds  int             `koanf:"lease_seconds" doc:"How long a claim holds, in seconds. Lower recovers faster from a dead worker; it must comfortably outlast webhook.connect_timeout_seconds + webhook.read_timeout_seconds (refused at or below their sum plus the 2s plugin margin, warned below twice their sum), or a delivery still in flight is claimed and sent again."`
+	Concurrency   int             `koanf:"concurrency" doc:"How many sends may be in flight at once in this process."`
+	BatchSize     int             `koanf:"batch_size" doc:"Most deliveries claimed in one database statement."`
+	PollInterval  time.Duration   `koanf:"poll_interval" doc:"How long the worker waits before looking again when nothing was due."`
+	MaxAttempts   int             `koanf:"max_attempts" doc:"Requests a delivery gets per cycle before it fails for good (a replay starts a fresh cycle)."`
+	RetryDelays   []time.Duration `koanf:"retry_delays" doc:"Wait after the 1st, 2nd, ... failed request of a cycle; the last entry repeats when worker.max_attempts is longer than the list. Comma-separated in the environment."`
+	RetryJitter   float64         `koanf:"retry_jitter" doc:"Fraction in [0, 1) each retry delay is spread by, so deliveries that failed together do not all come back at once."`
+	MaxRetryAfter time.Duration   `koanf:"max_retry_after" doc:"Cap on how far a receiver's Retry-After header can push a retry; 0 ignores Retry-After."`
+}
+
+// WebhookConfig is the HTTP sending's, handed to the http transport plugin.
+type WebhookConfig struct {
+	ConnectTimeoutSeconds int            `koanf:"connect_timeout_seconds" doc:"Seconds allowed to connect to a receiver (TCP and TLS)."`
+	ReadTimeoutSeconds    int            `koanf:"read_timeout_seconds" doc:"Seconds allowed for a receiver's response headers once the request is sent."`
+	AllowedNetworks       []netip.Prefix `koanf:"allowed_networks" doc:"CIDRs (or single addresses) of private, loopback or link-local receivers that may be sent to; by default such addresses are refused after DNS resolution, so an endpoint cannot reach the server's own network. Comma-separated in the environment."`
+}
+
+// PluginsConfig is the plugin host's.
+type PluginsConfig struct {
+	Dir          string         `koanf:"dir" doc:"Directory of hymical-plugin-NAME executables; every one is run. Empty means the directory of the running hymical executable."`
+	SendGrace    time.Duration  `koanf:"send_grace" doc:"How long past a send's deadline the host waits for a plugin's answer before it counts the plugin as hung and restarts it."`
+	StartTimeout time.Duration  `koanf:"start_timeout" doc:"Time allowed to start and configure one plugin process."`
+	List         []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts and networks from the webhook section."`
+}
+
+// PluginConfig configures one plugin.
+type PluginConfig struct {
+	Name     string   `koanf:"name" doc:"What endpoints name as their transport, e.g. http."`
+	Path     string   `koanf:"path" doc:"The executable; empty means plugins.dir/hymical-plugin-NAME."`
+	SHA256   string   `koanf:"sha256" doc:"Hex SHA-256 the executable must have."`
+	Settings Settings `koanf:"settings" doc:"Handed to the plugin's Configure after every launch."`
+}
+
+// LogConfig is the server log's.
+type LogConfig struct {
+	Level  string `koanf:"level" doc:"Least severe record written: debug, info, warn or error."`
+	Format string `koanf:"format" doc:"text (key=value lines, for people) or json (one object a line, for collectors)."`
+}
+
+// PluginHopMargin is what Worker adds to the webhook timeouts to get a
+// send's deadline: time for the message to reach the plugin process and the
+// outcome to come back. It is a fixed margin, not plugins.send_grace: the
+// grace is how long the host waits past the deadline before calling a
+// plugin hung, and must not lengthen the deadline the lease has to cover.
+const PluginHopMargin = 2 * time.Second
+
+// HTTPPlugin is the transport plugin that the webhook section configures.
+const HTTPPlugin = "http"
+
+// The settings PluginHost hands the http plugin. They are the plugin's own
+// names (plugins/http/httptransport); a test holds the two together.
+const (
+	settingConnectTimeout  = "connect_timeout"
+	settingReadTimeout     = "read_timeout"
+	settingAllowedNetworks = "allowed_networks"
+)
+
+// Default is the configuration when nothing is set. It has no admin token,
+// so it does not validate as it is; plugins.dir is left empty here, and
+// Load turns that into the directory of the running executable.
+func Default() Config {
+	w := worker.DefaultConfig()
+	return Config{
+		Database: DatabaseConfig{URL: "sqlite:hymical.db"},
+		Server: ServerConfig{
+			Listen:              "127.0.0.1:8080",
+			MaxBodyBytes:        1 << 20,
+			SecretRotationGrace: 24 * time.Hour,
+		},
+		Workers: WorkerConfig{
+			LeaseSeconds:  int(w.Lease / time.Second),
+			Concurrency:   w.Concurrency,
+			BatchSize:     w.BatchSize,
+			PollInterval:  w.PollInterval,
+			MaxAttempts:   w.MaxCycleAttempts,
+			RetryDelays:   slices.Clone(w.Retry.Delays),
+			RetryJitter:   w.Retry.Jitter,
+			MaxRetryAfter: w.Retry.MaxRetryAfter,
+		},
+		Webhook: WebhookConfig{
+			ConnectTimeoutSeconds: 5,
+			ReadTimeoutSeconds:    10,
+		},
+		Plugins: PluginsConfig{
+			SendGrace:    pluginhost.DefaultSendGrace,
+			StartTimeout: pluginhost.DefaultStartTimeout,
+		},
+		Log: LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+// ConnectTimeout is webhook.connect_timeout_seconds as a duration.
+func (w WebhookConfig) ConnectTimeout() time.Duration {
+	return time.Duration(w.ConnectTimeoutSeconds) * time.Second
+}
+
+// ReadTimeout is webhook.read_timeout_seconds as a duration.
+func (w WebhookConfig) ReadTimeout() time.Duration {
+	return time.Duration(w.ReadTimeoutSeconds) * time.Second
+}
+
+// Worker is the worker pool's configuration. Its SendTimeout is
+// webhook.connect_timeout_seconds + webhook.read_timeout_seconds +
+// PluginHopMargin (2 s), whatever plugins.send_grace is; a config that
+// passed Load always gives a lease that outlasts it.
+func (c Config) Worker() worker.Config {
+	return worker.Config{
+		Concurrency:      c.Workers.Concurrency,
+		BatchSize:        c.Workers.BatchSize,
+		Lease:            time.Duration(c.Workers.LeaseSeconds) * time.Second,
+		SendTimeout:      c.Webhook.ConnectTimeout() + c.Webhook.ReadTimeout() + PluginHopMargin,
+		PollInterval:     c.Workers.PollInterval,
+		MaxCycleAttempts: c.Workers.MaxAttempts,
+		Retry: worker.RetrySchedule{
+			Delays:        slices.Clone(c.Workers.RetryDelays),
+			Jitter:        c.Workers.RetryJitter,
+			MaxRetryAfter: c.Workers.MaxRetryAfter,
+		},
+	}
+}
+
+// PluginHost is the plugin host's configuration. An empty plugins.dir is
+// the directory of the running executable. The http plugin is always
+// in its list (added when plugins.list does not name it), because the
+// webhook section is its configuration: it gets connect_timeout and
+// read_timeout as Go durations and allowed_networks comma-joined, merged
+// with the settings plugins.list gives it. Load refuses those three names
+// in plugins.list, so nothing is overridden silently.
+func (c Config) PluginHost() pluginhost.Config {
+	nets := make([]string, len(c.Webhook.AllowedNetworks))
+	for i, p := range c.Webhook.AllowedNetworks {
+		nets[i] = p.String()
+	}
+	httpSettings := map[string]string{
+		settingConnectTimeout:  c.Webhook.ConnectTimeout().String(),
+		settingReadTimeout:     c.Webhook.ReadTimeout().String(),
+		settingAllowedNetworks: strings.Join(nets, ","),
+	}
+	// Load has already turned an empty plugins.dir into the executable's
+	// directory; this does the same for a Config built in code, and leaves
+	// it empty (the host then says what to set) if that cannot be found.
+	dir, _ := resolvePluginDir(c.Plugins.Dir)
+	out := pluginhost.Config{
+		Dir:          dir,
+		SendGrace:    c.Plugins.SendGrace,
+		StartTimeout: c.Plugins.StartTimeout,
+	}
+	sawHTTP := false
+	for _, p := range c.Plugins.List {
+		settings := maps.Clone(map[string]string(p.Settings))
+		if p.Name == HTTPPlugin {
+			sawHTTP = true
+			if settings == nil {
+				settings = map[string]string{}
+			}
+			maps.Copy(settings, httpSettings)
+		}
+		out.Plugins = append(out.Plugins, pluginhost.PluginConfig{
+			Name: p.Name, Path: p.Path, SHA256: p.SHA256, Settings: settings,
+		})
+	}
+	if !sawHTTP {
+		out.Plugins = append(out.Plugins, pluginhost.PluginConfig{Name: HTTPPlugin, Settings: httpSettings})
+	}
+	return out
+}
+
+// SlogLevel is log.level as a slog level; an unknown level is info.
+func (l LogConfig) SlogLevel() slog.Level {
+	switch l.Level {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// NewLogger returns the server's logger, writing to w in log.format at
+// log.level.
+func (l LogConfig) NewLogger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: l.SlogLevel()}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// redacted stands in for a secret wherever one would be shown.
+const redacted = "[redacted]"
+
+// Secret is a configuration value that must never be shown. String,
+// GoString, LogValue and MarshalJSON all print "[redacted]" (or nothing,
+// when it is empty), so a Secret that ends up in a log line, an error or a
+// %v of its struct stays hidden. Reveal returns the value itself.
+type Secret string
+
+// Reveal returns the secret itself, for the one place that must use it.
+func (s Secret) Reveal() string { return string(s) }
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString keeps %#v from printing the secret.
+func (s Secret) GoString() string { return fmt.Sprintf("%q", s.String()) }
+
+// LogValue implements slog.LogValuer.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalJSON keeps a JSON dump of the config from printing the secret.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// DatabaseURL is database.url. It may hold a password, so String, GoString,
+// LogValue and MarshalJSON show it with the password (and any secret-named
+// query parameter, such as password=) redacted, and a URL that cannot be
+// parsed is not shown at all. Reveal returns it whole, for opening the
+// database.
+type DatabaseURL string
+
+// Reveal returns the URL itself, password included.
+func (u DatabaseURL) Reveal() string { return string(u) }
+
+func (u DatabaseURL) String() string {
+	s := string(u)
+	if s == "" || strings.HasPrefix(s, "sqlite:") {
+		return s
+	}
+	parsed, err := url.Parse(s)
+	if err != nil || (parsed.Scheme != "postgres" && parsed.Scheme != "postgresql") || parsed.Opaque != "" {
+		return redacted
+	}
+	if _, has := parsed.User.Password(); has {
+		parsed.User = url.UserPassword(parsed.User.Username(), redacted)
+	}
+	if parsed.RawQuery != "" {
+		q := parsed.Query()
+		for k := range q {
+			if isSecretName(k) {
+				q[k] = []string{redacted}
+			}
+		}
+		parsed.RawQuery = q.Encode()
+	}
+	parsed.Fragment, parsed.RawFragment = "", ""
+	// The URL encoder escapes the brackets; put them back so the
+	// placeholder reads the same everywhere.
+	return strings.ReplaceAll(parsed.String(), url.QueryEscape(redacted), redacted)
+}
+
+// GoString keeps %#v from printing the password.
+func (u DatabaseURL) GoString() string { return fmt.Sprintf("%q", u.String()) }
+
+// LogValue implements slog.LogValuer.
+func (u DatabaseURL) LogValue() slog.Value { return slog.StringValue(u.String()) }
+
+// MarshalJSON keeps a JSON dump of the config from printing the password.
+func (u DatabaseURL) MarshalJSON() ([]byte, error) { return json.Marshal(u.String()) }
+
+// Settings are a plugin's settings. Those whose names contain "secret",
+// "token", "password", "passwd", "credential" or "key" (in any case) are
+// redacted by String, GoString, LogValue and MarshalJSON.
+type Settings map[string]string
+
+// isSecretName says whether a setting (or URL query parameter) of this name
+// holds a secret.
+func isSecretName(name string) bool {
+	n := strings.ToLower(name)
+	for _, s := range []string{"secret", "token", "password", "passwd", "credential", "key"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// shown is the settings as they may be shown.
+func (s Settings) shown() map[string]string {
+	out := make(map[string]string, len(s))
+	for k, v := range s {
+		if isSecretName(k) && v != "" {
+			v = redacted
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func (s Settings) String() string {
+	shown := s.shown()
+	keys := slices.Sorted(maps.Keys(shown))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + shown[k]
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// GoString keeps %#v from printing secret settings.
+func (s Settings) GoString() string { return fmt.Sprintf("%#v", s.shown()) }
+
+// LogValue implements slog.LogValuer.
+func (s Settings) LogValue() slog.Value {
+	shown := s.shown()
+	attrs := make([]slog.Attr, 0, len(shown))
+	for _, k := range slices.Sorted(maps.Keys(shown)) {
+		attrs = append(attrs, slog.String(k, shown[k]))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// MarshalJSON keeps a JSON dump of the config from printing secret settings.
+func (s Settings) MarshalJSON() ([]byte, error) { return json.Marshal(s.shown()) }
+
+// String shows every key as key=value on one line, secrets redacted.
+func (c Config) String() string {
+	var b strings.Builder
+	for i, f := range fields() {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(f.key)
+		b.WriteByte('=')
+		b.WriteString(f.show(c))
+	}
+	return b.String()
+}
+
+// GoString keeps %#v from printing secrets.
+func (c Config) GoString() string { return "config.Config{" + c.String() + "}" }
+
+// LogValue implements slog.LogValuer: one group per section, secrets
+// redacted, each plugin a group under plugins.list named by the plugin.
+func (c Config) LogValue() slog.Value {
+	var groups []slog.Attr
+	var cur []slog.Attr
+	section := ""
+	flush := func() {
+		if section != "" {
+			groups = append(groups, slog.Attr{Key: section, Value: slog.GroupValue(cur...)})
+		}
+		cur = nil
+	}
+	for _, f := range fields() {
+		if f.section != section {
+			flush()
+			section = f.section
+		}
+		name := f.key[len(f.section)+1:]
+		if f.kind == kindPlugins {
+			var ps []slog.Attr
+			for _, p := range c.Plugins.List {
+				ps = append(ps, slog.Group(p.Name, "path", p.Path, "sha256", p.SHA256, "settings", p.Settings))
+			}
+			cur = append(cur, slog.Attr{Key: name, Value: slog.GroupValue(ps...)})
+			continue
+		}
+		switch f.kind {
+		case kindBool, kindInt, kindInt64, kindFloat:
+			// Numbers and flags stay typed, so a JSON log keeps them so.
+			cur = append(cur, slog.Any(name, f.value(&c).Interface()))
+		default:
+			cur = append(cur, slog.String(name, f.show(c)))
+		}
+	}
+	flush()
+	return slog.GroupValue(groups...)
+}
+
+// String shows the database URL with its password redacted.
+func (d DatabaseConfig) String() string { return "url=" + d.URL.String() }

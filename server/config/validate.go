@@ -1,0 +1,333 @@
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MinAdminTokenLength is the shortest admin token Load accepts.
+const MinAdminTokenLength = 16
+
+// Upper bounds that keep arithmetic on the values (seconds times
+// time.Second, a channel of concurrency slots) sane; anything near them is
+// a typo rather than a choice.
+const (
+	maxLeaseSeconds   = 24 * 60 * 60
+	maxTimeoutSeconds = 60 * 60
+	maxConcurrency    = 10000
+)
+
+// check applies every rule, normalising what it may (log level case, the
+// SHA-256 pins). src says where each key's value came from, for messages;
+// it may be nil.
+func (c *Config) check(r *report, src map[string]string) {
+	at := func(key string) string {
+		if s := src[key]; s != "" {
+			return " (set " + s + ")"
+		}
+		return ""
+	}
+	skip := func(keys ...string) bool {
+		for _, k := range keys {
+			if r.bad[k] {
+				return true
+			}
+		}
+		return false
+	}
+
+	// database
+	if !skip("database.url") {
+		if problem := checkDatabaseURL(c.Database.URL.Reveal()); problem != "" {
+			r.invalid("database.url", "database.url%s %s", at("database.url"), problem)
+		}
+	}
+
+	// server
+	if !skip("server.listen") {
+		if problem := checkListen(c.Server.Listen); problem != "" {
+			r.invalid("server.listen", "server.listen%s %s", at("server.listen"), problem)
+		}
+	}
+	if !skip("server.admin_token", "server.insecure_dev_mode") {
+		tok := c.Server.AdminToken.Reveal()
+		switch {
+		case tok == "" && !c.Server.InsecureDevMode:
+			r.invalid("server.admin_token", "server.admin_token is not set: set FORMS_SERVER_ADMIN_TOKEN to a random string of at least %d characters (e.g. the output of openssl rand -hex 32), or set server.insecure_dev_mode=true on a development machine", MinAdminTokenLength)
+		case tok != "" && strings.TrimSpace(tok) != tok:
+			r.invalid("server.admin_token", "server.admin_token%s begins or ends with white space, most likely a stray newline: remove it (the value is not shown)", at("server.admin_token"))
+		case tok != "" && utf8.RuneCountInString(tok) < MinAdminTokenLength:
+			r.invalid("server.admin_token", "server.admin_token%s is shorter than %d characters: use a long random string, e.g. the output of openssl rand -hex 32 (the value is not shown)", at("server.admin_token"), MinAdminTokenLength)
+		}
+	}
+	if !skip("server.ingest_keys") {
+		for i, key := range c.Server.IngestKeys {
+			s := key.Reveal()
+			switch {
+			case s == "":
+				r.invalid("server.ingest_keys", "server.ingest_keys%s: item %d is empty: remove it or give it a value", at("server.ingest_keys"), i+1)
+			case strings.TrimSpace(s) != s:
+				r.invalid("server.ingest_keys", "server.ingest_keys%s: item %d begins or ends with white space: remove it (the value is not shown)", at("server.ingest_keys"), i+1)
+			case s == c.Server.AdminToken.Reveal():
+				r.invalid("server.ingest_keys", "server.ingest_keys%s: item %d is the same as server.admin_token: ingest keys are handed to form front ends, so give them values of their own", at("server.ingest_keys"), i+1)
+			}
+		}
+	}
+	if c.Server.InsecureDevMode && !skip("server.insecure_dev_mode") {
+		msg := "INSECURE: server.insecure_dev_mode is true, so the API lets callers in without the admin token: use it only on a development machine, never in production"
+		if !skip("server.listen") && !isLoopback(c.Server.Listen) {
+			msg += fmt.Sprintf(", and server.listen (%s) is reachable from other machines; listen on 127.0.0.1 instead", c.Server.Listen)
+		}
+		r.warn("%s", msg)
+	}
+	for _, key := range []string{"server.admin_token", "server.ingest_keys"} {
+		if strings.HasPrefix(src[key], "by --") {
+			r.warn("%s was given as a flag: other users of this machine can read it in the process list; use %s or the config file", key, envName(key))
+		}
+	}
+	if strings.HasPrefix(src["database.url"], "by --") && hasPassword(c.Database.URL.Reveal()) {
+		r.warn("database.url was given as a flag with a password in it: other users of this machine can read it in the process list; use FORMS_DATABASE_URL or the config file")
+	}
+	if !skip("server.max_body_bytes") && c.Server.MaxBodyBytes < 1 {
+		r.invalid("server.max_body_bytes", "server.max_body_bytes%s is %d: it must be a positive number of bytes (the default is %d, 1 MiB)", at("server.max_body_bytes"), c.Server.MaxBodyBytes, Default().Server.MaxBodyBytes)
+	}
+	positiveDuration(r, "server.secret_rotation_grace", at, c.Server.SecretRotationGrace, Default().Server.SecretRotationGrace)
+
+	// worker
+	d := Default()
+	boundedInt(r, "worker.lease_seconds", at, c.Workers.LeaseSeconds, d.Workers.LeaseSeconds, maxLeaseSeconds)
+	boundedInt(r, "worker.concurrency", at, c.Workers.Concurrency, d.Workers.Concurrency, maxConcurrency)
+	boundedInt(r, "worker.batch_size", at, c.Workers.BatchSize, d.Workers.BatchSize, maxConcurrency)
+	boundedInt(r, "worker.max_attempts", at, c.Workers.MaxAttempts, d.Workers.MaxAttempts, 0)
+	positiveDuration(r, "worker.poll_interval", at, c.Workers.PollInterval, d.Workers.PollInterval)
+	if !skip("worker.retry_delays") {
+		if len(c.Workers.RetryDelays) == 0 {
+			r.invalid("worker.retry_delays", "worker.retry_delays%s is empty: give at least one delay, e.g. 30s,2m,10m,1h", at("worker.retry_delays"))
+		}
+		for i, delay := range c.Workers.RetryDelays {
+			if delay <= 0 {
+				r.invalid("worker.retry_delays", "worker.retry_delays%s: item %d is %s: every delay must be positive, e.g. 30s", at("worker.retry_delays"), i+1, formatDuration(delay))
+			}
+		}
+	}
+	if j := c.Workers.RetryJitter; !skip("worker.retry_jitter") && (j < 0 || j >= 1) {
+		r.invalid("worker.retry_jitter", "worker.retry_jitter%s is %s: it must be at least 0 and less than 1 (0.2 spreads each delay by ±20%%)", at("worker.retry_jitter"), strconv.FormatFloat(j, 'g', -1, 64))
+	}
+	if !skip("worker.max_retry_after") && c.Workers.MaxRetryAfter < 0 {
+		r.invalid("worker.max_retry_after", "worker.max_retry_after%s is %s: it must not be negative (0 ignores Retry-After; the default is %s)", at("worker.max_retry_after"), formatDuration(c.Workers.MaxRetryAfter), formatDuration(d.Workers.MaxRetryAfter))
+	}
+
+	// webhook
+	boundedInt(r, "webhook.connect_timeout_seconds", at, c.Webhook.ConnectTimeoutSeconds, d.Webhook.ConnectTimeoutSeconds, maxTimeoutSeconds)
+	boundedInt(r, "webhook.read_timeout_seconds", at, c.Webhook.ReadTimeoutSeconds, d.Webhook.ReadTimeoutSeconds, maxTimeoutSeconds)
+	if !skip("webhook.allowed_networks") {
+		for _, p := range c.Webhook.AllowedNetworks {
+			if p.Bits() == 0 {
+				r.warn("webhook.allowed_networks contains %s, which allows every address: endpoints can then reach this server's own network and cloud metadata services; list only the networks of receivers you trust", p)
+			}
+		}
+	}
+
+	// The product's rule: the lease must comfortably outlast the timeouts,
+	// or a delivery still in flight is claimed and sent again by another
+	// worker. The worker itself refuses a lease that does not cover the
+	// whole send deadline (the timeouts plus PluginHopMargin), so that is
+	// where refusal starts; below twice the timeouts is allowed, with a
+	// warning.
+	if !skip("worker.lease_seconds", "webhook.connect_timeout_seconds", "webhook.read_timeout_seconds") {
+		lease, conn, read := c.Workers.LeaseSeconds, c.Webhook.ConnectTimeoutSeconds, c.Webhook.ReadTimeoutSeconds
+		sum := conn + read
+		margin := int(PluginHopMargin / time.Second)
+		advice := max(2*sum, sum+margin+1)
+		switch {
+		case lease <= sum+margin:
+			r.invalid("worker.lease_seconds", "worker.lease_seconds (%d) must comfortably outlast webhook.connect_timeout_seconds + webhook.read_timeout_seconds (%d + %d = %d s; with the %d s plugin margin a send may take %d s): a delivery still in flight when its lease ends is claimed and sent again by another worker. Raise worker.lease_seconds to %d or more, or lower the timeouts",
+				lease, conn, read, sum, margin, sum+margin, advice)
+		case lease < 2*sum:
+			r.warn("worker.lease_seconds (%d) is less than twice webhook.connect_timeout_seconds + webhook.read_timeout_seconds (%d s): a slow receiver or a paused process can outlast the lease and get a delivery sent twice; %d or more keeps the margin the defaults have",
+				lease, sum, advice)
+		}
+	}
+
+	// plugins
+	if !skip("plugins.dir") && strings.TrimSpace(c.Plugins.Dir) != c.Plugins.Dir {
+		r.invalid("plugins.dir", "plugins.dir%s %s begins or ends with white space: remove it", at("plugins.dir"), quote(c.Plugins.Dir))
+	}
+	positiveDuration(r, "plugins.send_grace", at, c.Plugins.SendGrace, d.Plugins.SendGrace)
+	positiveDuration(r, "plugins.start_timeout", at, c.Plugins.StartTimeout, d.Plugins.StartTimeout)
+	if !skip("plugins.list") {
+		c.checkPlugins(r)
+	}
+
+	// log
+	if !skip("log.level") {
+		c.Log.Level = strings.ToLower(strings.TrimSpace(c.Log.Level))
+		switch c.Log.Level {
+		case "debug", "info", "warn", "error":
+		default:
+			r.invalid("log.level", "log.level%s is %s: use debug, info, warn or error", at("log.level"), quote(c.Log.Level))
+		}
+	}
+	if !skip("log.format") {
+		c.Log.Format = strings.ToLower(strings.TrimSpace(c.Log.Format))
+		switch c.Log.Format {
+		case "text", "json":
+		default:
+			r.invalid("log.format", "log.format%s is %s: use text or json", at("log.format"), quote(c.Log.Format))
+		}
+	}
+}
+
+// checkPlugins checks plugins.list entry by entry.
+func (c *Config) checkPlugins(r *report) {
+	seen := map[string]int{}
+	reserved := map[string]string{
+		settingConnectTimeout:  "webhook.connect_timeout_seconds",
+		settingReadTimeout:     "webhook.read_timeout_seconds",
+		settingAllowedNetworks: "webhook.allowed_networks",
+	}
+	for i := range c.Plugins.List {
+		p := &c.Plugins.List[i]
+		key := fmt.Sprintf("plugins.list[%d]", i)
+		if !validPluginName(p.Name) {
+			r.invalid(key+".name", "%s.name %s is not a plugin name: use lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63 in all", key, quote(p.Name))
+			continue
+		}
+		if j, dup := seen[p.Name]; dup {
+			r.invalid(key+".name", "%s.name: plugin %s is already configured by plugins.list[%d]: keep one entry", key, p.Name, j)
+		}
+		seen[p.Name] = i
+		if p.SHA256 != "" {
+			sum := strings.ToLower(strings.TrimSpace(p.SHA256))
+			if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
+				r.invalid(key+".sha256", "%s.sha256 (plugin %s) is not a SHA-256 sum: give the 64 hex digits that sha256sum prints for the binary, taken from a trusted source", key, p.Name)
+			} else {
+				p.SHA256 = sum
+			}
+		}
+		if strings.TrimSpace(p.Path) != p.Path {
+			r.invalid(key+".path", "%s.path (plugin %s) begins or ends with white space: remove it", key, p.Name)
+		}
+		if p.Name == HTTPPlugin {
+			for _, name := range []string{settingConnectTimeout, settingReadTimeout, settingAllowedNetworks} {
+				if _, ok := p.Settings[name]; ok {
+					instead := reserved[name]
+					r.invalid(key+".settings."+name, "%s.settings.%s: the http plugin's %s comes from %s, so that the lease check sees it: set that instead and remove this setting", key, name, name, instead)
+				}
+			}
+		}
+	}
+}
+
+// validPluginName matches the plugin host's rule: [a-z0-9][a-z0-9_-]{0,62}.
+func validPluginName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '_' || c == '-')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func boundedInt(r *report, key string, at func(string) string, n, def, upper int) {
+	if r.bad[key] {
+		return
+	}
+	switch {
+	case n < 1:
+		r.invalid(key, "%s%s is %d: it must be at least 1 (the default is %d)", key, at(key), n, def)
+	case upper > 0 && n > upper:
+		r.invalid(key, "%s%s is %d: it must be at most %d (the default is %d)", key, at(key), n, upper, def)
+	}
+}
+
+func positiveDuration(r *report, key string, at func(string) string, d, def time.Duration) {
+	if !r.bad[key] && d <= 0 {
+		r.invalid(key, "%s%s is %s: it must be a positive duration such as %s (the default)", key, at(key), formatDuration(d), formatDuration(def))
+	}
+}
+
+func envName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// checkDatabaseURL returns what is wrong with a database URL, to follow
+// "database.url" in a message. It never shows the URL: it may hold a
+// password.
+func checkDatabaseURL(u string) string {
+	const notShown = " (the value is not shown because it may hold a password)"
+	switch {
+	case u == "":
+		return "is empty: set it to sqlite:PATH for one node (e.g. sqlite:/var/lib/hymical/hymical.db) or to postgres://USER:PASSWORD@HOST:5432/DB for many"
+	case strings.HasPrefix(u, "sqlite:"):
+		if strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(u, "sqlite:"), "//")) == "" {
+			return "names no file: write sqlite:PATH, e.g. sqlite:hymical.db or sqlite:/var/lib/hymical/hymical.db"
+		}
+		return ""
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		if _, err := url.Parse(u); err != nil {
+			return "is not a PostgreSQL URL that can be parsed: check that the port is a number and that any of : / @ ? # % [ ] in the user name or password is percent-encoded" + notShown
+		}
+		return ""
+	}
+	hint := ""
+	scheme, _, _ := strings.Cut(u, ":")
+	switch strings.ToLower(scheme) {
+	case "sqlite", "postgres", "postgresql":
+		hint = "; write the scheme in lower case"
+	case "sqlite3", "file":
+		hint = "; for SQLite write sqlite:PATH"
+	case "pg", "pgsql", "psql", "postgre":
+		hint = "; for PostgreSQL write postgres://USER:PASSWORD@HOST:5432/DB"
+	}
+	return "is neither sqlite:PATH nor a postgres:// URL, the two databases this build supports" + hint + notShown
+}
+
+func hasPassword(u string) bool {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return strings.Contains(u, "@")
+	}
+	_, has := parsed.User.Password()
+	return has || parsed.Query().Has("password")
+}
+
+// checkListen returns what is wrong with a listen address, to follow
+// "server.listen" in a message.
+func checkListen(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("is %s, which is not HOST:PORT: write e.g. 127.0.0.1:8080, or :8080 for every interface", quote(addr))
+	}
+	n, err := strconv.Atoi(port)
+	if port == "" || strings.Trim(port, "0123456789") != "" || err != nil || n > 65535 {
+		return fmt.Sprintf("is %s, which has a bad port %s: use a number from 1 to 65535 (0 picks a free port, which only tests want)", quote(addr), quote(port))
+	}
+	if strings.ContainsAny(host, " \t\r\n/") {
+		return fmt.Sprintf("is %s, which has a bad host %s: use an address such as 127.0.0.1 or a host name, or leave it empty for every interface", quote(addr), quote(host))
+	}
+	return ""
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
