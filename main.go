@@ -2,6 +2,8 @@
 // submission, as a signed event, at least once to the endpoints its users
 // register.
 //
+//	hymical serve   [--config FILE] [--KEY=VALUE…]   run the delivery server
+//	hymical plugins list                        the transport plugins it would run
 //	hymical migrate [--database URL] [--to N]   apply pending schema migrations
 //	hymical demo    [--database URL]            deliver a sample submission end to end
 //	hymical version                             print the build and schema version
@@ -41,6 +43,9 @@ func main() {
 const usage = `hymical delivers form submissions, signed, at least once.
 
 Commands:
+  serve        run the server: HTTP API, delivery workers, transport plugins
+               (with no configuration: SQLite hymical.db here, on 127.0.0.1:8080)
+  plugins      list: the transport plugins found, started, with their SHA-256
   migrate      apply pending schema migrations and report what was done
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
@@ -62,8 +67,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
+	case "plugins":
+		return runPlugins(ctx, rest, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
 	case "submit":

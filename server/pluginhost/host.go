@@ -152,6 +152,25 @@ func orDefault(d, def time.Duration) time.Duration {
 // Names returns the names of the plugins the host runs, sorted.
 func (h *Host) Names() []string { return slices.Clone(h.names) }
 
+// PluginInfo describes one plugin the host runs.
+type PluginInfo struct {
+	Name string
+	Path string
+	// Pinned says whether the config pins the binary's SHA-256.
+	Pinned   bool
+	Restarts int
+}
+
+// Plugins describes the plugins the host runs, sorted by name.
+func (h *Host) Plugins() []PluginInfo {
+	out := make([]PluginInfo, 0, len(h.names))
+	for _, name := range h.names {
+		s := h.slots[name]
+		out = append(out, PluginInfo{Name: name, Path: s.spec.path, Pinned: s.spec.sum != nil, Restarts: h.Restarts(name)})
+	}
+	return out
+}
+
 // Restarts reports how many times the named plugin was started again after
 // crashing, hanging or exiting; 0 for a name the host does not run.
 func (h *Host) Restarts(name string) int {

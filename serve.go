@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/config"
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/storage"
+)
+
+// runServe runs the server until ctx ends: the HTTP API, the worker pool,
+// the plugins and the worker registry heartbeat, on one store.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	generated := false
+	cfg, warnings, err := config.Load(config.LoadOptions{
+		Environ: os.Environ(),
+		Args:    args,
+		Program: "hymical serve",
+		Output:  stdout,
+		GenerateAdminToken: func() (string, error) {
+			generated = true
+			return randomToken()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	log := cfg.Log.NewLogger(stderr)
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	dbURL := cfg.Database.URL.Reveal()
+	shownURL := redact.URL(dbURL)
+
+	store, err := server.OpenStore(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	// The embedded SQLite default needs no set-up step: a single node
+	// migrates its own file. PostgreSQL, shared by many processes, is
+	// migrated deliberately with `hymical migrate` after the old build stops.
+	if strings.HasPrefix(dbURL, "sqlite:") {
+		if err := server.CheckNoOtherBuilds(ctx, store, time.Now()); err != nil {
+			return err
+		}
+		res, err := store.Migrate(ctx, storage.MigrateParams{})
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", shownURL, err)
+		}
+		if len(res.Applied) > 0 {
+			log.Info("migrated the database", "database", shownURL, "from", res.From, "to", res.To, "applied", strings.Join(res.Applied, ", "))
+		}
+	}
+	schema, err := server.CheckSchema(ctx, store)
+	if err != nil {
+		return err
+	}
+
+	host, err := pluginhost.New(ctx, cfg.PluginHost(), log)
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+
+	handler, err := api.New(api.Options{
+		Store:               store,
+		Transports:          host,
+		AdminToken:          cfg.Server.AdminToken.Reveal(),
+		IngestKeys:          revealAll(cfg.Server.IngestKeys),
+		Insecure:            cfg.Server.InsecureDevMode,
+		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
+		SecretRotationGrace: cfg.Server.SecretRotationGrace,
+		Logger:              log.With("component", "api"),
+	})
+	if err != nil {
+		return err
+	}
+	pool, err := worker.New(store, host, cfg.Worker(), log.With("component", "worker"))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("server.listen %s: %w", cfg.Server.Listen, err)
+	}
+
+	fmt.Fprintf(stdout, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
+		server.Build(), ln.Addr(), shownURL, schema, strings.Join(host.Names(), ", "), cfg.Plugins.Dir)
+	if cfg.Server.InsecureDevMode {
+		fmt.Fprintln(stdout, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")
+	} else if generated {
+		fmt.Fprintf(stdout, "  admin token for this run (shown once; set FORMS_SERVER_ADMIN_TOKEN to choose one): %s\n", cfg.Server.AdminToken.Reveal())
+	}
+
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("HTTP API: %w", err)
+			stop()
+		}
+	})
+	wg.Go(func() {
+		if err := pool.Run(runCtx); err != nil {
+			errs <- fmt.Errorf("worker pool: %w", err)
+			stop()
+		}
+	})
+	wg.Go(func() { server.RunHeartbeat(runCtx, store, server.NewWorker(schema, time.Now()), log) })
+
+	<-runCtx.Done()
+	log.Info("shutting down: no new claims; in-flight sends finish within their deadline")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("HTTP API did not shut down cleanly", "error", err)
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(errs <-chan error) []error {
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
+}
+
+func revealAll(keys []config.Secret) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.Reveal()
+	}
+	return out
+}
+
+// randomToken makes an admin token for a server started without one.
+func randomToken() (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// runPlugins lists the transport plugins a server with this configuration
+// would run, after starting each one to prove it answers.
+func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "list" {
+		return errors.New("usage: hymical plugins list [the serve flags, e.g. --plugins.dir DIR]")
+	}
+	cfg, _, err := config.Load(config.LoadOptions{
+		Environ: os.Environ(), Args: args[1:], Program: "hymical plugins list", Output: stdout,
+		// Listing plugins needs no API, so no token either.
+		GenerateAdminToken: randomToken,
+	})
+	if err != nil {
+		return err
+	}
+	host, err := pluginhost.New(ctx, cfg.PluginHost(), cfg.Log.NewLogger(stderr))
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPINNED\tSHA-256 OF THE FILE NOW\tPATH")
+	for _, p := range host.Plugins() {
+		sum, err := fileSHA256(p.Path)
+		if err != nil {
+			sum = "unreadable: " + err.Error()
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", p.Name, p.Pinned, sum, p.Path)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "To pin a plugin, put the SHA-256 you trust (from your build, not from this listing of the installed file) in plugins.list[].sha256.")
+	return nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

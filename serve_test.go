@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is written by the server's goroutines and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServeAndOperatorCommands runs `hymical serve` on SQLite with the real
+// http plugin and drives it the way an operator does, with the CLI: add an
+// endpoint, submit, watch the delivery fail, fix the receiver, replay, see it
+// delivered with attempts=2 and cycle_attempts=1.
+func TestServeAndOperatorCommands(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "hymical-plugin-http"), "./plugins/http").CombinedOutput(); err != nil {
+		t.Fatalf("build the http plugin: %v\n%s", err, out)
+	}
+	t.Setenv("FORMS_SERVER_ADMIN_TOKEN", "test-admin-token-0123456789")
+	t.Setenv("USER", "alice")
+
+	var fixed atomic.Bool
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !fixed.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer recv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, logs lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve",
+			"--database.url=sqlite:" + filepath.Join(dir, "hymical.db"),
+			"--plugins.dir=" + dir,
+			"--server.listen=127.0.0.1:0",
+			"--webhook.allowed_networks=127.0.0.0/8",
+			"--worker.poll_interval=20ms",
+			"--worker.retry_delays=50ms",
+		}, &out, &logs)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop after its context ended")
+		}
+	}()
+
+	listening := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
+	var base string
+	for deadline := time.Now().Add(20 * time.Second); base == ""; {
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve stopped: %v\n%s\n%s", err, out.String(), logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve never said where it listens:\n%s\n%s", out.String(), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.Contains(out.String()+logs.String(), "test-admin-token-0123456789") {
+		t.Fatal("the admin token appeared in the server's output")
+	}
+
+	// hymical runs one CLI command against the server.
+	hymical := func(args ...string) string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := run(ctx, args, &b, &b); err != nil {
+			t.Fatalf("hymical %s: %v\n%s", strings.Join(args, " "), err, b.String())
+		}
+		return b.String()
+	}
+
+	added := hymical("endpoints", "add", "--server", base, "--url", recv.URL+"/hook", "--form", "form_demo")
+	if !strings.Contains(added, "signing secret (shown once") || !strings.Contains(added, "whsec_") {
+		t.Fatalf("endpoints add: %s", added)
+	}
+	submitted := hymical("submit", "--server", base, "--form", "form_demo")
+	m := regexp.MustCompile(`(dlv_[0-9a-f]{32})`).FindStringSubmatch(submitted)
+	if m == nil {
+		t.Fatalf("submit printed no delivery: %s", submitted)
+	}
+	dlv := m[1]
+
+	waitFor := func(state string) string {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			shown := hymical("deliveries", "show", "--server", base, dlv)
+			if strings.Contains(shown, "state "+state) {
+				return shown
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("delivery never became %s:\n%s", state, shown)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	shown := waitFor("failed")
+	if !strings.Contains(shown, "attempts 1  cycle_attempts 1") || !strings.Contains(shown, "permanent") {
+		t.Fatalf("failed delivery: %s", shown)
+	}
+	if list := hymical("deliveries", "list", "--server", base, "--state", "failed"); !strings.Contains(list, dlv) {
+		t.Fatalf("deliveries list --state failed lacks %s:\n%s", dlv, list)
+	}
+
+	fixed.Store(true)
+	if replayed := hymical("replay", "--server", base, dlv); !strings.Contains(replayed, "replayed "+dlv) {
+		t.Fatalf("replay: %s", replayed)
+	}
+	shown = waitFor("delivered")
+	if !strings.Contains(shown, "attempts 2  cycle_attempts 1") {
+		t.Fatalf("after the replay: %s", shown)
+	}
+	if !regexp.MustCompile(`(?m)^2\s+delivered\s+200`).MatchString(shown) {
+		t.Fatalf("attempt 2 is not a delivered 200:\n%s", shown)
+	}
+}
