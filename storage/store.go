@@ -363,6 +363,10 @@ type Store interface {
 	EndpointGet(ctx context.Context, id string) (Endpoint, error)
 	EndpointList(ctx context.Context) ([]Endpoint, error)
 	// EndpointUpdate replaces every mutable field of the endpoint with e's.
+	// When e.UpdatedAt is set (as read), the update applies only if nobody
+	// changed the endpoint since, and otherwise returns ErrConflict: a
+	// secret rotation racing another change on another process must not
+	// silently drop a secret somebody was already shown.
 	EndpointUpdate(ctx context.Context, e Endpoint) (Endpoint, error)
 
 	// EventCreate inserts the event and, in the same transaction, one pending

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/hymical/hymical/sdk/transport"
@@ -86,8 +85,7 @@ type handler struct {
 	// endpoints serialises read-modify-write of one endpoint within this
 	// process, so a rotation and a concurrent PATCH cannot drop each
 	// other's change.
-	endpoints keyedMutex
-	now       func() time.Time
+	now func() time.Time
 }
 
 // New checks opts and returns the API's handler.
@@ -268,40 +266,4 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 	}
 	c.body = append(c.body, b...)
 	return len(b), nil
-}
-
-// keyedMutex is a set of mutexes by key, created on demand and dropped when
-// nobody holds or waits for them.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -179,24 +179,31 @@ func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 }
 
 // modifyEndpoint reads the endpoint, lets change edit it, and writes it
-// back, holding the endpoint's lock so two changes in this process cannot
-// lose each other. change returns false when there is nothing to write.
+// back on the condition that nobody changed it in between (the store's
+// optimistic check, which also holds across server processes). On a
+// conflict it reads again and reapplies change, so change must depend only
+// on the endpoint it is given. change returns false when there is nothing
+// to write.
 func (h *handler) modifyEndpoint(ctx context.Context, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
-	unlock := h.endpoints.lock(id)
-	defer unlock()
-	e, err := h.store.EndpointGet(ctx, id)
-	if err != nil {
-		return storage.Endpoint{}, storeError(err, endpointName(id))
+	const tries = 8
+	for try := 1; ; try++ {
+		e, err := h.store.EndpointGet(ctx, id)
+		if err != nil {
+			return storage.Endpoint{}, storeError(err, endpointName(id))
+		}
+		write, err := change(&e)
+		if err != nil || !write {
+			return e, err
+		}
+		updated, err := h.store.EndpointUpdate(ctx, e)
+		if errors.Is(err, storage.ErrConflict) && try < tries {
+			continue
+		}
+		if err != nil {
+			return storage.Endpoint{}, storeError(err, endpointName(id))
+		}
+		return updated, nil
 	}
-	write, err := change(&e)
-	if err != nil || !write {
-		return e, err
-	}
-	updated, err := h.store.EndpointUpdate(ctx, e)
-	if err != nil {
-		return storage.Endpoint{}, storeError(err, endpointName(id))
-	}
-	return updated, nil
 }
 
 // PATCH /v1/endpoints/{id}

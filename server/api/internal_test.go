@@ -101,22 +101,6 @@ func TestOperatorActorIsBoundedAndSanitised(t *testing.T) {
 	}
 }
 
-func TestKeyedMutexDropsUnusedLocks(t *testing.T) {
-	var k keyedMutex
-	unlock := k.lock("ep_1")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		k.lock("ep_1")()
-	}()
-	k.lock("ep_2")() // another key is not blocked by ep_1
-	unlock()
-	<-done
-	if len(k.locks) != 0 {
-		t.Fatalf("%d locks left after every holder let go", len(k.locks))
-	}
-}
-
 func TestEndpointViewHidesSecretsInConfig(t *testing.T) {
 	e := storage.Endpoint{ID: "ep_1", Transport: "redis", Config: map[string]string{
 		"url":      "redis://:s3cret@redis.internal:6379/0",

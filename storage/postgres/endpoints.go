@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -77,15 +79,28 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("postgres: %s: encode secrets: %w", op, err)
 	}
+	var readAt *time.Time
+	if !e.UpdatedAt.IsZero() {
+		readAt = &e.UpdatedAt
+	}
+	// updated_at is the version the optimistic check compares, so every
+	// update moves it forward, even two within one clock tick.
 	row := s.pool.QueryRow(ctx, `
 		UPDATE webhook_endpoints
 		SET transport = $2, url = $3, config = $4, event_types = $5, form_ids = $6, secrets = $7,
-			description = $8, disabled_at = $9, updated_at = now()
-		WHERE id = $1
+			description = $8, disabled_at = $9,
+			updated_at = greatest(now(), updated_at + interval '1 microsecond')
+		WHERE id = $1 AND ($10::timestamptz IS NULL OR updated_at = $10)
 		RETURNING `+endpointColumns,
 		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
-		e.Description, e.DisabledAt)
+		e.Description, e.DisabledAt, readAt)
 	out, err := scanEndpoint(row)
+	if errors.Is(err, pgx.ErrNoRows) && readAt != nil {
+		if _, gerr := s.EndpointGet(ctx, e.ID); gerr == nil {
+			return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w: it changed since it was read at %s; read it again and reapply the change",
+				op, storage.ErrConflict, readAt.UTC().Format(time.RFC3339Nano))
+		}
+	}
 	if err != nil {
 		return storage.Endpoint{}, mapErr(op, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -184,17 +185,30 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	var readAt any // NULL: unconditional
+	if !e.UpdatedAt.IsZero() {
+		readAt = micros(e.UpdatedAt)
+	}
 	var out storage.Endpoint
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		var err error
+		// updated_at is the version the optimistic check compares, so
+		// every update moves it forward, even two within one clock tick.
 		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
 			UPDATE webhook_endpoints
 			SET transport = ?, url = ?, config = ?, event_types = ?, form_ids = ?, secrets = ?,
-				description = ?, disabled_at = ?, updated_at = ?
-			WHERE id = ?
+				description = ?, disabled_at = ?, updated_at = max(?, updated_at + 1)
+			WHERE id = ? AND (? IS NULL OR updated_at = ?)
 			RETURNING `+endpointColumns,
 			e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
-			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})), e.ID))
+			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})), e.ID, readAt, readAt))
+		if errors.Is(err, sql.ErrNoRows) && readAt != nil {
+			var n int
+			if cerr := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE id = ?`, e.ID).Scan(&n); cerr == nil && n == 1 {
+				return fmt.Errorf("%w: it changed since it was read at %s; read it again and reapply the change",
+					storage.ErrConflict, e.UpdatedAt.UTC().Format(time.RFC3339Nano))
+			}
+		}
 		return err // sql.ErrNoRows becomes ErrNotFound
 	})
 	if err != nil {

@@ -74,6 +74,49 @@ func testEndpoints(t *testing.T, b Backend) {
 		wantErr(t, err, storage.ErrNotFound, "update unknown endpoint")
 	})
 
+	t.Run("an update based on a stale read is refused and changes nothing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		read := f.endpoint()
+		other := f.db.Open(t)
+		// Two writers, on two connections, both start from the same read.
+		first, second := read, read
+		first.Description = "first"
+		second.Secrets = append(second.Secrets, storage.NewSecret("whsec_c2Vjb25k", nil))
+		won, err := other.EndpointUpdate(f.ctx, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !won.UpdatedAt.After(read.UpdatedAt) {
+			t.Fatalf("updated_at did not move forward: %s then %s", read.UpdatedAt, won.UpdatedAt)
+		}
+		_, err = f.store.EndpointUpdate(f.ctx, second)
+		wantErr(t, err, storage.ErrConflict, "update from a stale read")
+		got, err := f.store.EndpointGet(f.ctx, read.ID)
+		if err != nil || got.Description != "first" || len(got.Secrets) != 1 || !got.UpdatedAt.Equal(won.UpdatedAt) {
+			t.Fatalf("after the refused update: %+v, %v", got, err)
+		}
+		// Reapplied on a fresh read it goes through; back to back, each
+		// update is a new version.
+		got.Secrets = second.Secrets
+		again, err := f.store.EndpointUpdate(f.ctx, got)
+		if err != nil || len(again.Secrets) != 2 {
+			t.Fatalf("reapplied update: %+v, %v", again, err)
+		}
+		again.Description = "third"
+		third, err := f.store.EndpointUpdate(f.ctx, again)
+		if err != nil || !third.UpdatedAt.After(again.UpdatedAt) {
+			t.Fatalf("back-to-back update: %+v, %v", third, err)
+		}
+		// A zero UpdatedAt overwrites unconditionally.
+		blind := third
+		blind.UpdatedAt = time.Time{}
+		blind.Description = "blind"
+		if _, err := f.store.EndpointUpdate(f.ctx, blind); err != nil {
+			t.Fatalf("unconditional update: %v", err)
+		}
+	})
+
 	t.Run("an endpoint without a transport or a secret is refused", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
