@@ -136,3 +136,51 @@ func TestStandardWebhooksSignVerifiesWithOurs(t *testing.T) {
 		}
 	})
 }
+
+// A request signed by the Standard Webhooks library passes the Handler, and
+// the Handler turns it away once any signed part is changed: a receiver can
+// put the Handler in front of any sender that follows the scheme.
+func TestStandardWebhooksSignedRequestPassesTheHandler(t *testing.T) {
+	t.Parallel()
+	r := newReceiver(t)
+	wh, err := standardwebhooks.NewWebhook(r.secret)
+	if err != nil {
+		t.Fatalf("standardwebhooks.NewWebhook: %v", err)
+	}
+	body := submissionBody(subID)
+	ts := time.Now()
+	sig, err := wh.Sign("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", ts, body)
+	if err != nil {
+		t.Fatalf("their Sign: %v", err)
+	}
+	theirs := func(id string, unix int64, sig string) http.Header {
+		h := http.Header{}
+		h.Set(standardwebhooks.HeaderWebhookID, id)
+		h.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(unix, 10))
+		h.Set(standardwebhooks.HeaderWebhookSignature, sig)
+		return h
+	}
+	refused := []struct {
+		name string
+		h    http.Header
+		body []byte
+	}{
+		{"their signature over another body", theirs("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", ts.Unix(), sig), submissionBody("sub_00000000000000000000000000000000")},
+		{"their signature under another id", theirs("msg_other", ts.Unix(), sig), body},
+		{"their signature under another timestamp", theirs("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", ts.Unix()-1, sig), body},
+	}
+	for _, tc := range refused {
+		if status, text := post(t, r.url, tc.h, tc.body); status != http.StatusUnauthorized {
+			t.Errorf("%s: %d %q, want 401", tc.name, status, text)
+		}
+	}
+	if r.rec.count() != 0 {
+		t.Fatalf("the handler ran for a refused request")
+	}
+	if status, text := post(t, r.url, theirs("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", ts.Unix(), sig), body); status != http.StatusNoContent {
+		t.Fatalf("their signed request: %d %q, want 204", status, text)
+	}
+	if r.rec.count() != 1 || r.rec.events[0].Submission.ID != subID {
+		t.Fatalf("handler saw %d events, want the one submission", r.rec.count())
+	}
+}

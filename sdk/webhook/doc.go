@@ -1,13 +1,18 @@
 // Package webhook signs and verifies Hymical webhook deliveries using the
-// Standard Webhooks scheme (https://www.standardwebhooks.com).
+// Standard Webhooks scheme (https://www.standardwebhooks.com), and gives
+// receivers what they need on top: deduplication on the submission id and
+// an http.Handler that does verification, deduplication and the response
+// codes the sender acts on.
 //
-// It owns the wire format of a signature and nothing else: the three header
-// names, the "whsec_" secret format, the HMAC-SHA256 over
+// It owns the wire format of a signature (the three header names, the
+// "whsec_" secret format, the HMAC-SHA256 over
 // msgID + "." + unixSeconds + "." + body, and the rules a receiver applies to
-// accept or reject a request. The core server imports it to sign every
-// attempt; receivers import it to verify. It must not import server/,
-// storage/ or any plugin package, so that a receiver can depend on it
-// without pulling in the delivery server.
+// accept or reject a request) and the receiver-side helpers built on it. The
+// core server imports it to sign every attempt; receivers import it to
+// verify and dedupe. It must not import server/, storage/, any plugin
+// package or any database driver, so that a receiver can depend on it
+// without pulling in the delivery server; the SQL deduper speaks
+// database/sql and the receiver chooses the driver.
 //
 // # Signing (the sender)
 //
@@ -47,8 +52,38 @@
 //
 // After verifying, deduplicate on the submission id inside the payload,
 // submission.id (for example "sub_48984534f33749c49a88de2d59400dce"). It is
-// stable across every attempt and every replay of the same delivery. Record
-// the ids you have processed and acknowledge repeats without acting on them
-// again. The webhook-timestamp header changes on every attempt, so it is not
-// a dedupe key.
+// stable across every attempt and every replay of the same delivery. The
+// webhook-timestamp header changes on every attempt, and webhook-id differs
+// between endpoints, so neither is the key.
+//
+// A Deduper records processed ids: Process(ctx, id, fn) runs fn unless id
+// was processed before, and records id only when fn succeeds, so a failure
+// is retried by the sender and processed then. SQLDeduper keeps the ids in
+// SQLite or PostgreSQL and does the record and the work in one transaction;
+// with ProcessTx the work's own writes share that transaction, and a
+// submission has its effect exactly once however often it arrives.
+// MemoryDeduper is for tests and single-process receivers that can live with
+// forgetting.
+//
+// # Receiving
+//
+// Handler puts it together:
+//
+//	db, _ := sql.Open("sqlite", "receiver.db?_pragma=busy_timeout(10000)&_txlock=immediate")
+//	dedupe, _ := webhook.NewSQLDeduper(db, webhook.SQLOptions{Dialect: webhook.DialectSQLite})
+//	_ = dedupe.CreateTable(ctx)
+//	verifier, _ := webhook.NewVerifier([]string{os.Getenv("HYMICAL_WEBHOOK_SECRET")})
+//	h, _ := webhook.NewTxHandler(verifier, dedupe, func(ctx context.Context, tx *sql.Tx, ev webhook.Event) error {
+//		_, err := tx.ExecContext(ctx, "INSERT INTO leads (submission_id, data) VALUES (?, ?)", ev.Submission.ID, ev.Submission.Data)
+//		return err
+//	})
+//	http.Handle("POST /webhooks/hymical", h)
+//
+// It answers 204 when the handler succeeded, 200 for a submission already
+// processed, 500 when the handler failed (the sender retries), 401 when
+// verification failed, 413 for a body over the limit and 400 for a signed
+// body that is not a submission event. Hymical's HTTP transport treats any
+// 4xx other than 408 and 429 as permanent, so a receiver holding the wrong
+// secret fails the delivery at once; fix the secret and have an operator
+// replay it.
 package webhook
