@@ -285,7 +285,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "list") {
-		return errors.New("usage: hymical endpoints add --url URL [--form ID]... | hymical endpoints list")
+		return errors.New("usage: hymical endpoints add --url URL [--form ID]... [--endpoint-config KEY=VALUE]... | hymical endpoints list")
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("endpoints "+sub, flag.ContinueOnError)
@@ -294,9 +294,10 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	target := fs.String("url", "", "add: the receiver's URL")
 	transportName := fs.String("transport", "http", "add: the transport plugin")
 	description := fs.String("description", "", "add: a note for operators")
-	var forms, types listFlag
+	var forms, types, settings listFlag
 	fs.Var(&forms, "form", "add: a form id to subscribe to (repeat; none means every form)")
 	fs.Var(&types, "event-type", "add: an event type to subscribe to (repeat; none means every type)")
+	fs.Var(&settings, "endpoint-config", "add: KEY=VALUE for the transport, e.g. subject=forms.new for nats (repeat)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -305,10 +306,18 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if sub == "add" {
-		if *target == "" {
-			return errors.New("endpoints add needs --url")
+		if *target == "" && len(settings) == 0 {
+			return errors.New("endpoints add needs --url, or --endpoint-config for a transport that takes no URL")
 		}
-		body := map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description}
+		epConfig := map[string]string{}
+		for _, kv := range settings {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return fmt.Errorf("--endpoint-config %q is not KEY=VALUE", kv)
+			}
+			epConfig[k] = v
+		}
+		body := map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description, "config": epConfig}
 		var created struct {
 			ID     string `json:"id"`
 			URL    string `json:"url"`
@@ -317,7 +326,11 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err := c.do(ctx, http.MethodPost, "/v1/endpoints", body, &created); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "endpoint %s → %s\nsigning secret (shown once; give it to the receiver): %s\n", created.ID, created.URL, created.Secret)
+		target := created.URL
+		if target == "" {
+			target = "transport " + *transportName
+		}
+		fmt.Fprintf(stdout, "endpoint %s → %s\nsigning secret (shown once; give it to the receiver): %s\n", created.ID, target, created.Secret)
 		return nil
 	}
 	var list struct {
