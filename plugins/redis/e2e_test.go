@@ -1,30 +1,22 @@
 package main_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hymical/hymical/internal/e2etest"
 	"github.com/hymical/hymical/plugins/redis/redistest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
-	"github.com/hymical/hymical/storage/postgres"
-	"github.com/hymical/hymical/storage/postgres/pgtest"
-	"github.com/hymical/hymical/storage/sqlite"
 )
 
 // End to end: a real store, the real plugin host launching the real
@@ -35,54 +27,7 @@ import (
 var pluginDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "hymical-redis-plugin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pluginDir = dir
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pluginhost.BinaryPrefix+"redis"), ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build hymical-plugin-redis: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-var backends = map[string]func(t *testing.T) storage.Store{
-	"sqlite": func(t *testing.T) storage.Store {
-		s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hymical.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return migrated(t, s)
-	},
-	"postgres": func(t *testing.T) storage.Store {
-		s, err := postgres.Open(t.Context(), pgtest.NewDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return migrated(t, s)
-	},
-}
-
-func migrated(t *testing.T, s storage.Store) storage.Store {
-	t.Helper()
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Migrate(context.Background(), storage.MigrateParams{}); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func quietLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
+	e2etest.PluginMain(m, map[string]string{"redis": "github.com/hymical/hymical/plugins/redis"}, &pluginDir)
 }
 
 // fastConfig retries quickly, and often enough to outlast the broker's
@@ -101,95 +46,8 @@ func fastConfig() worker.Config {
 	}
 }
 
-func runPool(t *testing.T, store storage.Store, host *pluginhost.Host) {
-	t.Helper()
-	pool, err := worker.New(store, host, fastConfig(), quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("pool.Run: %v", err)
-		}
-	})
-}
-
-func submit(t *testing.T, store storage.Store, n int) map[string]storage.Event {
-	t.Helper()
-	out := map[string]storage.Event{}
-	for i := range n {
-		ev, err := server.SubmissionEvent("form_1", []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := store.EventCreate(t.Context(), ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.Deliveries) != 1 {
-			t.Fatalf("fan-out made %d deliveries, want 1", len(res.Deliveries))
-		}
-		out[res.Deliveries[0].ID] = res.Event
-	}
-	return out
-}
-
-// waitUntil polls cond every 20 ms for up to limit.
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s, still not %s: %s", limit, what, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// delivered counts the deliveries among ids that are delivered.
-func delivered(t *testing.T, store storage.Store, ids map[string]storage.Event) int {
-	t.Helper()
-	n := 0
-	for id := range ids {
-		d, err := store.DeliveryGet(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.State == storage.StateDelivered {
-			n++
-		}
-	}
-	return n
-}
-
-// retryableAttempts counts the retryable attempts recorded for ids.
-func retryableAttempts(t *testing.T, store storage.Store, ids map[string]storage.Event) int {
-	t.Helper()
-	n := 0
-	for id := range ids {
-		as, err := store.AttemptList(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range as {
-			if a.Outcome == storage.OutcomeRetryable {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 func TestDeliveryThroughTheRealPlugin(t *testing.T) {
-	for name, open := range backends {
+	for name, open := range e2etest.Backends() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
@@ -201,7 +59,7 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			host, err := pluginhost.New(ctx, pluginhost.Config{
 				Dir:     pluginDir,
 				Plugins: []pluginhost.PluginConfig{{Name: "redis", Settings: map[string]string{"connect_timeout": "1s"}}},
-			}, quietLogger())
+			}, e2etest.Logger())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,21 +85,21 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			runPool(t, store, host)
+			e2etest.RunPool(t, store, host, fastConfig())
 
 			// The broker dies mid-run, with deliveries going out: some of
 			// those may be on the wire when it does.
-			before := submit(t, store, 30)
-			waitUntil(t, 20*time.Second, "delivering", func() (bool, string) {
-				n := delivered(t, store, before)
+			before := e2etest.Submit(t, store, "form_1", 30)
+			e2etest.WaitUntil(t, 20*time.Second, "delivering", func() (bool, string) {
+				n := e2etest.CountDelivered(t, store, before)
 				return n >= 3, fmt.Sprintf("%d delivered", n)
 			})
 			broker.Stop()
 			// Deliveries made while it is away fail as retryable and wait
 			// in the store.
-			during := submit(t, store, 20)
-			waitUntil(t, 20*time.Second, "retrying while the broker is down", func() (bool, string) {
-				n := retryableAttempts(t, store, during)
+			during := e2etest.Submit(t, store, "form_1", 20)
+			e2etest.WaitUntil(t, 20*time.Second, "retrying while the broker is down", func() (bool, string) {
+				n := e2etest.CountAttempts(t, store, during, storage.OutcomeRetryable)
 				return n >= 10, fmt.Sprintf("%d retryable attempts", n)
 			})
 
@@ -255,8 +113,8 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			for id, ev := range during {
 				all[id] = ev
 			}
-			waitUntil(t, 30*time.Second, "all delivered after the outage", func() (bool, string) {
-				n := delivered(t, store, all)
+			e2etest.WaitUntil(t, 30*time.Second, "all delivered after the outage", func() (bool, string) {
+				n := e2etest.CountDelivered(t, store, all)
 				return n == len(all), fmt.Sprintf("%d of %d delivered", n, len(all))
 			})
 

@@ -1,0 +1,186 @@
+// Package e2etest is what the end-to-end tests share: building real plugin
+// binaries, opening a fresh migrated store of each kind, running a real
+// worker pool, submitting and waiting. It is imported only by tests; its
+// stores are real databases (SQLite files, PostgreSQL through pgtest),
+// never a mock.
+package e2etest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/postgres"
+	"github.com/hymical/hymical/storage/postgres/pgtest"
+	"github.com/hymical/hymical/storage/sqlite"
+)
+
+// BuildPlugins builds each plugin as dir/hymical-plugin-<name> from its
+// package's import path (e.g. "github.com/hymical/hymical/plugins/http"),
+// so it works from any package's test.
+func BuildPlugins(dir string, pkgs map[string]string) error {
+	for name, pkg := range pkgs {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pluginhost.BinaryPrefix+name), pkg).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("build plugin %s from %s: %v\n%s", name, pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// PluginMain builds the plugins into a fresh temporary directory, runs the
+// tests with it, and removes it: the body of a TestMain.
+func PluginMain(m *testing.M, pkgs map[string]string, dir *string) {
+	d, err := os.MkdirTemp("", "hymical-plugins-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := BuildPlugins(d, pkgs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(d)
+		os.Exit(1)
+	}
+	*dir = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
+}
+
+// Backends opens a fresh, migrated store of each kind, closed when the test
+// ends. The PostgreSQL one skips without HYMICAL_TEST_POSTGRES_DSN (and
+// fails under CI=true).
+func Backends() map[string]func(t *testing.T) storage.Store {
+	return map[string]func(t *testing.T) storage.Store{
+		"sqlite": func(t *testing.T) storage.Store {
+			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hymical.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return migrated(t, s)
+		},
+		"postgres": func(t *testing.T) storage.Store {
+			s, err := postgres.Open(t.Context(), pgtest.NewDatabase(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return migrated(t, s)
+		},
+	}
+}
+
+func migrated(t *testing.T, s storage.Store) storage.Store {
+	t.Helper()
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(context.Background(), storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Logger is silent unless the tests run with -v.
+func Logger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// RunPool runs a worker pool until the test ends.
+func RunPool(t *testing.T, store worker.Store, sender worker.Sender, cfg worker.Config) {
+	t.Helper()
+	pool, err := worker.New(store, sender, cfg, Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pool.Run: %v", err)
+		}
+	})
+}
+
+// Submit creates n submissions of formID, each fanning out to exactly one
+// endpoint, and returns their events by delivery id.
+func Submit(t *testing.T, store storage.Store, formID string, n int) map[string]storage.Event {
+	t.Helper()
+	out := map[string]storage.Event{}
+	for i := range n {
+		ev, err := server.SubmissionEvent(formID, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.EventCreate(t.Context(), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Deliveries) != 1 {
+			t.Fatalf("fan-out made %d deliveries, want 1", len(res.Deliveries))
+		}
+		out[res.Deliveries[0].ID] = res.Event
+	}
+	return out
+}
+
+// WaitUntil polls cond every 20 ms for up to limit; cond also says what it saw.
+func WaitUntil(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, still not %s: %s", limit, what, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// CountDelivered counts the deliveries among ids that are delivered.
+func CountDelivered(t *testing.T, store storage.Store, ids map[string]storage.Event) int {
+	t.Helper()
+	n := 0
+	for id := range ids {
+		d, err := store.DeliveryGet(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State == storage.StateDelivered {
+			n++
+		}
+	}
+	return n
+}
+
+// CountAttempts counts the attempts with outcome recorded for ids.
+func CountAttempts(t *testing.T, store storage.Store, ids map[string]storage.Event, outcome storage.OutcomeKind) int {
+	t.Helper()
+	n := 0
+	for id := range ids {
+		as, err := store.AttemptList(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.Outcome == outcome {
+				n++
+			}
+		}
+	}
+	return n
+}
