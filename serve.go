@@ -17,11 +17,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 )
@@ -75,11 +78,31 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	host, err := pluginhost.New(ctx, cfg.PluginHost(), log)
+	tel, err := startTelemetry(ctx, cfg, stdout, log)
+	if err != nil {
+		return err
+	}
+	// Deferred before the plugins' Close, so it runs after it: the last
+	// spans of the shutdown are flushed too.
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(flushCtx); err != nil {
+			log.Warn("telemetry did not flush on shutdown", "error", err)
+		}
+	}()
+
+	hostCfg := cfg.PluginHost()
+	hostCfg.TracerProvider, hostCfg.PluginEnv = tel.TracerProvider(), tel.PluginEnv
+	host, err := pluginhost.New(ctx, hostCfg, log)
 	if err != nil {
 		return err
 	}
 	defer host.Close()
+	metrics, err := observe(tel, store, host)
+	if err != nil {
+		return err
+	}
 
 	handler, err := api.New(api.Options{
 		Store:               store,
@@ -90,11 +113,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		Logger:              log.With("component", "api"),
+		TracerProvider:      tel.TracerProvider(),
+		Metrics:             tel.MetricsHandler(),
+		MetricsPublic:       cfg.Telemetry.MetricsPublic,
 	})
 	if err != nil {
 		return err
 	}
-	pool, err := worker.New(store, host, cfg.Worker(), log.With("component", "worker"))
+	workerCfg := cfg.Worker()
+	workerCfg.TracerProvider, workerCfg.Metrics = tel.TracerProvider(), metrics
+	pool, err := worker.New(store, host, workerCfg, log.With("component", "worker"))
 	if err != nil {
 		return err
 	}
@@ -105,6 +133,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	fmt.Fprintf(stdout, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
 		server.Build(), ln.Addr(), shownURL, schema, strings.Join(host.Names(), ", "), cfg.Plugins.Dir)
+	if tel.Tracing() || tel.MetricsHandler() != nil {
+		fmt.Fprintf(stdout, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
+	}
 	if cfg.Server.InsecureDevMode {
 		fmt.Fprintln(stdout, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")
 	} else if generated {
@@ -140,6 +171,68 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	wg.Wait()
 	close(errs)
 	return errors.Join(collect(errs)...)
+}
+
+// startTelemetry sets up tracing and metrics as the config says. This is
+// the one place the OpenTelemetry globals are touched: export errors (a
+// collector that is down) have no per-provider handler, so the global one
+// is pointed at the server's log rather than the standard library's.
+func startTelemetry(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog.Logger) (*telemetry.Telemetry, error) {
+	settings := cfg.Telemetry.Settings()
+	settings.ServiceVersion, settings.Stdout, settings.Environ = server.Build(), stdout, os.Environ()
+	tel, err := telemetry.New(ctx, settings)
+	if err != nil {
+		return nil, err
+	}
+	if tel.Tracing() {
+		tlog := log.With("component", "telemetry")
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			tlog.Warn("exporting telemetry failed", "error", err)
+		}))
+	}
+	return tel, nil
+}
+
+// observe creates the worker's instruments and registers the gauges read
+// from the database and the plugin host on every scrape.
+func observe(tel *telemetry.Telemetry, store storage.Store, host *pluginhost.Host) (*telemetry.Metrics, error) {
+	mp := tel.MeterProvider()
+	metrics, err := telemetry.NewMetrics(mp)
+	if err != nil {
+		return nil, err
+	}
+	_, err = telemetry.ObserveDeliveries(mp, func(ctx context.Context) (map[string]int64, int64, error) {
+		st, err := store.DeliveryStats(ctx, time.Time{})
+		if err != nil {
+			return nil, 0, err
+		}
+		byState := make(map[string]int64, len(st.ByState))
+		for s, n := range st.ByState {
+			byState[string(s)] = n
+		}
+		return byState, st.Due, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = telemetry.ObservePluginRestarts(mp, func() map[string]int {
+		out := map[string]int{}
+		for _, p := range host.Plugins() {
+			out[p.Name] = p.Restarts
+		}
+		return out
+	})
+	return metrics, err
+}
+
+func metricsShown(t config.TelemetryConfig) string {
+	switch {
+	case !t.Metrics:
+		return "off"
+	case t.MetricsPublic:
+		return "on /metrics (public)"
+	}
+	return "on /metrics (admin token)"
 }
 
 func collect(errs <-chan error) []error {

@@ -160,6 +160,27 @@
 // # Context and tracing
 //
 // Every call takes a context, and the shims carry it across the boundary:
-// the host's deadline and cancellation reach the plugin's context, and
-// trace context (W3C traceparent) can travel in the gRPC metadata.
+// the host's deadline and cancellation reach the plugin's context, and so
+// does the trace context of the attempt (W3C traceparent in the gRPC
+// metadata; the host dials with TraceDialOption). Serve gives each call a
+// server span of the plugin's own, a child of the host's call, so the ctx a
+// Send gets carries the attempt's trace.
+//
+// Serve sets the plugin's tracing up from the standard OpenTelemetry
+// variables the host passes it (EnvTracesExporter and the rest: the host
+// hands over the same exporter, collector and resource attributes it uses,
+// with the service name SERVICE-plugin-NAME). With none set the plugin
+// exports nothing, and the trace context still goes through. To make spans
+// of its own, a plugin takes the tracer from the context, so it needs no
+// set-up and no globals:
+//
+//	tracer := trace.SpanFromContext(ctx).TracerProvider().Tracer("my-plugin")
+//	ctx, span := tracer.Start(ctx, "publish", trace.WithSpanKind(trace.SpanKindProducer))
+//	defer span.End()
+//
+// and a plugin that sends onwards propagates it the same way, e.g. with
+// propagation.TraceContext{}.Inject into its message's headers, as the http
+// plugin does into its request. A span must never carry the message's
+// headers (they hold the signature), its body, or a secret from the
+// settings or the endpoint's config.
 package transport

@@ -1,7 +1,12 @@
 package transport
 
 import (
+	"context"
+	"fmt"
+	"os"
+
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 )
 
 // PluginName is the name the one plugin a transport binary serves is
@@ -50,10 +55,29 @@ func VersionedPlugins(impl Transport) map[int]plugin.PluginSet {
 // The plugin's log output goes to its standard error, which the host reads
 // and logs under the plugin's name; anything a plugin writes to stdout is
 // discarded.
+//
+// Serve sets up the plugin's tracing from the OTEL_* environment the host
+// gives it (see EnvTracesExporter): each call's context carries the host's
+// trace context and a server span of the plugin's own, and the spans are
+// flushed when the host stops the plugin. A tracing set-up that fails is
+// reported on standard error and leaves tracing off; it never stops the
+// plugin.
 func Serve(impl Transport) {
+	ctx := context.Background()
+	tp, shutdown, err := pluginTracing(ctx, os.Getenv, stderr{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hymical transport plugin: tracing is off: %v\n", err)
+	}
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake(),
 		VersionedPlugins: VersionedPlugins(impl),
-		GRPCServer:       plugin.DefaultGRPCServer,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts, traceServerOption(tp))...)
+		},
 	})
+	if shutdown != nil {
+		ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		_ = shutdown(ctx) // nothing is left to report a failed flush to
+	}
 }

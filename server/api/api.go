@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -68,6 +73,17 @@ type Options struct {
 	// Ready, when set, is checked by /readyz after the store; an error
 	// makes the server not ready, and its text is the reason shown.
 	Ready func(ctx context.Context) error
+	// TracerProvider makes a server span for every /v1 request, continuing
+	// the caller's W3C trace context, and the fan-out span of an ingest;
+	// nil means none. The ingest span's traceparent (or, with tracing off,
+	// the caller's) is stored with the event, for its attempts to link to.
+	TracerProvider trace.TracerProvider
+	// Metrics serves GET /metrics (the Prometheus exposition); nil answers
+	// 404 saying how to turn metrics on.
+	Metrics http.Handler
+	// MetricsPublic lets GET /metrics be scraped without a token. Otherwise
+	// it needs the admin token, like every route but ingest and the probes.
+	MetricsPublic bool
 }
 
 // handler is the API. It holds no state of its own beyond what New sets and
@@ -81,6 +97,9 @@ type handler struct {
 	grace      time.Duration
 	log        *slog.Logger
 	ready      func(ctx context.Context) error
+	tracer     trace.Tracer
+	metrics    http.Handler
+	metricsWho access
 	mux        *http.ServeMux
 	// endpoints serialises read-modify-write of one endpoint within this
 	// process, so a rotation and a concurrent PATCH cannot drop each
@@ -124,7 +143,18 @@ func newHandler(opts Options) (*handler, error) {
 	} else if len(opts.AdminToken) < minTokenLen {
 		log.Warn("the admin token is short; use at least 32 random characters", "length", len(opts.AdminToken))
 	}
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	metricsWho := admin
+	if opts.MetricsPublic {
+		metricsWho = public
+	}
 	h := &handler{
+		tracer:     tp.Tracer(telemetry.ScopeName),
+		metrics:    opts.Metrics,
+		metricsWho: metricsWho,
 		store:      opts.Store,
 		transports: opts.Transports,
 		auth:       auth,
@@ -159,6 +189,7 @@ const (
 func (h *handler) routes() {
 	h.handle("GET /healthz", public, h.healthz)
 	h.handle("GET /readyz", public, h.readyz)
+	h.handle("GET /metrics", h.metricsWho, h.serveMetrics)
 
 	h.handle("POST /v1/forms/{form_id}/submissions", ingest, h.createSubmission)
 	h.handle("POST /v1/events", ingest, h.createEvent)
@@ -184,7 +215,13 @@ func (h *handler) routes() {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (h *handler) handle(pattern string, who access, fn handlerFunc) {
+	traced := strings.Contains(pattern, " /v1/")
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if traced {
+			var end func()
+			w, r, end = h.traceRequest(w, r, pattern)
+			defer end()
+		}
 		if who != public {
 			if err := h.auth.check(r, who); err != nil {
 				h.fail(w, r, err)

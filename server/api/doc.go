@@ -1,8 +1,12 @@
 // Package api is the HTTP API of the Hymical delivery server: ingest of form
 // submissions and generic events, management of endpoints, inspection and
-// replay of deliveries, and the liveness and readiness probes. Everything it
-// serves is JSON under /v1 (the probes excepted), routed with the Go 1.22
-// ServeMux patterns, behind bearer-token authentication.
+// replay of deliveries, the liveness and readiness probes, and the
+// Prometheus exposition on /metrics. Everything it serves is JSON under /v1
+// (the probes and /metrics excepted), routed with the Go 1.22 ServeMux
+// patterns, behind bearer-token authentication. Every /v1 request is a
+// server span that continues the caller's W3C trace context; an ingest
+// stores its span's traceparent with the event, so every later attempt
+// links back to it.
 //
 // It owns request parsing, authentication, input validation and the mapping
 // of storage sentinels to HTTP statuses, and nothing else. It must not

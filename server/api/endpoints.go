@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -185,7 +186,10 @@ func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 // on the endpoint it is given. change returns false when there is nothing
 // to write.
 func (h *handler) modifyEndpoint(ctx context.Context, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
-	const tries = 8
+	// Every conflict means another change won, so contention ends; the cap
+	// only stops a pathological loop. A short random pause spreads writers
+	// that collided so they do not collide again in step.
+	const tries = 64
 	for try := 1; ; try++ {
 		e, err := h.store.EndpointGet(ctx, id)
 		if err != nil {
@@ -197,6 +201,11 @@ func (h *handler) modifyEndpoint(ctx context.Context, id string, change func(e *
 		}
 		updated, err := h.store.EndpointUpdate(ctx, e)
 		if errors.Is(err, storage.ErrConflict) && try < tries {
+			select {
+			case <-time.After(time.Duration(rand.IntN(2000)) * time.Microsecond):
+			case <-ctx.Done():
+				return storage.Endpoint{}, ctx.Err()
+			}
 			continue
 		}
 		if err != nil {

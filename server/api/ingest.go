@@ -10,7 +10,12 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -44,14 +49,55 @@ func eventScope(key string) string              { return "event:" + key }
 // traceParentPattern is the W3C traceparent format, version 00.
 var traceParentPattern = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 
-// traceParent keeps the caller's trace context when it is well formed, so
-// attempts made later can link back to the request that made the event.
+// traceParent is the trace context to store with an event, so attempts
+// made later can link back to the request that made it: the ingest
+// request's span, which continues the caller's well-formed traceparent;
+// with tracing off, the caller's traceparent itself; "" when there is none.
 func traceParent(r *http.Request) string {
-	tp := r.Header.Get("traceparent")
+	tp := telemetry.TraceParent(r.Context())
 	if traceParentPattern.MatchString(tp) {
 		return tp
 	}
 	return ""
+}
+
+// fanout writes ev and fans it out, under a span of its own, and
+// describes the result on the ingest request's span.
+func (h *handler) fanout(r *http.Request, ev storage.Event) (storage.EventCreateResult, error) {
+	ingest := trace.SpanFromContext(r.Context())
+	ev.TraceParent = traceParent(r)
+	ctx, span := h.tracer.Start(r.Context(), telemetry.SpanFanout, trace.WithAttributes(
+		telemetry.AttrEventID.String(ev.ID), telemetry.AttrEventType.String(ev.Type)))
+	defer span.End()
+	res, err := h.store.EventCreate(ctx, ev)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "writing the event failed")
+		return res, err
+	}
+	if !span.IsRecording() {
+		return res, nil
+	}
+	ids := make([]string, len(res.Deliveries))
+	for i, d := range res.Deliveries {
+		ids[i] = d.ID
+	}
+	// Attempts link back to the ingest span; listing the deliveries here
+	// lets one follow a submission forward to them.
+	span.SetAttributes(telemetry.AttrFanoutCount.Int(len(ids)), telemetry.AttrDeliveryIDs.StringSlice(ids),
+		telemetry.AttrIdempotentReplay.Bool(res.Duplicate))
+	attrs := []attribute.KeyValue{
+		telemetry.AttrEventID.String(res.Event.ID), telemetry.AttrEventType.String(res.Event.Type),
+		telemetry.AttrFanoutCount.Int(len(ids)), telemetry.AttrIdempotentReplay.Bool(res.Duplicate),
+	}
+	if res.Event.SubmissionID != "" {
+		attrs = append(attrs, telemetry.AttrSubmissionID.String(res.Event.SubmissionID))
+	}
+	if res.Event.FormID != "" {
+		attrs = append(attrs, telemetry.AttrFormID.String(res.Event.FormID))
+	}
+	ingest.SetAttributes(attrs...)
+	return res, nil
 }
 
 // POST /v1/forms/{form_id}/submissions
@@ -82,8 +128,7 @@ func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error
 	if key != "" {
 		ev.IdempotencyKey = submissionScope(formID, key)
 	}
-	ev.TraceParent = traceParent(r)
-	res, err := h.store.EventCreate(r.Context(), ev)
+	res, err := h.fanout(r, ev)
 	if err != nil {
 		return storeError(err, "the submission")
 	}
@@ -165,11 +210,11 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ev := storage.Event{ID: id, Type: req.Type, FormID: req.FormID, Payload: payload, TraceParent: traceParent(r), CreatedAt: now}
+	ev := storage.Event{ID: id, Type: req.Type, FormID: req.FormID, Payload: payload, CreatedAt: now}
 	if key != "" {
 		ev.IdempotencyKey = eventScope(key)
 	}
-	res, err := h.store.EventCreate(r.Context(), ev)
+	res, err := h.fanout(r, ev)
 	if err != nil {
 		return storeError(err, "the event")
 	}

@@ -3,8 +3,8 @@
 // command-line flags, layered with koanf. It owns the key names, their
 // defaults, their documentation (the doc struct tags, which --help prints,
 // so the two cannot drift), every rule a value must pass before the server
-// starts, and the conversion into the worker's and the plugin host's own
-// configs.
+// starts, and the conversion into the worker's, the plugin host's and the
+// telemetry set-up's own configs.
 //
 // It must not open the database, start a plugin or listen on a socket: it
 // only says whether a configuration makes sense. It must never show a
@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/worker"
 )
 
@@ -36,12 +37,13 @@ import (
 // The worker section is the field Workers because Config has a Worker
 // method; its key is still "worker".
 type Config struct {
-	Database DatabaseConfig `koanf:"database" doc:"Where delivery state is kept."`
-	Server   ServerConfig   `koanf:"server" doc:"The HTTP API: where it listens and who may call it."`
-	Workers  WorkerConfig   `koanf:"worker" doc:"The delivery loop: how deliveries are claimed, leased and retried."`
-	Webhook  WebhookConfig  `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
-	Plugins  PluginsConfig  `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
-	Log      LogConfig      `koanf:"log" doc:"The server's own log."`
+	Database  DatabaseConfig  `koanf:"database" doc:"Where delivery state is kept."`
+	Server    ServerConfig    `koanf:"server" doc:"The HTTP API: where it listens and who may call it."`
+	Workers   WorkerConfig    `koanf:"worker" doc:"The delivery loop: how deliveries are claimed, leased and retried."`
+	Webhook   WebhookConfig   `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
+	Plugins   PluginsConfig   `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
+	Log       LogConfig       `koanf:"log" doc:"The server's own log."`
+	Telemetry TelemetryConfig `koanf:"telemetry" doc:"OpenTelemetry: a trace of every attempt, from the ingest request through the plugin to the receiver, and Prometheus metrics on /metrics. Both are off by default, at no cost. The standard OTEL_* variables (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and the rest) are honoured as well, and passed on to the plugins."`
 }
 
 // DatabaseConfig says where delivery state is kept.
@@ -92,6 +94,39 @@ type PluginConfig struct {
 	Path     string   `koanf:"path" doc:"The executable; empty means plugins.dir/hymical-plugin-NAME."`
 	SHA256   string   `koanf:"sha256" doc:"Hex SHA-256 the executable must have."`
 	Settings Settings `koanf:"settings" doc:"Handed to the plugin's Configure after every launch."`
+}
+
+// TelemetryConfig is the OpenTelemetry set-up's.
+type TelemetryConfig struct {
+	Exporter           string   `koanf:"exporter" doc:"Where traces go: none (tracing off, the default), otlp-grpc or otlp-http (OTLP to a collector or a tracing backend), or stdout (one JSON span a line on standard output, for debugging). Plugins send their own spans to the same place."`
+	Endpoint           string   `koanf:"endpoint" doc:"The OTLP collector for otlp-grpc and otlp-http: host:port (TLS unless telemetry.insecure), or an http:// or https:// URL; for otlp-http a URL without a path is sent to /v1/traces. Empty uses OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, then localhost:4317 (gRPC) or localhost:4318 (HTTP). Put credentials in OTEL_EXPORTER_OTLP_HEADERS, never here."`
+	Insecure           bool     `koanf:"insecure" doc:"Send OTLP without TLS, e.g. to a collector on the same host or network. An http:// endpoint is plaintext anyway."`
+	ServiceName        string   `koanf:"service_name" doc:"service.name of the server's spans and metrics; each plugin reports as SERVICE-plugin-NAME. OTEL_SERVICE_NAME overrides it."`
+	ResourceAttributes []string `koanf:"resource_attributes" doc:"More resource attributes for spans and metrics, each key=value, e.g. deployment.environment=production. Comma-separated in the environment. OTEL_RESOURCE_ATTRIBUTES adds to them and wins on the same key."`
+	Metrics            bool     `koanf:"metrics" doc:"Serve Prometheus metrics on GET /metrics of the API: deliveries by state, due deliveries (the queue depth), attempts by outcome and transport, late attempts, send and claim-to-send durations, plugin restarts."`
+	MetricsPublic      bool     `koanf:"metrics_public" doc:"Let GET /metrics be scraped without a token. When false, the scraper sends the admin token as a bearer token. Metrics hold counts, never secrets, but they tell anyone who can reach them how busy the server is."`
+}
+
+// Settings is the telemetry set-up's configuration. The caller adds what
+// only it knows: the service version, the stdout writer and the process
+// environment.
+func (t TelemetryConfig) Settings() telemetry.Config {
+	var attrs map[string]string
+	for _, kv := range t.ResourceAttributes {
+		k, v, _ := strings.Cut(kv, "=")
+		if attrs == nil {
+			attrs = map[string]string{}
+		}
+		attrs[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return telemetry.Config{
+		Exporter:           telemetry.Exporter(t.Exporter),
+		Endpoint:           t.Endpoint,
+		Insecure:           t.Insecure,
+		ServiceName:        t.ServiceName,
+		ResourceAttributes: attrs,
+		Metrics:            t.Metrics,
+	}
 }
 
 // LogConfig is the server log's.
@@ -148,7 +183,8 @@ func Default() Config {
 			SendGrace:    pluginhost.DefaultSendGrace,
 			StartTimeout: pluginhost.DefaultStartTimeout,
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:       LogConfig{Level: "info", Format: "text"},
+		Telemetry: TelemetryConfig{Exporter: string(telemetry.ExporterNone), ServiceName: telemetry.DefaultServiceName},
 	}
 }
 

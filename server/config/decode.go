@@ -36,7 +36,7 @@ func decodeField(k *koanf.Koanf, f field, cfg *Config, r *report, src map[string
 	var v any
 	var problem string
 	switch f.kind {
-	case kindSecrets, kindDurations, kindPrefixes:
+	case kindSecrets, kindDurations, kindPrefixes, kindStrings:
 		v, problem = decodeList(f, raw)
 	default:
 		v, problem = decodeScalar(f.kind, raw)
@@ -234,6 +234,16 @@ func decodeList(f field, raw any) (any, string) {
 				return nil, fmt.Sprintf("item %d is %s, which is not a CIDR such as 10.0.0.0/8 or fd00::/8, nor a single address: fix or remove it", i+1, quote(s))
 			}
 			out = append(out, p)
+		}
+		return out, ""
+	case kindStrings:
+		out := make([]string, 0, len(items))
+		for i, it := range items {
+			s, ok := it.(string)
+			if !ok {
+				return nil, fmt.Sprintf("item %d must be text, not %s: put it in quotes", i+1, describe(it))
+			}
+			out = append(out, s)
 		}
 		return out, ""
 	}

@@ -28,6 +28,7 @@ const (
 	kindSecrets
 	kindDurations
 	kindPrefixes
+	kindStrings
 	kindPlugins
 )
 
@@ -57,6 +58,8 @@ func kindOf(t reflect.Type) kind {
 		return kindDurations
 	case reflect.TypeFor[[]netip.Prefix]():
 		return kindPrefixes
+	case reflect.TypeFor[[]string]():
+		return kindStrings
 	case reflect.TypeFor[[]PluginConfig]():
 		return kindPlugins
 	}
@@ -148,6 +151,8 @@ func (f field) typeName() string {
 		return "list of durations"
 	case kindPrefixes:
 		return "list of CIDRs"
+	case kindStrings:
+		return "list of strings"
 	case kindPlugins:
 		return "list of plugins"
 	}
@@ -193,6 +198,8 @@ func formatValue(v reflect.Value) string {
 			parts[i] = p.String()
 		}
 		return strings.Join(parts, ",")
+	case []string:
+		return strings.Join(x, ",")
 	case float64:
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	case fmt.Stringer:

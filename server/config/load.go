@@ -267,7 +267,7 @@ func notAMap(k kind) string {
 	switch k {
 	case kindPlugins:
 		return "must be a list of plugin entries, each starting with \"- name: NAME\", not a map"
-	case kindSecrets, kindDurations, kindPrefixes:
+	case kindSecrets, kindDurations, kindPrefixes, kindStrings:
 		return "must be a list, not a map: write a YAML list, or comma-separated text"
 	}
 	return "takes a single value, not a map"

@@ -58,6 +58,13 @@ func TestDefaults(t *testing.T) {
 		{"plugins.list", len(cfg.Plugins.List), 0},
 		{"log.level", cfg.Log.Level, "info"},
 		{"log.format", cfg.Log.Format, "text"},
+		{"telemetry.exporter", cfg.Telemetry.Exporter, "none"},
+		{"telemetry.endpoint", cfg.Telemetry.Endpoint, ""},
+		{"telemetry.insecure", cfg.Telemetry.Insecure, false},
+		{"telemetry.service_name", cfg.Telemetry.ServiceName, "hymical"},
+		{"telemetry.resource_attributes", len(cfg.Telemetry.ResourceAttributes), 0},
+		{"telemetry.metrics", cfg.Telemetry.Metrics, false},
+		{"telemetry.metrics_public", cfg.Telemetry.MetricsPublic, false},
 	}
 	for _, tt := range tests {
 		if !reflect.DeepEqual(tt.got, tt.want) {
@@ -110,6 +117,15 @@ var samples = []struct {
 	{"plugins.start_timeout", "1m", func(c config.Config) bool { return c.Plugins.StartTimeout == time.Minute }},
 	{"log.level", "DEBUG", func(c config.Config) bool { return c.Log.Level == "debug" }},
 	{"log.format", "json", func(c config.Config) bool { return c.Log.Format == "json" }},
+	{"telemetry.exporter", "OTLP-gRPC", func(c config.Config) bool { return c.Telemetry.Exporter == "otlp-grpc" }},
+	{"telemetry.endpoint", "collector.internal:4317", func(c config.Config) bool { return c.Telemetry.Endpoint == "collector.internal:4317" }},
+	{"telemetry.insecure", "true", func(c config.Config) bool { return c.Telemetry.Insecure }},
+	{"telemetry.service_name", "forms-delivery", func(c config.Config) bool { return c.Telemetry.ServiceName == "forms-delivery" }},
+	{"telemetry.resource_attributes", "deployment.environment=production, team=forms", func(c config.Config) bool {
+		return slices.Equal(c.Telemetry.ResourceAttributes, []string{"deployment.environment=production", "team=forms"})
+	}},
+	{"telemetry.metrics", "true", func(c config.Config) bool { return c.Telemetry.Metrics }},
+	{"telemetry.metrics_public", "false", func(c config.Config) bool { return !c.Telemetry.MetricsPublic }},
 }
 
 // TestEveryKeyReadsAlikeFromFileEnvironmentAndFlag sets each key, one at a
@@ -283,7 +299,8 @@ func TestHelpListsEveryKey(t *testing.T) {
 		"worker.retry_delays": "30s,2m,10m,1h", "worker.retry_jitter": "0.2", "worker.max_retry_after": "1h",
 		"webhook.connect_timeout_seconds": "5", "webhook.read_timeout_seconds": "10", "plugins.send_grace": "2s",
 		"plugins.start_timeout": "10s", "log.level": "info", "log.format": "text", "plugins.dir": `""`,
-		"server.insecure_dev_mode": "false",
+		"server.insecure_dev_mode": "false", "telemetry.exporter": "none", "telemetry.service_name": "hymical",
+		"telemetry.metrics": "false", "telemetry.insecure": "false", "telemetry.metrics_public": "false", "telemetry.endpoint": `""`,
 	}
 	lines := strings.Split(help, "\n")
 	listed := 0

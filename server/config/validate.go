@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hymical/hymical/server/telemetry"
 )
 
 // MinAdminTokenLength is the shortest admin token Load accepts.
@@ -166,6 +168,9 @@ func (c *Config) check(r *report, src map[string]string) {
 		c.checkPlugins(r)
 	}
 
+	// telemetry
+	c.checkTelemetry(r, at)
+
 	// log
 	if !skip("log.level") {
 		c.Log.Level = strings.ToLower(strings.TrimSpace(c.Log.Level))
@@ -182,6 +187,67 @@ func (c *Config) check(r *report, src map[string]string) {
 		default:
 			r.invalid("log.format", "log.format%s is %s: use text or json", at("log.format"), quote(c.Log.Format))
 		}
+	}
+}
+
+// checkTelemetry checks the telemetry section, normalising the exporter's
+// case.
+func (c *Config) checkTelemetry(r *report, at func(string) string) {
+	t := &c.Telemetry
+	exporterOK := !r.bad["telemetry.exporter"]
+	if exporterOK {
+		t.Exporter = strings.ToLower(strings.TrimSpace(t.Exporter))
+		if t.Exporter == "" {
+			t.Exporter = string(telemetry.ExporterNone)
+		}
+		if !telemetry.Exporter(t.Exporter).Valid() {
+			r.invalid("telemetry.exporter", "telemetry.exporter%s is %s: use none, otlp-grpc, otlp-http or stdout", at("telemetry.exporter"), quote(t.Exporter))
+			exporterOK = false
+		}
+	}
+	exp := telemetry.Exporter(t.Exporter)
+	if exporterOK && !r.bad["telemetry.endpoint"] && !r.bad["telemetry.insecure"] {
+		switch {
+		case t.Endpoint != "" && !exp.OTLP():
+			r.warn("telemetry.endpoint is set but telemetry.exporter is %s, which sends nothing to it; set telemetry.exporter to otlp-grpc or otlp-http", t.Exporter)
+		case exp.OTLP():
+			if _, err := telemetry.EndpointURL(exp, t.Endpoint, t.Insecure); err != nil {
+				r.invalid("telemetry.endpoint", "telemetry.endpoint%s: %v", at("telemetry.endpoint"), err)
+			}
+		}
+	}
+	if !r.bad["telemetry.service_name"] {
+		switch name := t.ServiceName; {
+		case strings.TrimSpace(name) == "":
+			r.invalid("telemetry.service_name", "telemetry.service_name%s is empty: name the service, e.g. %s (the default)", at("telemetry.service_name"), telemetry.DefaultServiceName)
+		case strings.TrimSpace(name) != name:
+			r.invalid("telemetry.service_name", "telemetry.service_name%s %s begins or ends with white space: remove it", at("telemetry.service_name"), quote(name))
+		}
+	}
+	if !r.bad["telemetry.resource_attributes"] {
+		seen := map[string]int{}
+		for i, kv := range t.ResourceAttributes {
+			k, _, ok := strings.Cut(kv, "=")
+			k = strings.TrimSpace(k)
+			switch {
+			case !ok || k == "":
+				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: item %d is %s, not key=value: write it as e.g. deployment.environment=production", at("telemetry.resource_attributes"), i+1, quote(kv))
+				continue
+			case strings.ContainsAny(k, ", \t"):
+				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: item %d has the key %s, which contains a comma or white space: use a dotted name such as team.name", at("telemetry.resource_attributes"), i+1, quote(k))
+				continue
+			case k == "service.name":
+				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: item %d sets service.name: set telemetry.service_name instead", at("telemetry.resource_attributes"), i+1)
+				continue
+			}
+			if j, dup := seen[k]; dup {
+				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: items %d and %d both set %s: keep one", at("telemetry.resource_attributes"), j+1, i+1, k)
+			}
+			seen[k] = i
+		}
+	}
+	if t.MetricsPublic && !t.Metrics {
+		r.warn("telemetry.metrics_public is true but telemetry.metrics is false, so there is no /metrics to make public; set telemetry.metrics=true or drop metrics_public")
 	}
 }
 

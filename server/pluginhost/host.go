@@ -8,7 +8,14 @@
 // and deciding what the outcome means for a delivery is the caller's job.
 // It must not import storage or anything that reaches the database, and it
 // keeps the server's environment (database DSNs and other secrets) away
-// from the plugins it starts.
+// from the plugins it starts: a plugin gets a handful of variables the Go
+// runtime needs, and the tracing set-up the caller passes in
+// Config.PluginEnv.
+//
+// Every call carries the caller's trace context to the plugin (W3C
+// traceparent in the gRPC metadata), with a client span when
+// Config.TracerProvider is set; a restart is noted as an event on the
+// caller's span.
 //
 // A plugin that crashes, or does not answer by the deadline plus a grace,
 // costs that attempt a retryable outcome; the host kills the process and
@@ -25,7 +32,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/telemetry"
 )
 
 // Defaults for the Config durations.
@@ -56,6 +66,15 @@ type Config struct {
 	// ValidateTimeout bounds one Validate call, after which the plugin
 	// counts as hung; zero means DefaultValidateTimeout.
 	ValidateTimeout time.Duration `koanf:"validate_timeout"`
+	// TracerProvider makes a client span for every call to a plugin; nil
+	// means none. Either way the trace context of the caller's context
+	// crosses to the plugin in the call's metadata.
+	TracerProvider trace.TracerProvider `koanf:"-"`
+	// PluginEnv, when set, is the extra environment each plugin gets,
+	// by plugin name: the plugin's own tracing set-up
+	// (telemetry.Telemetry.PluginEnv). It is added to the few variables a
+	// plugin inherits, never to the server's whole environment.
+	PluginEnv func(name string) []string `koanf:"-"`
 }
 
 // PluginConfig is one configured plugin.
@@ -86,6 +105,8 @@ var (
 // sends.
 type Host struct {
 	logger          *slog.Logger
+	tracer          trace.TracerProvider
+	pluginEnv       func(name string) []string
 	grace           time.Duration
 	startTimeout    time.Duration
 	validateTimeout time.Duration
@@ -118,6 +139,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 	}
 	h := &Host{
 		logger:          logger,
+		tracer:          cfg.TracerProvider,
+		pluginEnv:       cfg.PluginEnv,
 		grace:           orDefault(cfg.SendGrace, DefaultSendGrace),
 		startTimeout:    orDefault(cfg.StartTimeout, DefaultStartTimeout),
 		validateTimeout: orDefault(cfg.ValidateTimeout, DefaultValidateTimeout),
@@ -247,6 +270,7 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 		what = fmt.Sprintf("did not answer within %s after the attempt's deadline", h.grace)
 	}
 	h.replace(s, inst, fmt.Sprintf("%s: %v", what, err))
+	restarted(ctx, name, what)
 	return transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
 }
 
@@ -277,6 +301,7 @@ func (h *Host) Validate(ctx context.Context, name string, endpoint transport.End
 	callerGaveUp := ctx.Err() != nil || (errors.Is(err, context.DeadlineExceeded) && callerDeadlineFirst(ctx, limit))
 	if errors.Is(err, transport.ErrUnavailable) && !callerGaveUp {
 		h.replace(s, inst, fmt.Sprintf("failed to answer Validate: %v", err))
+		restarted(ctx, name, "failed to answer Validate")
 	}
 	if err != nil {
 		return fmt.Errorf("transport plugin %q: %w", name, err)
@@ -299,6 +324,7 @@ func (h *Host) acquire(ctx context.Context, s *slot) (*instance, error) {
 		h.logger.Warn("transport plugin exited; restarting it", "plugin", s.spec.name)
 		s.cur.kill(true)
 		s.cur = nil
+		restarted(ctx, s.spec.name, "exited")
 	}
 	// The start belongs to the plugin, not to this one call: a send that
 	// is about to time out must not leave the plugin half-configured.
@@ -310,6 +336,14 @@ func (h *Host) acquire(ctx context.Context, s *slot) (*instance, error) {
 	s.cur = inst
 	s.restarts++
 	return inst, nil
+}
+
+// restarted notes on the caller's span that this call found the plugin
+// broken and had it restarted, so the trace of the attempt says why it
+// failed and what the host did about it.
+func restarted(ctx context.Context, name, why string) {
+	trace.SpanFromContext(ctx).AddEvent(telemetry.EventPluginRestarted,
+		trace.WithAttributes(telemetry.AttrPlugin.String(name), telemetry.AttrReason.String(why)))
 }
 
 // replace kills failed, if it is still the slot's process, and starts a

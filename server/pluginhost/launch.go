@@ -11,6 +11,7 @@ import (
 	"os/exec"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -53,12 +54,16 @@ func pluginEnv() []string {
 func (h *Host) launch(ctx context.Context, sp spec) (*instance, error) {
 	cmd := exec.Command(sp.path)
 	cmd.Env = pluginEnv()
+	if h.pluginEnv != nil {
+		cmd.Env = append(cmd.Env, h.pluginEnv(sp.name)...)
+	}
 	logger := h.logger.With("plugin", sp.name)
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  transport.Handshake(),
 		VersionedPlugins: transport.VersionedPlugins(nil),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		GRPCDialOptions:  []grpc.DialOption{transport.TraceDialOption(h.tracer)},
 		AutoMTLS:         true,
 		SkipHostEnv:      true,
 		StartTimeout:     h.startTimeout,

@@ -10,6 +10,12 @@
 // has not started, and lets in-flight sends finish by their deadline, which
 // is inside the lease. Only a transport's delivered outcome marks a delivery
 // delivered.
+//
+// Each claim that took deliveries is a span, the root of a trace; each
+// attempt is a span in it, linked to the ingest request that made the event,
+// and its trace id is stored with the attempt when it is sampled. The
+// attempt's context goes to the plugin, so the plugin's spans and the
+// receiver's traceparent join the same trace.
 package worker
 
 import (
@@ -20,8 +26,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -58,6 +70,12 @@ type Config struct {
 	// MaxCycleAttempts is the retry allowance.
 	MaxCycleAttempts int
 	Retry            RetrySchedule
+
+	// TracerProvider makes the claim and attempt spans; nil means none.
+	TracerProvider trace.TracerProvider
+	// Metrics records attempts, send durations and claim-to-send times;
+	// nil records nothing.
+	Metrics *telemetry.Metrics
 }
 
 // DefaultConfig is the pool's configuration when nothing is set: a lease of
@@ -98,6 +116,9 @@ func (c Config) withDefaults() Config {
 	if c.Retry.Delays == nil {
 		c.Retry = d.Retry
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = tracenoop.NewTracerProvider()
+	}
 	return c
 }
 
@@ -126,7 +147,12 @@ type Pool struct {
 	sender Sender
 	cfg    Config
 	log    *slog.Logger
-	now    func() time.Time
+	tracer trace.Tracer
+	// traced is false with the no-op provider, so that tracing off costs
+	// not even the attributes' allocations.
+	traced  bool
+	metrics *telemetry.Metrics
+	now     func() time.Time
 }
 
 // New checks cfg and returns a pool; Run starts it.
@@ -138,7 +164,15 @@ func New(store Store, sender Sender, cfg Config, log *slog.Logger) (*Pool, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Pool{store: store, sender: sender, cfg: cfg, log: log, now: time.Now}, nil
+	return &Pool{
+		store: store, sender: sender, cfg: cfg, log: log, now: time.Now,
+		tracer: cfg.TracerProvider.Tracer(telemetry.ScopeName), traced: !isNoop(cfg.TracerProvider), metrics: cfg.Metrics,
+	}, nil
+}
+
+func isNoop(tp trace.TracerProvider) bool {
+	_, noop := tp.(tracenoop.TracerProvider)
+	return noop
 }
 
 // Run claims and sends until ctx ends, then gives back what it had not
@@ -168,7 +202,10 @@ func (p *Pool) Run(ctx context.Context) error {
 				break fill
 			}
 		}
+		claimStart := p.now()
 		claims, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+		claimed := p.now()
+		claimCtx := p.claimSpan(ctx, n, claims, err, claimStart, claimed)
 		for range n - len(claims) {
 			<-slots
 		}
@@ -189,7 +226,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		for _, c := range claims {
 			inflight.Go(func() {
 				defer func() { <-slots }()
-				p.process(ctx, c)
+				p.process(claimCtx, c, claimed)
 			})
 		}
 		if len(claims) < n && !sleep(ctx, p.cfg.PollInterval) {
@@ -209,8 +246,70 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// process sends one claimed delivery and records what happened.
-func (p *Pool) process(ctx context.Context, c storage.Claim) {
+// claimSpan records one claim statement as a span, the root of the trace
+// its attempts join, and returns ctx carrying it. A poll that found nothing
+// due makes no span: the claim loop polls all day, and an empty poll tells
+// nobody anything. The span is written after the fact, with the claim's own
+// start and end, because only then is it known whether it is worth having.
+func (p *Pool) claimSpan(ctx context.Context, limit int, claims []storage.Claim, err error, start, end time.Time) context.Context {
+	if !p.traced || err == nil && len(claims) == 0 {
+		return ctx
+	}
+	ids := make([]string, len(claims))
+	for i, c := range claims {
+		ids[i] = c.Delivery.ID
+	}
+	ctx, span := p.tracer.Start(ctx, telemetry.SpanClaim, trace.WithNewRoot(), trace.WithTimestamp(start),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			telemetry.AttrClaimLimit.Int(limit),
+			telemetry.AttrClaimCount.Int(len(claims)),
+			telemetry.AttrDeliveryIDs.StringSlice(ids),
+		))
+	if err != nil && ctx.Err() == nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "claiming deliveries failed")
+	}
+	span.End(trace.WithTimestamp(end))
+	return ctx
+}
+
+// startAttempt starts the span of one attempt: a child of the claim in
+// ctx, linked to the ingest request that created the event, so an attempt
+// made hours later is still found from the submission.
+func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.Endpoint, start time.Time) (context.Context, trace.Span) {
+	if !p.traced {
+		return p.tracer.Start(ctx, telemetry.SpanAttempt)
+	}
+	attrs := []attribute.KeyValue{
+		telemetry.AttrDeliveryID.String(c.Delivery.ID),
+		telemetry.AttrEndpointID.String(c.Delivery.EndpointID),
+		telemetry.AttrEventID.String(c.Event.ID),
+		telemetry.AttrEventType.String(c.Event.Type),
+		// Tentative: a late attempt's number is only known once recorded.
+		telemetry.AttrAttemptNumber.Int(c.Delivery.Attempts + 1),
+		telemetry.AttrCycleAttempt.Int(c.Delivery.CycleAttempts + 1),
+		telemetry.AttrTransport.String(ep.Transport),
+	}
+	if c.Event.SubmissionID != "" {
+		attrs = append(attrs, telemetry.AttrSubmissionID.String(c.Event.SubmissionID))
+	}
+	if c.Event.FormID != "" {
+		attrs = append(attrs, telemetry.AttrFormID.String(c.Event.FormID))
+	}
+	opts := []trace.SpanStartOption{trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+	if ingest := telemetry.SpanContextFromTraceParent(c.Event.TraceParent); ingest.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{
+			SpanContext: ingest,
+			Attributes:  []attribute.KeyValue{telemetry.AttrLinkKind.String(telemetry.LinkIngest)},
+		}))
+	}
+	return p.tracer.Start(ctx, telemetry.SpanAttempt, opts...)
+}
+
+// process sends one claimed delivery and records what happened. ctx carries
+// the claim's span; claimed is when the claim was made.
+func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time) {
 	// Recording must outlive shutdown: a request that went out is recorded
 	// even while the process is stopping, or the history would under-count.
 	record := context.WithoutCancel(ctx)
@@ -234,20 +333,24 @@ func (p *Pool) process(ctx context.Context, c storage.Claim) {
 		return
 	}
 
+	actx, span := p.startAttempt(record, c, ep, start)
+	defer span.End()
 	msg, err := message(c, ep, start)
 	msg.Deadline = deadline
 	if err != nil {
 		// Nothing was sent: the endpoint cannot be signed for. Failing the
 		// attempt records why, without a request having gone out.
-		p.finish(record, log, c, transport.Permanent(0, "signing failed: "+err.Error()), start, p.now())
+		p.finish(actx, log, c, ep.Transport, transport.Permanent(0, "signing failed: "+err.Error()), start, p.now())
 		return
 	}
+	p.metrics.RecordClaimToSend(actx, ep.Transport, start.Sub(claimed))
 	// The send runs to its deadline even during shutdown, so a request that
 	// is already on the wire gets its answer recorded. The deadline goes to
 	// the sender, not onto ctx: the sender enforces it and tells a plugin
 	// that hung past it (and must be restarted) from a caller that gave up.
-	outcome := p.sender.Send(record, ep.Transport, msg, deadline)
-	p.finish(record, log, c, outcome, start, p.now())
+	// actx carries the attempt's span to the plugin and on to the receiver.
+	outcome := p.sender.Send(actx, ep.Transport, msg, deadline)
+	p.finish(actx, log, c, ep.Transport, outcome, start, p.now())
 }
 
 // message builds the signed message for one attempt. The secret is used
@@ -280,8 +383,10 @@ func message(c storage.Claim, ep storage.Endpoint, now time.Time) (transport.Mes
 }
 
 // finish records the attempt under the claim token, or as a late attempt
-// when the claim was superseded while the request was out.
-func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, o transport.Outcome, start, end time.Time) {
+// when the claim was superseded while the request was out. ctx carries the
+// attempt's span, which finish completes from what was recorded.
+func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, transportName string, o transport.Outcome, start, end time.Time) {
+	span := trace.SpanFromContext(ctx)
 	kind := storage.OutcomeKind(o.Kind)
 	if !kind.Valid() {
 		kind = storage.OutcomeRetryable
@@ -291,6 +396,7 @@ func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, o 
 	if status < 100 || status > 599 {
 		status = 0
 	}
+	traceID := telemetry.SampledTraceID(ctx)
 	params := storage.DeliveryCompleteParams{
 		DeliveryID:       c.Delivery.ID,
 		Token:            c.Token,
@@ -299,36 +405,72 @@ func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, o 
 		Error:            o.Error,
 		StartedAt:        start,
 		FinishedAt:       end,
+		TraceID:          traceID,
 		RetryDelay:       p.cfg.Retry.Delay(c.Delivery.CycleAttempts+1, o.RetryAfter),
 		MaxCycleAttempts: p.cfg.MaxCycleAttempts,
 	}
+	outcomeSpan(span, kind, status, o.Error)
+	late := false
+	defer func() { p.metrics.RecordAttempt(ctx, transportName, string(kind), late, end.Sub(start)) }()
+
 	err := p.retryStore(ctx, c, func() error {
 		d, a, err := p.store.DeliveryComplete(ctx, params)
 		if err == nil {
 			log.Info("attempt recorded", "attempt", a.Number, "outcome", a.Outcome, "http_status", a.HTTPStatus, "state", d.State)
+		}
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(telemetry.AttrAttemptNumber.Int(a.Number), telemetry.AttrLate.Bool(false),
+				telemetry.AttrDeliveryState.String(string(d.State)))
 		}
 		return err
 	})
 	if !errors.Is(err, storage.ErrClaimLost) {
 		if err != nil {
 			log.Error("recording the attempt failed; the lease will expire and the delivery will be sent again", "error", err)
+			span.RecordError(err)
 		}
 		return
 	}
-	late := storage.AttemptRecordLateParams{
+	late = true
+	if span.IsRecording() {
+		span.AddEvent(telemetry.EventClaimLost)
+		span.SetAttributes(telemetry.AttrLate.Bool(true))
+	}
+	lateParams := storage.AttemptRecordLateParams{
 		DeliveryID: c.Delivery.ID, Token: c.Token, Outcome: kind, HTTPStatus: status,
-		Error: o.Error, StartedAt: start, FinishedAt: end,
+		Error: o.Error, StartedAt: start, FinishedAt: end, TraceID: traceID,
 	}
 	err = p.retryStore(ctx, c, func() error {
-		a, err := p.store.AttemptRecordLate(ctx, late)
+		a, err := p.store.AttemptRecordLate(ctx, lateParams)
 		if err == nil {
 			log.Warn("claim was superseded while the request was out; recorded as a late attempt", "attempt", a.Number, "outcome", a.Outcome)
+		}
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(telemetry.AttrAttemptNumber.Int(a.Number))
 		}
 		return err
 	})
 	if err != nil {
 		log.Error("recording the late attempt failed", "error", err)
+		span.RecordError(err)
 	}
+}
+
+// outcomeSpan sets the attempt span's outcome attributes and status: only
+// a delivered outcome is Ok.
+func outcomeSpan(span trace.Span, kind storage.OutcomeKind, status int, reason string) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(telemetry.AttrOutcome.String(string(kind)))
+	if status != 0 {
+		span.SetAttributes(telemetry.AttrHTTPStatus.Int(status))
+	}
+	if kind == storage.OutcomeDelivered {
+		span.SetStatus(codes.Ok, "")
+		return
+	}
+	span.SetStatus(codes.Error, reason)
 }
 
 func (p *Pool) release(ctx context.Context, log *slog.Logger, c storage.Claim, delay time.Duration) {

@@ -15,6 +15,11 @@
 //     never returned or stored;
 //   - error text names the host and what went wrong, never a request
 //     header, the body or the URL's path and query;
+//   - the request carries the W3C traceparent (and tracestate) of a client
+//     span that is a child of the attempt in the Send's context, so the
+//     receiver's own spans join the attempt's trace; the span records the
+//     method, host, port, scheme and status, never the URL's path or query
+//     (which may carry a token), a header or the body;
 //   - connections to loopback, private, link-local, unspecified, multicast
 //     and CGNAT addresses are refused when dialing, after DNS resolution,
 //     unless the operator's allowed_networks contains the address.
@@ -36,6 +41,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/hymical/hymical/sdk/transport"
@@ -286,12 +295,48 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.O
 		req.Header.Set("User-Agent", t.userAgent)
 	}
 
+	// The span's tracer comes from the Send's own context: the provider
+	// the plugin's Serve set up, or a no-op one that still carries the
+	// attempt's trace context onwards.
+	tracer := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName)
+	spanCtx, span := tracer.Start(reqCtx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.HTTPRequestMethodPost, semconv.ServerAddress(u.Hostname()),
+			semconv.ServerPort(port(u)), semconv.URLScheme(u.Scheme)))
+	defer span.End()
+	propagation.TraceContext{}.Inject(spanCtx, propagation.HeaderCarrier(req.Header))
+
+	out := c.do(ctx, req, u, cancel)
+	if out.StatusCode != 0 {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(out.StatusCode))
+	}
+	if out.Kind != transport.OutcomeDelivered {
+		span.SetStatus(codes.Error, out.Error)
+	}
+	return out
+}
+
+// tracerName is the instrumentation scope of the plugin's client spans.
+const tracerName = "github.com/hymical/hymical/plugins/http/httptransport"
+
+// do sends req and classifies what came back.
+func (c *configured) do(ctx context.Context, req *http.Request, u *url.URL, cancel context.CancelFunc) transport.Outcome {
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return c.classifyError(ctx, u.Host, err)
 	}
 	discard(resp.Body, c.readTimeout, cancel)
 	return classifyResponse(resp, time.Now())
+}
+
+// port is the URL's port, or the scheme's default.
+func port(u *url.URL) int {
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return p
+	}
+	if u.Scheme == "https" {
+		return 443
+	}
+	return 80
 }
 
 // discard reads at most MaxResponseBytes of body within timeout and closes

@@ -1,0 +1,91 @@
+package pluginhost
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/telemetry"
+)
+
+func TestPluginsGetTheirTracingEnvironmentAndNothingMore(t *testing.T) {
+	t.Parallel()
+	cfg := misbehaveConfig(nil)
+	var asked []string
+	cfg.PluginEnv = func(name string) []string {
+		asked = append(asked, name)
+		return []string{"OTEL_TRACES_EXPORTER=none", "OTEL_SERVICE_NAME=hymical-plugin-" + name}
+	}
+	h, _ := newHost(t, cfg)
+	out := h.Send(context.Background(), "misbehave", mode("env"), soon())
+	if out.Kind != transport.OutcomeDelivered {
+		t.Fatalf("outcome = %+v", out)
+	}
+	env := strings.Split(out.Error, "\n")
+	for _, want := range []string{"OTEL_TRACES_EXPORTER=none", "OTEL_SERVICE_NAME=hymical-plugin-misbehave"} {
+		if !contains(env, want) {
+			t.Errorf("the plugin's environment lacks %s: %q", want, env)
+		}
+	}
+	if strings.Contains(out.Error, envSecretKey) || strings.Contains(out.Error, "ENV-SECRET") {
+		t.Errorf("the plugin's environment holds the server's %s", envSecretKey)
+	}
+	if len(asked) != 1 || asked[0] != "misbehave" {
+		t.Errorf("PluginEnv was asked for %q, want the plugin's name once per launch", asked)
+	}
+}
+
+func TestACrashIsAnEventOnTheCallersSpan(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	cfg := misbehaveConfig(nil)
+	cfg.TracerProvider = tp
+	h, _ := newHost(t, cfg)
+	ctx, attempt := tp.Tracer("test").Start(context.Background(), "attempt")
+	out := h.Send(ctx, "misbehave", mode("exit"), soon())
+	attempt.End()
+	if out.Kind != transport.OutcomeRetryable {
+		t.Fatalf("outcome = %+v, want retryable", out)
+	}
+	var got tracetest.SpanStub
+	var call tracetest.SpanStub
+	for _, s := range spans.GetSpans() {
+		switch s.Name {
+		case "attempt":
+			got = s
+		case "hymical.transport.v1.Transport/Send":
+			call = s
+		}
+	}
+	restartedEvent := false
+	for _, ev := range got.Events {
+		if ev.Name == telemetry.EventPluginRestarted {
+			for _, kv := range ev.Attributes {
+				if kv.Key == telemetry.AttrPlugin && kv.Value.AsString() == "misbehave" {
+					restartedEvent = true
+				}
+			}
+		}
+	}
+	if !restartedEvent {
+		t.Errorf("the caller's span has no %s event naming the plugin: %+v", telemetry.EventPluginRestarted, got.Events)
+	}
+	if call.SpanKind != trace.SpanKindClient || call.Parent.SpanID() != attempt.SpanContext().SpanID() {
+		t.Errorf("the call's span %+v is not a client span under the caller's", call)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
