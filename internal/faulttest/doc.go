@@ -1,0 +1,26 @@
+// Package faulttest is the fault harness: it proves "at least once, nothing
+// lost" against real `hymical serve` processes, a real PostgreSQL cluster it
+// starts for itself, a SQLite file and a signature-verifying receiver, all on
+// loopback. In the middle of a run it SIGKILLs a server while its plugin has
+// a request on the wire, SIGKILLs a plugin process mid-send, crashes and
+// restarts PostgreSQL, and freezes a server (SIGSTOP) past its lease so the
+// other server steals its claims, then thaws it; on SQLite it kills the one
+// server mid-send and restarts it. At the end a ledger built from the
+// receiver's log and the database must balance: every submission reached
+// the receiver at least once and is delivered, none is stuck, attempt
+// numbers are 1..n on every delivery, every recorded answer is one the
+// receiver really gave, the frozen server's requests are recorded as late,
+// and duplicates are counted and reported.
+//
+// The harness is behind the build tag "fault", so the ordinary go test never
+// runs it. Run it with
+//
+//	go test -tags fault -v -run TestFault -timeout 15m ./internal/faulttest/
+//
+// It needs PostgreSQL's binaries (PG_BINDIR, or /usr/lib/postgresql/*/bin;
+// .ci/postgres.sh installs them), takes about a minute after building the
+// binaries, stops by itself (each backend's run is capped at five minutes)
+// and prints one "FAULT LEDGER" line per backend and one for the total. It
+// starts its own cluster, because it restarts it, and never touches one it
+// did not start. It owns no product code and nothing may import it.
+package faulttest

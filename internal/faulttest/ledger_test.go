@@ -1,0 +1,234 @@
+//go:build fault
+
+package faulttest
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// ledger is what a run's numbers came to.
+type ledger struct {
+	backend string
+	runs    int
+	counts  faultCounts
+	// submissions the API accepted, and the deliveries they fanned out to.
+	submissions, deliveries int
+	// requests is every request the receiver got; retries are those after
+	// a non-2xx answer; duplicates are 2xx answers beyond the first for one
+	// delivery: what a receiver must dedupe on the submission id.
+	requests, retries, duplicates, duplicatedDeliveries int
+	// attempts and late are what the attempt history holds.
+	attempts, late int
+	// unrecorded are requests whose answer the history does not show,
+	// each while a fault cut its sender off; unexplained would be one
+	// outside every fault's window.
+	unrecorded, unexplained                int
+	lost, stuck, reused, phantom, badSigns int
+	problems                               []string
+}
+
+func (l *ledger) problem(format string, args ...any) {
+	if len(l.problems) < 30 {
+		l.problems = append(l.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (l *ledger) add(o *ledger) {
+	l.runs += o.runs
+	l.counts.serverKills += o.counts.serverKills
+	l.counts.pluginKills += o.counts.pluginKills
+	l.counts.pgRestarts += o.counts.pgRestarts
+	l.counts.pauses += o.counts.pauses
+	l.submissions += o.submissions
+	l.deliveries += o.deliveries
+	l.requests += o.requests
+	l.retries += o.retries
+	l.duplicates += o.duplicates
+	l.duplicatedDeliveries += o.duplicatedDeliveries
+	l.attempts += o.attempts
+	l.late += o.late
+	l.unrecorded += o.unrecorded
+	l.unexplained += o.unexplained
+	l.lost += o.lost
+	l.stuck += o.stuck
+	l.reused += o.reused
+	l.phantom += o.phantom
+	l.badSigns += o.badSigns
+}
+
+func (l *ledger) String() string {
+	return fmt.Sprintf("%s: server runs %d, kills %d (server %d, plugin %d), postgres restarts %d, pauses %d | "+
+		"submissions %d, deliveries %d, requests %d (retries %d), duplicates %d (on %d deliveries), "+
+		"attempts %d, late %d, unrecorded %d (unexplained %d) | lost %d, stuck %d, reused %d, phantom %d, bad signatures %d",
+		l.backend, l.runs, l.counts.serverKills+l.counts.pluginKills, l.counts.serverKills, l.counts.pluginKills,
+		l.counts.pgRestarts, l.counts.pauses, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
+		l.duplicatedDeliveries, l.attempts, l.late, l.unrecorded, l.unexplained, l.lost, l.stuck, l.reused, l.phantom, l.badSigns)
+}
+
+func (l *ledger) balanced() bool {
+	return l.lost == 0 && l.stuck == 0 && l.reused == 0 && l.phantom == 0 && l.badSigns == 0 &&
+		l.unexplained == 0 && len(l.problems) == 0
+}
+
+// balance builds the ledger from the receiver's log and the database.
+func (h *harness) balance() *ledger {
+	h.t.Helper()
+	h.mu.Lock()
+	subs := append([]submission(nil), h.subs...)
+	faults := append([]fault(nil), h.faults...)
+	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs)}
+	h.mu.Unlock()
+
+	byDelivery := map[string][]request{}
+	for _, r := range h.recv.requests() {
+		l.requests++
+		if !r.verified {
+			l.badSigns++
+			l.problem("a request for %s did not verify against the endpoint's secret", r.deliveryID)
+		}
+		byDelivery[r.deliveryID] = append(byDelivery[r.deliveryID], r)
+	}
+
+	type answer struct {
+		unix   int64
+		status int
+	}
+	known := map[string]bool{}
+	for _, sub := range subs {
+		known[sub.deliveryID] = true
+		l.deliveries++
+		d, err := h.store.DeliveryGet(h.ctx, sub.deliveryID)
+		if err != nil {
+			h.t.Fatalf("read delivery %s: %v", sub.deliveryID, err)
+		}
+		as, err := h.store.AttemptList(h.ctx, sub.deliveryID)
+		if err != nil {
+			h.t.Fatalf("read attempts of %s: %v", sub.deliveryID, err)
+		}
+		got := byDelivery[sub.deliveryID]
+		l.attempts += len(as)
+
+		answered := 0
+		given := map[answer][]request{}
+		for _, r := range got {
+			if r.submissionID != sub.submissionID {
+				l.problem("delivery %s carried submission id %q, want the stable %q", d.ID, r.submissionID, sub.submissionID)
+			}
+			if r.status/100 == 2 {
+				answered++
+			}
+			k := answer{r.timestamp, r.status}
+			given[k] = append(given[k], r)
+		}
+		if answered > 1 {
+			l.duplicates += answered - 1
+			l.duplicatedDeliveries++
+		}
+		if len(got) > 1 {
+			l.retries += len(got) - 1 - max(answered-1, 0)
+		}
+		switch {
+		case d.State == storage.StatePending || d.State == storage.StateProcessing:
+			l.stuck++
+			l.problem("submission %s (key %s) is stuck: delivery %s is %s after the run", sub.submissionID, sub.key, d.ID, d.State)
+		case d.State != storage.StateDelivered || answered == 0:
+			l.lost++
+			l.problem("submission %s (key %s) was lost: delivery %s is %s and the receiver answered 2xx %d times", sub.submissionID, sub.key, d.ID, d.State, answered)
+		}
+
+		numbered := len(as) == d.Attempts
+		for i, a := range as {
+			numbered = numbered && a.Number == i+1
+			if a.Late {
+				l.late++
+			}
+			// A recorded answer must be one the receiver gave: for this
+			// delivery, at this attempt's start second, this status.
+			if a.HTTPStatus == 0 {
+				continue
+			}
+			k := answer{a.StartedAt.Unix(), a.HTTPStatus}
+			if len(given[k]) == 0 {
+				l.phantom++
+				l.problem("delivery %s attempt %d records status %d at %s, an answer the receiver never gave", d.ID, a.Number, a.HTTPStatus, a.StartedAt)
+				continue
+			}
+			given[k] = given[k][1:]
+		}
+		// What is left reached the receiver without its answer in the
+		// history: only a fault may do that.
+		for _, rs := range given {
+			for _, r := range rs {
+				l.unrecorded++
+				if !inWindow(faults, r.at) {
+					l.unexplained++
+					l.problem("delivery %s: the receiver answered %d at %s, outside every fault, and the history %s does not show it",
+						d.ID, r.status, r.at.Format(time.StampMilli), describe(as))
+				}
+			}
+		}
+		if !numbered {
+			l.reused++
+			l.problem("delivery %s: attempts counter %d, attempt numbers %v; want 1..%d each once", d.ID, d.Attempts, attemptNumbers(as), d.Attempts)
+		}
+		if d.CycleAttempts > maxAttempts {
+			l.problem("delivery %s: cycle_attempts %d exceeds the allowance %d", d.ID, d.CycleAttempts, maxAttempts)
+		}
+	}
+	for id, rs := range byDelivery {
+		if !known[id] {
+			l.problem("the receiver got %d requests for delivery %s, which no accepted submission made", len(rs), id)
+		}
+	}
+	var events int
+	if err := h.db.QueryRowContext(h.ctx, `SELECT count(*) FROM webhook_events`).Scan(&events); err != nil {
+		h.t.Fatal(err)
+	}
+	if events != len(subs) {
+		l.problem("%d events in the database for %d accepted submissions: a retried submission was made twice", events, len(subs))
+	}
+	for _, f := range faults {
+		if f.deliveryID == "" {
+			continue
+		}
+		if n := len(byDelivery[f.deliveryID]); n < 2 {
+			l.problem("%s: delivery %s reached the receiver %d times, want it sent again after the fault", f.what, f.deliveryID, n)
+		}
+	}
+	if h.backend == "postgres" && (l.late == 0 || l.counts.pauses == 0) {
+		l.problem("no late attempt was recorded: the paused-worker case did not run")
+	}
+	if l.counts.serverKills == 0 || l.counts.pluginKills == 0 {
+		l.problem("the run killed no server or no plugin: %+v", l.counts)
+	}
+	return l
+}
+
+func inWindow(faults []fault, at time.Time) bool {
+	for _, f := range faults {
+		if !at.Before(f.from) && !at.After(f.to) {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(as []storage.Attempt) string {
+	parts := make([]string, len(as))
+	for i, a := range as {
+		parts[i] = fmt.Sprintf("#%d %s/%d late=%v at %s", a.Number, a.Outcome, a.HTTPStatus, a.Late, a.StartedAt.Format(time.StampMilli))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func attemptNumbers(as []storage.Attempt) []int {
+	out := make([]int, len(as))
+	for i, a := range as {
+		out[i] = a.Number
+	}
+	return out
+}

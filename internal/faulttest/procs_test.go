@@ -1,0 +1,397 @@
+//go:build fault
+
+package faulttest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cluster is a PostgreSQL cluster this harness initialised and owns: it is
+// the only one it ever stops or restarts.
+type cluster struct {
+	t      *testing.T
+	bindir string
+	dir    string
+	port   int
+	// runAs prefixes every PostgreSQL command: initdb refuses to run as root.
+	runAs []string
+}
+
+func findPGBindir() (string, error) {
+	if d := os.Getenv("PG_BINDIR"); d != "" {
+		return d, nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) == 0 {
+		return "", errors.New("PostgreSQL's binaries were not found: set PG_BINDIR, or run .ci/postgres.sh once, which installs them")
+	}
+	return filepath.Dir(matches[len(matches)-1]), nil
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	bindir, err := findPGBindir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hymical-fault-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, bindir: bindir, dir: dir, port: freePort(t)}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		// The same unprivileged user .ci/postgres.sh uses.
+		const user = "hymicalpg"
+		if exec.Command("id", "-u", user).Run() != nil {
+			if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user).CombinedOutput(); err != nil {
+				t.Fatalf("create user %s for PostgreSQL: %v\n%s", user, err, out)
+			}
+		}
+		if out, err := exec.Command("chown", user, dir).CombinedOutput(); err != nil {
+			t.Fatalf("chown %s: %v\n%s", dir, err, out)
+		}
+		c.runAs = []string{"runuser", "-u", user, "--"}
+	}
+	c.run("initdb", "-D", c.data(), "-U", "hymical", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8")
+	c.start()
+	t.Cleanup(func() {
+		c.pgctl("-m", "immediate", "-w", "stop")
+		os.RemoveAll(dir)
+	})
+	return c
+}
+
+func (c *cluster) data() string { return filepath.Join(c.dir, "data") }
+
+func (c *cluster) dsn() string {
+	return fmt.Sprintf("postgres://hymical@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+func (c *cluster) command(name string, args ...string) *exec.Cmd {
+	argv := append(append([]string(nil), c.runAs...), filepath.Join(c.bindir, name))
+	argv = append(argv, args...)
+	return exec.Command(argv[0], argv[1:]...)
+}
+
+func (c *cluster) run(name string, args ...string) {
+	c.t.Helper()
+	if out, err := c.command(name, args...).CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+		c.t.Fatalf("%s %s: %v\n%s\n%s", name, strings.Join(args, " "), err, out, log)
+	}
+}
+
+func (c *cluster) pgctl(args ...string) error {
+	return c.command("pg_ctl", append([]string{"-D", c.data()}, args...)...).Run()
+}
+
+// start starts the cluster on loopback only. Durability is traded for
+// speed (fsync=off): the harness crashes PostgreSQL, never the machine.
+func (c *cluster) start() {
+	c.t.Helper()
+	c.run("pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "-o",
+		fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c max_connections=200", c.port, c.dir), "start")
+}
+
+// crash stops PostgreSQL the way a crash does: no checkpoint, every
+// connection cut, WAL replayed at the next start.
+func (c *cluster) crash() {
+	c.t.Helper()
+	if err := c.pgctl("-m", "immediate", "-w", "stop"); err != nil {
+		c.t.Fatalf("stop PostgreSQL: %v", err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// server is one `hymical serve` process. Each start is a new process with
+// its own copy of the plugin binary, so its plugin processes can be told
+// apart from every other run's by their executable's path.
+type server struct {
+	name       string
+	run        int
+	cmd        *exec.Cmd
+	pid        int
+	base       string
+	pluginPath string
+	logPath    string
+	exited     chan struct{}
+	// usable is false while the process is frozen or dead, so the
+	// submitter sends elsewhere.
+	usable atomic.Bool
+}
+
+// serverArgs is the configuration every server of a run shares: a lease
+// just above what the config allows for 1 s + 1 s timeouts, fast polling
+// and retries, and a retry allowance a few injected failures cannot use up.
+func serverArgs(dbURL, pluginDir string) []string {
+	return []string{
+		"serve",
+		"--database.url=" + dbURL,
+		"--server.listen=127.0.0.1:0",
+		"--plugins.dir=" + pluginDir,
+		"--webhook.allowed_networks=127.0.0.0/8",
+		"--webhook.connect_timeout_seconds=1",
+		"--webhook.read_timeout_seconds=1",
+		fmt.Sprintf("--worker.lease_seconds=%d", leaseSeconds),
+		"--worker.concurrency=4",
+		"--worker.batch_size=4",
+		"--worker.poll_interval=100ms",
+		"--worker.retry_delays=100ms,300ms",
+		fmt.Sprintf("--worker.max_attempts=%d", maxAttempts),
+		"--log.level=info",
+	}
+}
+
+// startServer starts a process and waits for it to say where it listens.
+func (h *harness) startServer(name string) *server {
+	h.t.Helper()
+	h.mu.Lock()
+	h.runs++
+	run := h.runs
+	h.mu.Unlock()
+	dir := filepath.Join(h.work, fmt.Sprintf("run%02d-%s", run, name))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	s := &server{name: name, run: run, pluginPath: filepath.Join(dir, "hymical-plugin-http"),
+		logPath: filepath.Join(dir, "server.log"), exited: make(chan struct{})}
+	copyFile(h.t, h.plugin, s.pluginPath)
+	logFile, err := os.Create(s.logPath)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cmd := exec.Command(h.bin, serverArgs(h.dbURL, dir)...)
+	// A clean environment: nothing of the harness's FORMS_* may change
+	// the configuration under test.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + os.TempDir(), "FORMS_SERVER_ADMIN_TOKEN=" + adminToken}
+	// Its own process group, so the cleanup can end the server and the
+	// plugins it started, orphans included, by one id; and killed by the
+	// kernel should the harness itself die before its cleanup runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = logFile
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatalf("start %s: %v", h.bin, err)
+	}
+	s.cmd, s.pid = cmd, cmd.Process.Pid
+	h.t.Cleanup(func() { s.end() })
+	listening := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logFile, "stdout:", line)
+			if _, addr, ok := strings.Cut(line, " listening on "); ok {
+				listening <- strings.TrimSpace(addr)
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(s.exited)
+	}()
+	select {
+	case addr := <-listening:
+		s.base = addr
+	case <-s.exited:
+		h.t.Fatalf("%s (run %d) exited before listening:\n%s", name, run, readTail(s.logPath))
+	case <-time.After(30 * time.Second):
+		h.t.Fatalf("%s (run %d) did not say where it listens within 30 s:\n%s", name, run, readTail(s.logPath))
+	}
+	s.usable.Store(true)
+	h.mu.Lock()
+	h.servers[name] = s
+	h.mu.Unlock()
+	h.logf("started %s (run %d, pid %d) on %s", name, run, s.pid, s.base)
+	return s
+}
+
+// end kills whatever is left of the process group: the server if it still
+// runs, thawed first if frozen, and any plugin it left behind.
+func (s *server) end() {
+	_ = syscall.Kill(-s.pid, syscall.SIGCONT)
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// kill is the crash: SIGKILL to the server process alone, then, once it is
+// gone, the plugin it leaves behind (a plugin does not notice its host
+// dying; the harness must not leak it).
+func (s *server) kill() {
+	s.usable.Store(false)
+	_ = syscall.Kill(s.pid, syscall.SIGKILL)
+	<-s.exited
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+}
+
+// stop asks the server to shut down the way an operator does, and waits.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	s.usable.Store(false)
+	_ = syscall.Kill(s.pid, syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Errorf("%s (run %d) did not stop within 30 s of SIGTERM:\n%s", s.name, s.run, readTail(s.logPath))
+	}
+	s.end()
+}
+
+func (s *server) alive() bool {
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readTail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// pidsOf lists the running processes whose executable is path.
+func pidsOf(path string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == path {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// socketInode finds the inode of the IPv4 TCP socket on loopback whose local
+// port is localPort and whose peer is remotePort: the client side of one
+// request the receiver holds.
+func socketInode(localPort, remotePort int) (string, bool) {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return "", false
+	}
+	for _, line := range bytes.Split(b, []byte("\n"))[1:] {
+		f := strings.Fields(string(line))
+		if len(f) < 10 {
+			continue
+		}
+		if hexPort(f[1]) == localPort && hexPort(f[2]) == remotePort {
+			return f[9], true
+		}
+	}
+	return "", false
+}
+
+func hexPort(addr string) int {
+	_, p, ok := strings.Cut(addr, ":")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(p, 16, 32)
+	if err != nil {
+		return -1
+	}
+	return int(n)
+}
+
+// holdsSocket reports whether process pid has the socket inode open.
+func holdsSocket(pid int, inode string) bool {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	want := "socket:[" + inode + "]"
+	for _, fd := range fds {
+		if link, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && link == want {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *harness) server(name string) *server {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.servers[name]
+}
+
+// usableServers are the servers that can take a request now, in name order.
+func (h *harness) usableServers() []*server {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*server
+	for _, name := range []string{"S1", "S2"} {
+		if s, ok := h.servers[name]; ok && s.usable.Load() && s.alive() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// pluginPIDs maps each running plugin process of the current servers to
+// the server that started it.
+func (h *harness) pluginPIDs() map[int]*server {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[int]*server{}
+	for _, s := range h.servers {
+		for _, pid := range pidsOf(s.pluginPath) {
+			out[pid] = s
+		}
+	}
+	return out
+}
