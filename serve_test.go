@@ -5,12 +5,15 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -153,4 +156,84 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^2\s+delivered\s+200`).MatchString(shown) {
 		t.Fatalf("attempt 2 is not a delivered 200:\n%s", shown)
 	}
+}
+
+// TestPluginsDieWithAKilledServer SIGKILLs a real `hymical serve` process,
+// which cannot stop its plugins itself, and checks its plugin process does
+// not outlive it.
+func TestPluginsDieWithAKilledServer(t *testing.T) {
+	dir := t.TempDir()
+	for out, pkg := range map[string]string{"hymical": ".", "hymical-plugin-http": "./plugins/http"} {
+		if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	srv := exec.Command(filepath.Join(dir, "hymical"), "serve",
+		"--database.url=sqlite:"+filepath.Join(dir, "h.db"), "--server.listen=127.0.0.1:0")
+	srv.Env = append(os.Environ(), "FORMS_SERVER_ADMIN_TOKEN=test-admin-token-0123456789")
+	var out lockedBuffer
+	srv.Stdout, srv.Stderr = &out, &out
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+
+	plugin := filepath.Join(dir, "hymical-plugin-http")
+	var pid int
+	for deadline := time.Now().Add(20 * time.Second); pid == 0; {
+		pid = childWithExe(t, srv.Process.Pid, plugin)
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never started its plugin:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := srv.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.Wait()
+	for deadline := time.Now().Add(10 * time.Second); processAlive(pid); {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("plugin process %d still runs 10 s after its server was killed", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// childWithExe finds a child of parent running the executable exe.
+func childWithExe(t *testing.T, parent int, exe string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if path, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err != nil || path != exe {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command: state, then ppid.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(parent) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// processAlive reports whether pid is a running (not zombie) process.
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -63,6 +64,7 @@ func VersionedPlugins(impl Transport) map[int]plugin.PluginSet {
 // reported on standard error and leaves tracing off; it never stops the
 // plugin.
 func Serve(impl Transport) {
+	go exitWhenOrphaned(time.Second)
 	ctx := context.Background()
 	tp, shutdown, err := pluginTracing(ctx, os.Getenv, stderr{})
 	if err != nil {
