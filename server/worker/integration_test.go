@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,67 +16,26 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/hymical/hymical/internal/e2etest"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
-	"github.com/hymical/hymical/storage/postgres"
-	"github.com/hymical/hymical/storage/postgres/pgtest"
-	"github.com/hymical/hymical/storage/sqlite"
 )
 
 // pluginDir holds the real plugin binaries, built once in TestMain.
 var pluginDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "hymical-worker-plugins-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pluginDir = dir
-	for name, pkg := range map[string]string{
-		"http":      "../../plugins/http",
-		"misbehave": "../pluginhost/testdata/misbehave",
-	} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "hymical-plugin-"+name), pkg).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "build plugin %s: %v\n%s", name, err, out)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	e2etest.PluginMain(m, map[string]string{
+		"http":      "github.com/hymical/hymical/plugins/http",
+		"misbehave": "github.com/hymical/hymical/server/pluginhost/testdata/misbehave",
+	}, &pluginDir)
 }
 
 // backends opens a fresh, migrated store of each kind.
-var backends = map[string]func(t *testing.T) storage.Store{
-	"sqlite": func(t *testing.T) storage.Store {
-		s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hymical.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return migrated(t, s)
-	},
-	"postgres": func(t *testing.T) storage.Store {
-		s, err := postgres.Open(t.Context(), pgtest.NewDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return migrated(t, s)
-	},
-}
-
-func migrated(t *testing.T, s storage.Store) storage.Store {
-	t.Helper()
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Migrate(context.Background(), storage.MigrateParams{}); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+var backends = e2etest.Backends()
 
 // receiver is a real HTTP server on loopback that verifies each request
 // and answers with whatever the test's script says.
@@ -149,7 +106,7 @@ func newEnvIn(t *testing.T, dir string, open func(*testing.T) storage.Store, tra
 		Plugins: []pluginhost.PluginConfig{
 			{Name: "http", Settings: map[string]string{"allowed_networks": "127.0.0.0/8", "connect_timeout": "1s", "read_timeout": "2s"}},
 		},
-	}, quietLogger())
+	}, e2etest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,13 +121,6 @@ func newEnvIn(t *testing.T, dir string, open func(*testing.T) storage.Store, tra
 		t.Fatal(err)
 	}
 	return &env{t: t, store: store, host: host, recv: recv, ep: ep}
-}
-
-func quietLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // fastConfig retries quickly so a whole schedule runs in a test.
@@ -206,19 +156,7 @@ func (e *env) submit() (storage.Event, storage.Delivery) {
 // run starts a pool and stops it when the test ends.
 func (e *env) run(cfg worker.Config, store worker.Store) {
 	e.t.Helper()
-	pool, err := worker.New(store, e.host, cfg, quietLogger())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	e.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("pool.Run: %v", err)
-		}
-	})
+	e2etest.RunPool(e.t, store, e.host, cfg)
 }
 
 // waitFor polls the delivery until cond holds or 20 s pass.
@@ -459,7 +397,7 @@ func TestDelivery(t *testing.T) {
 				})
 				cfg := fastConfig(5)
 				cfg.Concurrency, cfg.BatchSize = 1, 1
-				pool, err := worker.New(e.store, e.host, cfg, quietLogger())
+				pool, err := worker.New(e.store, e.host, cfg, e2etest.Logger())
 				if err != nil {
 					t.Fatal(err)
 				}

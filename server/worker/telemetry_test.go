@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hymical/hymical/internal/e2etest"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/telemetry"
@@ -64,7 +65,7 @@ func newTracedEnv(t *testing.T, dir string, open func(*testing.T) storage.Store,
 		},
 		TracerProvider: tp,
 		PluginEnv:      pluginTel.PluginEnv,
-	}, quietLogger())
+	}, e2etest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
