@@ -49,6 +49,7 @@ Commands:
   migrate      apply pending schema migrations and report what was done
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
+  bench        measure delivery throughput, latency and cost against a loopback receiver
   version      print the build and the schema version it needs
 
 Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADMIN_TOKEN):
@@ -83,6 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDeliveries(ctx, rest, stdout, stderr)
 	case "replay":
 		return runReplay(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "version":
 		v, err := server.LatestSchemaVersion()
 		if err != nil {

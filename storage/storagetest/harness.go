@@ -24,6 +24,11 @@ type Backend struct {
 	// NewDatabase creates a fresh, empty, isolated database that nothing has
 	// migrated yet, and arranges for it to be removed when t ends.
 	NewDatabase func(t *testing.T) Database
+	// NewBenchStore opens a Store on a fresh, empty database that nothing
+	// has migrated yet, and arranges for both to be closed and removed when
+	// tb ends. Bench uses it, since a benchmark has no *testing.T to hand
+	// NewDatabase; nil makes Bench skip.
+	NewBenchStore func(tb testing.TB) storage.Store
 }
 
 // Database is one isolated database under test.

@@ -1,0 +1,256 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Kinds of phase.
+const (
+	// KindSend phases send without a store: the ceiling and send-only.
+	KindSend = "send"
+	// KindDeliver phases run the whole server path.
+	KindDeliver = "deliver"
+)
+
+// Phase is what one phase measured.
+type Phase struct {
+	Name     string        `json:"name"`
+	Kind     string        `json:"kind"`
+	Messages int           `json:"messages"`
+	Wall     time.Duration `json:"wall_ns"`
+	// Rate is messages per second of wall time: for a deliver phase, from
+	// the first submission created (or, with preload, the pool started) to
+	// the last delivery recorded delivered.
+	Rate float64 `json:"rate_per_s"`
+	// Latency says what P50 and P99 measure.
+	Latency        string        `json:"latency"`
+	LatencySamples int           `json:"latency_samples"`
+	P50            time.Duration `json:"p50_ns"`
+	P99            time.Duration `json:"p99_ns"`
+	// RecordedP50 and RecordedP99, for deliver phases, are submission
+	// created to the delivery's completed_at, over every delivery.
+	RecordedP50 time.Duration `json:"recorded_p50_ns,omitempty"`
+	RecordedP99 time.Duration `json:"recorded_p99_ns,omitempty"`
+	// InsertWall is how long creating the submissions took.
+	InsertWall time.Duration `json:"insert_wall_ns,omitempty"`
+	// Received is how many requests the receiver verified.
+	Received int64 `json:"received"`
+	// Statements are the SQL statements with the most execution time, on
+	// PostgreSQL with pg_stat_statements loaded.
+	Statements []Statement `json:"statements,omitempty"`
+
+	// Round is which repetition of the run this is, from 1.
+	Round int `json:"round"`
+
+	CPUSelf   time.Duration `json:"cpu_self_ns"`
+	CPUPlugin time.Duration `json:"cpu_plugin_ns"`
+	CPUDB     time.Duration `json:"cpu_db_ns"`
+	// CPUOther is the machine's busy time less the three above: anything
+	// else that ran, which the measured phase competed with.
+	CPUOther   time.Duration `json:"cpu_other_ns"`
+	CPUMachine time.Duration `json:"cpu_machine_ns"`
+	// CPUPerMsg is (self + plugin + db) per message: what one message
+	// costs the machine, which other load disturbs far less than the rate.
+	CPUPerMsg time.Duration `json:"cpu_per_message_ns"`
+	// CPUBound is the rate that cost allows on every core of this machine
+	// with nothing else running: NumCPU / CPUPerMsg. An upper bound: it
+	// assumes the work spreads perfectly over the cores.
+	CPUBound float64 `json:"cpu_bound_rate_per_s"`
+	PeakRSS  int64   `json:"peak_rss_bytes"`
+	// PeakRSSLifetime is set when the peak could not be reset per phase,
+	// so PeakRSS is the process's peak so far.
+	PeakRSSLifetime bool    `json:"peak_rss_lifetime,omitempty"`
+	PluginPeakRSS   int64   `json:"plugin_peak_rss_bytes,omitempty"`
+	AllocsPerMsg    float64 `json:"allocs_per_message"`
+	BytesPerMsg     float64 `json:"alloc_bytes_per_message"`
+
+	where string
+}
+
+func (p *Phase) setUsage(u usage, hwmReset bool) {
+	p.CPUSelf, p.CPUPlugin, p.CPUDB, p.CPUMachine = u.Self, u.Plugin, u.DB, u.Machine
+	p.CPUOther = max(0, u.Machine-u.Self-u.Plugin-u.DB)
+	p.CPUPerMsg = (u.Self + u.Plugin + u.DB) / time.Duration(p.Messages)
+	if p.CPUPerMsg > 0 {
+		p.CPUBound = float64(runtime.NumCPU()) / p.CPUPerMsg.Seconds()
+	}
+	p.PeakRSS, p.PeakRSSLifetime, p.PluginPeakRSS = u.PeakRSS, !hwmReset, u.PluginPeakRSS
+	p.AllocsPerMsg = float64(u.Mallocs) / float64(p.Messages)
+	p.BytesPerMsg = float64(u.AllocBytes) / float64(p.Messages)
+}
+
+// Report is a whole run.
+type Report struct {
+	Machine     Machine       `json:"machine"`
+	Backend     string        `json:"backend"`
+	Where       string        `json:"database,omitempty"`
+	Submissions int           `json:"submissions"`
+	Endpoints   int           `json:"endpoints_per_submission"`
+	Deliveries  int           `json:"deliveries"`
+	Concurrency int           `json:"concurrency"`
+	BatchSize   int           `json:"batch_size"`
+	Poll        time.Duration `json:"poll_interval_ns"`
+	Producers   int           `json:"producers"`
+	Rate        float64       `json:"submission_rate_per_s,omitempty"`
+	Preload     bool          `json:"preload"`
+	Repeat      int           `json:"repeat"`
+	Started     time.Time     `json:"started"`
+	Phases      []Phase       `json:"phases"`
+}
+
+// best finds the round of a phase, by name prefix, with the highest rate;
+// nil when no such phase ran.
+func (r *Report) best(prefix string) *Phase {
+	var b *Phase
+	for i := range r.Phases {
+		p := &r.Phases[i]
+		if strings.HasPrefix(p.Name, prefix) && (b == nil || p.Rate > b.Rate) {
+			b = p
+		}
+	}
+	return b
+}
+
+// cheapest finds the round of a phase with the lowest CPU per message.
+func (r *Report) cheapest(prefix string) *Phase {
+	var b *Phase
+	for i := range r.Phases {
+		p := &r.Phases[i]
+		if strings.HasPrefix(p.Name, prefix) && p.CPUPerMsg > 0 && (b == nil || p.CPUPerMsg < b.CPUPerMsg) {
+			b = p
+		}
+	}
+	return b
+}
+
+// Ratio is one comparison the issue's targets are stated in.
+type Ratio struct {
+	What string `json:"what"`
+	// Rate is the ratio of the two phases' best rates.
+	Rate float64 `json:"rate"`
+	// CPU is the ratio of their lowest CPU costs per message, inverted so
+	// that, like Rate, above 1 means the first is cheaper.
+	CPU float64 `json:"cpu"`
+}
+
+// Ratios compares the phases that ran: each end-to-end rate against the
+// ceiling, and the plugin against in-process, send-only and end to end.
+// With repeats, each side is its best round.
+func (r *Report) Ratios() []Ratio {
+	var out []Ratio
+	add := func(what, a, b string) {
+		pa, pb := r.best(a), r.best(b)
+		if pa == nil || pb == nil || pb.Rate == 0 {
+			return
+		}
+		x := Ratio{What: what, Rate: pa.Rate / pb.Rate}
+		if ca, cb := r.cheapest(a), r.cheapest(b); ca != nil && cb != nil {
+			x.CPU = float64(cb.CPUPerMsg) / float64(ca.CPUPerMsg)
+		}
+		out = append(out, x)
+	}
+	add("end to end, plugin / ceiling", "end to end: plugin", "ceiling")
+	add("end to end, in-process / ceiling", "end to end: in-process", "ceiling")
+	add("send only, plugin / in-process", "send only: plugin", "send only: in-process")
+	add("end to end, plugin / in-process", "end to end: plugin", "end to end: in-process")
+	add("send only, in-process / ceiling", "send only: in-process", "ceiling")
+	return out
+}
+
+// WriteText prints the report as a table a person reads.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "hymical bench  %s\n", r.Started.Format(time.RFC3339))
+	fmt.Fprintf(&b, "machine   %d CPUs (%s), %.1f GiB, %s, kernel %s, %s\n", m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.OS, m.Kernel, m.Go)
+	fmt.Fprintf(&b, "backend   %s  %s\n", r.Backend, r.Where)
+	load := "created while the pool runs, as fast as they go"
+	switch {
+	case r.Preload:
+		load = "all created before the pool starts (draining a backlog)"
+	case r.Rate > 0:
+		load = fmt.Sprintf("created while the pool runs, paced at %.0f/s", r.Rate)
+	}
+	fmt.Fprintf(&b, "load      %d submissions x %d endpoints = %d deliveries, %d producers, %s\n", r.Submissions, r.Endpoints, r.Deliveries, r.Producers, load)
+	fmt.Fprintf(&b, "worker    concurrency %d, batch %d, poll %s\n\n", r.Concurrency, r.BatchSize, r.Poll)
+
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tround\tmsgs/s\tp50\tp99\tcpu self\tplugin\tdb\tother\tcpu/msg\tcpu-bound/s\tpeak RSS\tplugin RSS\tallocs/msg\t")
+	for _, p := range r.Phases {
+		rss := mib(p.PeakRSS)
+		if p.PeakRSSLifetime {
+			rss += "*"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.0fµs\t%.0f\t%s\t%s\t%.0f\t\n", p.Name, p.Round, p.Rate, ms(p.P50), ms(p.P99),
+			secs(p.CPUSelf), secs(p.CPUPlugin), secs(p.CPUDB), secs(p.CPUOther), float64(p.CPUPerMsg)/float64(time.Microsecond), p.CPUBound,
+			rss, mib(p.PluginPeakRSS), p.AllocsPerMsg)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(&b)
+	for _, p := range r.Phases {
+		fmt.Fprintf(&b, "%s: %d messages in %s; latency is %s (%d samples)", p.Name, p.Messages, p.Wall.Round(time.Millisecond), p.Latency, p.LatencySamples)
+		if p.Kind == KindDeliver {
+			fmt.Fprintf(&b, "; created to recorded p50 %s p99 %s; creating the submissions took %s",
+				ms(p.RecordedP50), ms(p.RecordedP99), p.InsertWall.Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, "; %.0f bytes allocated per message\n", p.BytesPerMsg)
+		if len(p.Statements) > 0 {
+			var calls float64
+			for _, st := range p.Statements {
+				calls += st.PerMessage
+			}
+			fmt.Fprintf(&b, "  SQL by execution time (pg_stat_statements), %.1f statements per delivery in these:\n", calls)
+			st := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(st, "    calls/msg\ttotal ms\tmean ms\trows/call\tquery")
+			for _, x := range p.Statements {
+				mean, perCall := 0.0, 0.0
+				if x.Calls > 0 {
+					mean, perCall = x.TotalMS/float64(x.Calls), float64(x.Rows)/float64(x.Calls)
+				}
+				q := x.Query
+				if len(q) > 100 {
+					q = q[:100] + "…"
+				}
+				fmt.Fprintf(st, "    %.2f\t%.0f\t%.3f\t%.1f\t%s\n", x.PerMessage, x.TotalMS, mean, perCall, q)
+			}
+			if err := st.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if rs := r.Ratios(); len(rs) > 0 {
+		fmt.Fprintln(&b, "\nratios (best round of each)            by rate   by cpu/msg")
+		for _, x := range rs {
+			fmt.Fprintf(&b, "  %-36s %6.2f   %6.2f\n", x.What, x.Rate, x.CPU)
+		}
+	}
+	fmt.Fprintln(&b, "\nCPU in core-seconds over the phase. self: this process (pool, store client, SQLite, receiver, load);")
+	fmt.Fprintln(&b, "plugin: the plugin process; db: the PostgreSQL server; other: the rest of the machine, which the phase")
+	fmt.Fprintln(&b, "competed with. cpu/msg is (self + plugin + db) per message; cpu-bound/s is what that cost allows on")
+	fmt.Fprintf(&b, "all %d cores with nothing else running (an upper bound).\n", m.CPUs)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+func mib(b int64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fMiB", float64(b)/(1<<20))
+}

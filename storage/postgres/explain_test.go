@@ -1,0 +1,148 @@
+package postgres_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/storage/postgres"
+)
+
+// The claim's plan on a table of realistic size takes a minute to seed, so
+// it runs only when asked for:
+//
+//	go test ./storage/postgres -run TestClaimPlanAtScale -bench-explain -v
+var (
+	benchExplain     = flag.Bool("bench-explain", false, "run TestClaimPlanAtScale: load a large deliveries table and print the claim's plan")
+	benchExplainRows = flag.Int("bench-explain-rows", 1_000_000, "deliveries TestClaimPlanAtScale loads")
+)
+
+// TestClaimPlanAtScale loads the deliveries table with many rows, in two
+// shapes, and prints EXPLAIN (ANALYZE, BUFFERS) of the exact statement
+// DeliveryClaim runs, in a transaction rolled back afterwards:
+//
+//   - steady: almost every row terminal, as after months of traffic, with
+//     a few pending due, some pending in the future (retries) and some
+//     processing, a few of those with expired leases;
+//   - backlog: every row pending and due, as when the bench loads a
+//     million deliveries before the pool drains them.
+//
+// It fails if the claim scans the whole table; the timings it prints are
+// for reading, not asserted.
+func TestClaimPlanAtScale(t *testing.T) {
+	if !*benchExplain {
+		t.Skip("loads a large table; run with -bench-explain (and -v to see the plans)")
+	}
+	rows := *benchExplainRows
+	shapes := []struct {
+		name  string
+		state string // SQL over g, the row number
+		next  string
+		lease string
+	}{
+		{
+			name: "steady",
+			state: `CASE WHEN g % 1000 = 0 OR g % 100 = 5 THEN 'pending'
+				WHEN g % 1000 = 1 OR g % 200 = 2 THEN 'processing'
+				WHEN g % 50 = 7 THEN 'failed'
+				ELSE 'delivered' END`,
+			// Pending rows are due except every 100th+5 (retries later).
+			next:  `CASE WHEN g % 100 = 5 THEN now() + interval '1 hour' ELSE now() - interval '1 hour' END`,
+			lease: `CASE WHEN g % 1000 = 1 THEN now() - interval '1 minute' ELSE now() + interval '1 minute' END`,
+		},
+		{
+			name:  "backlog",
+			state: `'pending'`,
+			next:  `now() - (g % 3600) * interval '1 second'`,
+			lease: `NULL::timestamptz`,
+		},
+	}
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			db, _ := migrated(t)
+			ctx := context.Background()
+			start := time.Now()
+			// Many deliveries per event, as fan-out makes them, and one
+			// event per 100 rows keeps the events table realistic.
+			seed := fmt.Sprintf(`
+				INSERT INTO webhook_events (id, type, payload, created_at)
+					SELECT 'evt_' || lpad(e::text, 10, '0'), 'submission.received', '{"type":"submission.received"}', now()
+					FROM generate_series(0, %[2]d / 100) AS e;
+				INSERT INTO webhook_endpoints (id, transport, url, secrets, created_at, updated_at)
+					SELECT 'ep_bench_' || lpad(k::text, 3, '0'), 'http', 'https://receiver.example/', '[]', now(), now()
+					FROM generate_series(0, 99) AS k;
+				INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, cycle_attempts,
+						next_attempt_at, claim_expires_at, claim_token, created_at, completed_at)
+					SELECT 'dlv_' || lpad(g::text, 10, '0'), 'ep_bench_' || lpad((g %% 100)::text, 3, '0'),
+						'evt_' || lpad((g / 100)::text, 10, '0'), st, 1, 1, %[3]s,
+						CASE WHEN st = 'processing' THEN %[4]s END,
+						CASE WHEN st = 'processing' THEN 'token-' || g END,
+						now(), CASE WHEN st IN ('delivered', 'failed') THEN now() END
+					FROM generate_series(1, %[2]d) AS g, LATERAL (SELECT %[1]s AS st) AS x;
+				ANALYZE;`, sh.state, rows, sh.next, sh.lease)
+			if err := db.Exec(ctx, seed); err != nil {
+				t.Fatalf("seed %d rows: %v", rows, err)
+			}
+			counts, err := db.pool.Query(ctx, `SELECT state, count(*) FROM webhook_deliveries GROUP BY state ORDER BY state`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mix []string
+			for counts.Next() {
+				var st string
+				var n int64
+				if err := counts.Scan(&st, &n); err != nil {
+					t.Fatal(err)
+				}
+				mix = append(mix, fmt.Sprintf("%s %d", st, n))
+			}
+			if err := counts.Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d deliveries seeded in %s: %s", sh.name, rows, time.Since(start).Round(time.Millisecond), strings.Join(mix, ", "))
+
+			for _, limit := range []int{16, 64} {
+				plan := explainClaim(t, db, limit)
+				t.Logf("%s, LIMIT %d:\n%s", sh.name, limit, plan)
+				if strings.Contains(plan, "Seq Scan on webhook_deliveries") {
+					t.Errorf("%s: the claim scans the whole deliveries table", sh.name)
+				}
+				if m := regexp.MustCompile(`Execution Time: ([0-9.]+) ms`).FindStringSubmatch(plan); m != nil {
+					t.Logf("%s, LIMIT %d: claim executes in %s ms on %d rows", sh.name, limit, m[1], rows)
+				}
+			}
+		})
+	}
+}
+
+// explainClaim runs EXPLAIN (ANALYZE, BUFFERS) of the claim in a
+// transaction it rolls back, so the rows stay as seeded.
+func explainClaim(t *testing.T, db *database, limit int) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+postgres.ClaimSQL, nil, limit, time.Minute.Microseconds())
+	if err != nil {
+		t.Fatalf("explain claim: %v", err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
+}

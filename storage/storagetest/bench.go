@@ -1,0 +1,249 @@
+package storagetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// Bench runs the store benchmarks against b: the operations on the
+// delivery hot path, each on a fresh, migrated database. It only measures;
+// a benchmark fails only when an operation errs or returns the wrong
+// number of rows, never on time.
+//
+//	func BenchmarkStore(b *testing.B) { storagetest.Bench(b, backend) }
+//
+// It needs backend.NewBenchStore; without it every benchmark is skipped
+// and says why.
+func Bench(b *testing.B, backend Backend) {
+	for _, n := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("EventCreate/endpoints=%d", n), func(b *testing.B) { benchEventCreate(b, backend, n) })
+	}
+	// Claims run against a queue kept at about the same number of due
+	// deliveries throughout, so the cost per claim does not drift with b.N;
+	// the due=20000 cases show what a longer queue costs each claim.
+	for _, c := range []struct{ batch, due int }{{16, 1000}, {64, 1000}, {16, 20000}} {
+		b.Run(fmt.Sprintf("DeliveryClaim/batch=%d/due=%d", c.batch, c.due), func(b *testing.B) { benchClaim(b, backend, c.batch, c.due) })
+	}
+	b.Run("DeliveryComplete", func(b *testing.B) { benchComplete(b, backend) })
+	for _, c := range []struct{ batch, due int }{{16, 1000}, {64, 1000}, {16, 20000}} {
+		b.Run(fmt.Sprintf("ClaimComplete/batch=%d/due=%d", c.batch, c.due), func(b *testing.B) { benchCycle(b, backend, c.batch, c.due) })
+	}
+}
+
+// benchLease is long enough that nothing claimed in a benchmark expires.
+const benchLease = time.Hour
+
+// benchStore opens a fresh store and endpoints of it: every event fans
+// out to all of them.
+func benchStore(b *testing.B, backend Backend, endpoints int) storage.Store {
+	b.Helper()
+	if backend.NewBenchStore == nil {
+		b.Skipf("%s: Backend.NewBenchStore is not set, so there is no database to benchmark on", backend.Name)
+	}
+	s := backend.NewBenchStore(b)
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
+		b.Fatalf("%s: migrate: %v", backend.Name, err)
+	}
+	for i := range endpoints {
+		if _, err := s.EndpointCreate(ctx, storage.Endpoint{
+			Transport: "http",
+			URL:       fmt.Sprintf("https://receiver.example/hook/%d", i),
+			Secrets:   []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)},
+		}); err != nil {
+			b.Fatalf("EndpointCreate: %v", err)
+		}
+	}
+	return s
+}
+
+func benchEvent() storage.Event {
+	sub := storage.NewID("sub")
+	return storage.Event{
+		Type:         "submission.received",
+		FormID:       "form_bench",
+		SubmissionID: sub,
+		Payload:      submissionPayload(sub, "form_bench"),
+	}
+}
+
+// seedDeliveries creates events until at least n pending deliveries are
+// due, fanning out to however many endpoints s has (fanout).
+func seedDeliveries(b *testing.B, s storage.Store, n, fanout int) {
+	b.Helper()
+	ctx := context.Background()
+	for made := 0; made < n; made += fanout {
+		res, err := s.EventCreate(ctx, benchEvent())
+		if err != nil {
+			b.Fatalf("seed EventCreate: %v", err)
+		}
+		if len(res.Deliveries) != fanout {
+			b.Fatalf("seed EventCreate fanned out to %d, want %d", len(res.Deliveries), fanout)
+		}
+	}
+}
+
+// claimAll claims n deliveries in batches of 64.
+func claimAll(b *testing.B, s storage.Store, n int) []storage.Claim {
+	b.Helper()
+	var out []storage.Claim
+	for len(out) < n {
+		cs, err := s.DeliveryClaim(context.Background(), storage.DeliveryClaimParams{Limit: min(64, n-len(out)), Lease: benchLease})
+		if err != nil {
+			b.Fatalf("DeliveryClaim: %v", err)
+		}
+		if len(cs) == 0 {
+			b.Fatalf("DeliveryClaim found nothing due after %d of %d", len(out), n)
+		}
+		out = append(out, cs...)
+	}
+	return out
+}
+
+func delivered(c storage.Claim) storage.DeliveryCompleteParams {
+	now := time.Now()
+	return storage.DeliveryCompleteParams{
+		DeliveryID: c.Delivery.ID,
+		Token:      c.Token,
+		Outcome:    storage.OutcomeDelivered,
+		HTTPStatus: 204,
+		StartedAt:  now.Add(-time.Millisecond),
+		FinishedAt: now,
+		TraceID:    "4bf92f3577b34da6a3ce929d0e0e4736",
+	}
+}
+
+// perSecond reports n things done in the timed part of the benchmark.
+func perSecond(b *testing.B, n int64, unit string) {
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(n)/s, unit+"/s")
+	}
+}
+
+// EventCreate with fan-out: one transaction writing the event and one
+// delivery per endpoint.
+func benchEventCreate(b *testing.B, backend Backend, endpoints int) {
+	s := benchStore(b, backend, endpoints)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		res, err := s.EventCreate(ctx, benchEvent())
+		if err != nil {
+			b.Fatalf("EventCreate: %v", err)
+		}
+		if len(res.Deliveries) != endpoints {
+			b.Fatalf("EventCreate fanned out to %d, want %d", len(res.Deliveries), endpoints)
+		}
+	}
+	b.StopTimer()
+	perSecond(b, int64(b.N*endpoints), "deliveries")
+}
+
+// queue keeps a store's due deliveries between due and due+refill
+// before each claim, topping it up with the timer stopped.
+type queue struct {
+	b      *testing.B
+	s      storage.Store
+	fanout int
+	due    int
+	refill int
+	have   int
+}
+
+func newQueue(b *testing.B, s storage.Store, fanout, due, batch int) *queue {
+	q := &queue{b: b, s: s, fanout: fanout, due: due, refill: 16 * batch}
+	seedDeliveries(b, s, due+q.refill, fanout)
+	q.have = due + q.refill
+	return q
+}
+
+// take is called before each claim of n: it makes sure more than due
+// deliveries are due once the claim has taken its n.
+func (q *queue) take(n int) {
+	if q.have-n < q.due {
+		q.b.StopTimer()
+		seedDeliveries(q.b, q.s, q.refill, q.fanout)
+		q.have += q.refill
+		q.b.StartTimer()
+	}
+	q.have -= n
+}
+
+// DeliveryClaim of a full batch from a queue of about due deliveries; the
+// benchmark's own completions are not timed.
+func benchClaim(b *testing.B, backend Backend, batch, due int) {
+	s := benchStore(b, backend, batch)
+	q := newQueue(b, s, batch, due, batch)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		q.take(batch)
+		cs, err := s.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: batch, Lease: benchLease})
+		if err != nil {
+			b.Fatalf("DeliveryClaim: %v", err)
+		}
+		if len(cs) != batch {
+			b.Fatalf("DeliveryClaim claimed %d, want %d", len(cs), batch)
+		}
+		// Completed untimed, so claimed rows do not pile up as processing,
+		// which a worker's never do beyond its concurrency.
+		b.StopTimer()
+		for _, c := range cs {
+			if _, _, err := s.DeliveryComplete(ctx, delivered(c)); err != nil {
+				b.Fatalf("DeliveryComplete: %v", err)
+			}
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	perSecond(b, int64(b.N*batch), "deliveries")
+}
+
+// DeliveryComplete of one claimed delivery as delivered: the fenced
+// transition and the attempt row, in one transaction.
+func benchComplete(b *testing.B, backend Backend) {
+	s := benchStore(b, backend, 16)
+	seedDeliveries(b, s, b.N, 16)
+	claims := claimAll(b, s, b.N)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, _, err := s.DeliveryComplete(ctx, delivered(claims[i])); err != nil {
+			b.Fatalf("DeliveryComplete: %v", err)
+		}
+	}
+}
+
+// One claim of a batch and the completion of each delivery in it, one
+// after the other: the store's share of the worker's loop for one batch.
+func benchCycle(b *testing.B, backend Backend, batch, due int) {
+	s := benchStore(b, backend, batch)
+	q := newQueue(b, s, batch, due, batch)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		q.take(batch)
+		cs, err := s.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: batch, Lease: benchLease})
+		if err != nil {
+			b.Fatalf("DeliveryClaim: %v", err)
+		}
+		if len(cs) != batch {
+			b.Fatalf("DeliveryClaim claimed %d, want %d", len(cs), batch)
+		}
+		for _, c := range cs {
+			if _, _, err := s.DeliveryComplete(ctx, delivered(c)); err != nil {
+				b.Fatalf("DeliveryComplete: %v", err)
+			}
+		}
+	}
+	b.StopTimer()
+	perSecond(b, int64(b.N*batch), "deliveries")
+}
