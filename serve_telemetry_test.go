@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/telemetry/telemetrytest"
 )
@@ -55,7 +56,7 @@ func TestServeTracesAndMetrics(t *testing.T) {
 	defer recv.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, logs lockedBuffer
+	var out, logs syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve",
@@ -216,7 +217,7 @@ func TestServeTracesAndMetrics(t *testing.T) {
 
 // waitListening waits for serve to say where it listens and returns the
 // base URL.
-func waitListening(t *testing.T, out, logs *lockedBuffer, done <-chan error) string {
+func waitListening(t *testing.T, out, logs *syncbuf.Buffer, done <-chan error) string {
 	t.Helper()
 	listening := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
 	for deadline := time.Now().Add(20 * time.Second); ; {

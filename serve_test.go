@@ -11,30 +11,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/internal/syncbuf"
 )
-
-// lockedBuffer is written by the server's goroutines and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestServeAndOperatorCommands runs `hymical serve` on SQLite with the real
 // http plugin and drives it the way an operator does, with the CLI: add an
@@ -59,7 +42,7 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	defer recv.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, logs lockedBuffer
+	var out, logs syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve",
@@ -171,7 +154,7 @@ func TestPluginsDieWithAKilledServer(t *testing.T) {
 	srv := exec.Command(filepath.Join(dir, "hymical"), "serve",
 		"--database.url=sqlite:"+filepath.Join(dir, "h.db"), "--server.listen=127.0.0.1:0")
 	srv.Env = append(os.Environ(), "FORMS_SERVER_ADMIN_TOKEN=test-admin-token-0123456789")
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	srv.Stdout, srv.Stderr = &out, &out
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)

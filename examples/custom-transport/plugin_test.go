@@ -18,10 +18,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/api"
@@ -59,26 +59,9 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func startHost(t *testing.T, cfg pluginhost.Config) (*pluginhost.Host, *syncBuffer) {
+func startHost(t *testing.T, cfg pluginhost.Config) (*pluginhost.Host, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	h, err := pluginhost.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("pluginhost.New: %v", err)

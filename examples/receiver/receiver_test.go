@@ -14,25 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/webhook"
 )
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // running is one receiver process's worth of serve on a loopback port.
 type running struct {
@@ -48,7 +32,7 @@ func start(t *testing.T, dbPath, secret string) running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, ln, dbPath, []string{secret}, slog.New(slog.NewTextHandler(logs, nil))) }()

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/webhook"
 )
 
@@ -57,29 +58,12 @@ type receiver struct {
 	url    string
 	secret string
 	rec    *recorder
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs   *syncbuf.Buffer
 }
 
 func newReceiver(t *testing.T, opts ...webhook.HandlerOption) *receiver {
 	t.Helper()
-	r := &receiver{secret: mustSecret(t), rec: &recorder{}, logs: &syncBuffer{}}
+	r := &receiver{secret: mustSecret(t), rec: &recorder{}, logs: &syncbuf.Buffer{}}
 	d, err := webhook.NewMemoryDeduper(webhook.MemoryOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,11 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/storage"
@@ -162,7 +162,7 @@ type fixture struct {
 	store storage.Store
 	count func(table string) int
 	srv   *httptest.Server
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 }
 
 // newFixture serves the API over a fresh store of backend b. edit may
@@ -170,7 +170,7 @@ type fixture struct {
 func newFixture(t *testing.T, b backend, edit func(*api.Options)) *fixture {
 	t.Helper()
 	store, count := b.open(t)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts := api.Options{
 		Store:      store,
 		Transports: loopbackHost,
@@ -188,24 +188,6 @@ func newFixture(t *testing.T, b backend, edit func(*api.Options)) *fixture {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, store: store, count: count, srv: srv, logs: logs}
-}
-
-// syncBuffer collects log output written from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // response is one answer, its body kept raw and decoded.

@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hymical/hymical/internal/syncbuf"
 )
 
 func TestHCLogAdapterWritesToSlog(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	base := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("plugin", "http")
 	var l hclog.Logger = newHCLogAdapter(base)
 	l = l.Named("stdio").With("id", 7)
@@ -46,7 +47,7 @@ func TestHCLogAdapterWritesToSlog(t *testing.T) {
 
 func TestLineLoggerLogsWholeLines(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	w := &lineLogger{logger: slog.New(slog.NewJSONHandler(&buf, nil))}
 	for _, chunk := range []string{"first li", "ne\nsecond line\r\n", "\n", strings.Repeat("x", maxLine+10)} {
 		if _, err := w.Write([]byte(chunk)); err != nil {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -67,29 +68,11 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// syncBuffer collects log output written from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // newHost starts a host for cfg and stops it when the test ends. The log is
 // kept and shown only when the test fails.
-func newHost(t *testing.T, cfg Config) (*Host, *syncBuffer) {
+func newHost(t *testing.T, cfg Config) (*Host, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h, err := New(context.Background(), cfg, logger)
 	if err != nil {

@@ -1,7 +1,6 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/telemetry/telemetrytest"
 )
@@ -149,7 +149,7 @@ func TestStandardEnvironmentVariablesAreHonoured(t *testing.T) {
 
 func TestStdoutExporterWritesOneJSONSpanALine(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	tel, err := telemetry.New(t.Context(), telemetry.Config{Exporter: telemetry.ExporterStdout, Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
@@ -368,22 +368,4 @@ func TestTraceContextHelpers(t *testing.T) {
 	if telemetry.TraceParent(context.Background()) != "" {
 		t.Error("TraceParent of a context with no span is not empty")
 	}
-}
-
-// syncBuffer is written by the exporter's goroutine and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
