@@ -20,3 +20,14 @@ func TestValue(t *testing.T) {
 		}
 	}
 }
+
+func TestSecretName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"api_token": true, "client_secret": true, "Password": true, "signing_key": true, "APIKEY": true,
+		"db_passwd": true, "credentials_file": true, "url": false, "region": false, "timeout": false,
+	} {
+		if got := SecretName(name); got != want {
+			t.Errorf("SecretName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

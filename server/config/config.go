@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/worker"
@@ -340,7 +341,7 @@ func (u DatabaseURL) String() string {
 	if parsed.RawQuery != "" {
 		q := parsed.Query()
 		for k := range q {
-			if isSecretName(k) {
+			if redact.SecretName(k) {
 				q[k] = []string{redacted}
 			}
 		}
@@ -362,33 +363,14 @@ func (u DatabaseURL) LogValue() slog.Value { return slog.StringValue(u.String())
 func (u DatabaseURL) MarshalJSON() ([]byte, error) { return json.Marshal(u.String()) }
 
 // Settings are a plugin's settings. Those whose names contain "secret",
-// "token", "password", "passwd", "credential" or "key" (in any case) are
-// redacted by String, GoString, LogValue and MarshalJSON.
+// "token", "password", "passwd", "credential" or "key" (in any case), and
+// passwords inside URL values, are redacted by String, GoString, LogValue
+// and MarshalJSON.
 type Settings map[string]string
 
-// isSecretName says whether a setting (or URL query parameter) of this name
-// holds a secret.
-func isSecretName(name string) bool {
-	n := strings.ToLower(name)
-	for _, s := range []string{"secret", "token", "password", "passwd", "credential", "key"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// shown is the settings as they may be shown.
-func (s Settings) shown() map[string]string {
-	out := make(map[string]string, len(s))
-	for k, v := range s {
-		if isSecretName(k) && v != "" {
-			v = redacted
-		}
-		out[k] = v
-	}
-	return out
-}
+// shown is the settings as they may be shown: secret-named values hidden,
+// and the password of any URL among them.
+func (s Settings) shown() map[string]string { return redact.Map(s) }
 
 func (s Settings) String() string {
 	shown := s.shown()

@@ -45,18 +45,6 @@ func TestEveryFieldIsDocumented(t *testing.T) {
 	}
 }
 
-func TestSecretNames(t *testing.T) {
-	t.Parallel()
-	for name, want := range map[string]bool{
-		"api_token": true, "client_secret": true, "Password": true, "signing_key": true, "APIKEY": true,
-		"db_passwd": true, "credentials_file": true, "url": false, "region": false, "timeout": false,
-	} {
-		if got := isSecretName(name); got != want {
-			t.Errorf("isSecretName(%q) = %v, want %v", name, got, want)
-		}
-	}
-}
-
 func TestSuggest(t *testing.T) {
 	t.Parallel()
 	keys := []string{"worker.lease_seconds", "worker.concurrency", "log.level"}

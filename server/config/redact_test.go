@@ -170,3 +170,15 @@ func TestSecretFlagsWarn(t *testing.T) {
 		t.Errorf("secrets %q in warnings", l)
 	}
 }
+
+func TestSettingsHideURLPasswords(t *testing.T) {
+	s := config.Settings{"url": "nats://forms:hunter2-s3cret@nats.internal:4222", "subject": "forms.new"}
+	for _, shown := range []string{s.String(), fmt.Sprintf("%v", s), fmt.Sprintf("%#v", s)} {
+		if strings.Contains(shown, "hunter2-s3cret") {
+			t.Errorf("settings shown as %q", shown)
+		}
+		if !strings.Contains(shown, "nats.internal") || !strings.Contains(shown, "forms.new") {
+			t.Errorf("settings lost what is not secret: %q", shown)
+		}
+	}
+}
