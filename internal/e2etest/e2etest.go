@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +184,80 @@ func CountAttempts(t *testing.T, store storage.Store, ids map[string]storage.Eve
 		}
 	}
 	return n
+}
+
+// Broker is a server a transport sends to, which a test can kill and start
+// again on the same address and data.
+type Broker interface {
+	Stop()
+	Restart()
+}
+
+// DeliverAcrossOutage drives deliveries through a broker that goes away
+// mid-run: it submits 30, kills the broker once some are delivered, submits
+// 20 more while it is away and waits until they have failed as retryable,
+// starts it again, and waits until every delivery is delivered. Each
+// delivery made during the outage that took more than one attempt must
+// have failed first as retryable with an error naming addr and not holding
+// secret, and ended delivered; at least one must have. It returns every
+// delivery's event by delivery id and how many were retried.
+func DeliverAcrossOutage(t *testing.T, store storage.Store, broker Broker, addr, secret string) (map[string]storage.Event, int) {
+	t.Helper()
+	ctx := t.Context()
+	// The broker dies with deliveries going out: some of them may be on
+	// the wire when it does.
+	before := Submit(t, store, "form_1", 30)
+	WaitUntil(t, 20*time.Second, "delivering", func() (bool, string) {
+		n := CountDelivered(t, store, before)
+		return n >= 3, fmt.Sprintf("%d delivered", n)
+	})
+	broker.Stop()
+	// Deliveries made while it is away fail as retryable and wait in the
+	// store.
+	during := Submit(t, store, "form_1", 20)
+	WaitUntil(t, 20*time.Second, "retrying while the broker is down", func() (bool, string) {
+		n := CountAttempts(t, store, during, storage.OutcomeRetryable)
+		return n >= 10, fmt.Sprintf("%d retryable attempts", n)
+	})
+	// It comes back on the same address and data; the plugin connects
+	// again and every waiting delivery goes out.
+	broker.Restart()
+	all := map[string]storage.Event{}
+	for id, ev := range before {
+		all[id] = ev
+	}
+	for id, ev := range during {
+		all[id] = ev
+	}
+	WaitUntil(t, 30*time.Second, "all delivered after the outage", func() (bool, string) {
+		n := CountDelivered(t, store, all)
+		return n == len(all), fmt.Sprintf("%d of %d delivered", n, len(all))
+	})
+
+	retried := 0
+	for id := range during {
+		d, err := store.DeliveryGet(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Attempts <= 1 {
+			continue
+		}
+		retried++
+		as, err := store.AttemptList(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := as[0]
+		if first.Outcome != storage.OutcomeRetryable || !strings.Contains(first.Error, addr) || strings.Contains(first.Error, secret) {
+			t.Fatalf("first attempt of a retried delivery = %+v, want retryable naming the server %s and not the secret", first, addr)
+		}
+		if last := as[len(as)-1]; last.Outcome != storage.OutcomeDelivered {
+			t.Fatalf("last attempt = %+v, want delivered", last)
+		}
+	}
+	if retried == 0 {
+		t.Fatal("no delivery made during the outage was retried")
+	}
+	return all, retried
 }

@@ -87,61 +87,7 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			}
 			e2etest.RunPool(t, store, host, fastConfig())
 
-			// The broker dies mid-run, with deliveries going out: some of
-			// those may be on the wire when it does.
-			before := e2etest.Submit(t, store, "form_1", 30)
-			e2etest.WaitUntil(t, 20*time.Second, "delivering", func() (bool, string) {
-				n := e2etest.CountDelivered(t, store, before)
-				return n >= 3, fmt.Sprintf("%d delivered", n)
-			})
-			broker.Stop()
-			// Deliveries made while it is away fail as retryable and wait
-			// in the store.
-			during := e2etest.Submit(t, store, "form_1", 20)
-			e2etest.WaitUntil(t, 20*time.Second, "retrying while the broker is down", func() (bool, string) {
-				n := e2etest.CountAttempts(t, store, during, storage.OutcomeRetryable)
-				return n >= 10, fmt.Sprintf("%d retryable attempts", n)
-			})
-
-			// It comes back on the same port and data; the plugin's pool
-			// dials again and every waiting delivery goes out.
-			broker.Restart()
-			all := map[string]storage.Event{}
-			for id, ev := range before {
-				all[id] = ev
-			}
-			for id, ev := range during {
-				all[id] = ev
-			}
-			e2etest.WaitUntil(t, 30*time.Second, "all delivered after the outage", func() (bool, string) {
-				n := e2etest.CountDelivered(t, store, all)
-				return n == len(all), fmt.Sprintf("%d of %d delivered", n, len(all))
-			})
-
-			retried := 0
-			for id := range during {
-				d, err := store.DeliveryGet(ctx, id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d.Attempts > 1 {
-					retried++
-					as, err := store.AttemptList(ctx, id)
-					if err != nil {
-						t.Fatal(err)
-					}
-					first := as[0]
-					if first.Outcome != storage.OutcomeRetryable || !strings.Contains(first.Error, broker.Addr()) || strings.Contains(first.Error, password) {
-						t.Fatalf("first attempt of a retried delivery = %+v, want retryable naming the server and not the password", first)
-					}
-					if last := as[len(as)-1]; last.Outcome != storage.OutcomeDelivered {
-						t.Fatalf("last attempt = %+v, want delivered", last)
-					}
-				}
-			}
-			if retried == 0 {
-				t.Fatal("no delivery made during the outage was retried")
-			}
+			all, retried := e2etest.DeliverAcrossOutage(t, store, broker, broker.Addr(), password)
 
 			// Read everything back from the stream and verify each entry
 			// as a consumer would.
