@@ -3,18 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hymical/hymical/internal/e2etest"
 )
 
 // TestDemoDeliversASampleSubmission runs the README's run command the way a
 // newcomer does: the real http plugin binary, a fresh SQLite file.
 func TestDemoDeliversASampleSubmission(t *testing.T) {
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "hymical-plugin-http"), "./plugins/http").CombinedOutput(); err != nil {
-		t.Fatalf("build the http plugin: %v\n%s", err, out)
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"demo", "--plugins", dir, "--database", "sqlite:" + filepath.Join(dir, "demo.db")}, &stdout, &stderr)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/telemetry/telemetrytest"
@@ -30,8 +30,8 @@ import (
 // and counts exactly that run.
 func TestServeTracesAndMetrics(t *testing.T) {
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "hymical-plugin-http"), "./plugins/http").CombinedOutput(); err != nil {
-		t.Fatalf("build the http plugin: %v\n%s", err, out)
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
 	}
 	const token = "test-admin-token-0123456789"
 	t.Setenv("FORMS_SERVER_ADMIN_TOKEN", token)

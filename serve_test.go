@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 )
 
@@ -25,8 +26,8 @@ import (
 // delivered with attempts=2 and cycle_attempts=1.
 func TestServeAndOperatorCommands(t *testing.T) {
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "hymical-plugin-http"), "./plugins/http").CombinedOutput(); err != nil {
-		t.Fatalf("build the http plugin: %v\n%s", err, out)
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
 	}
 	t.Setenv("FORMS_SERVER_ADMIN_TOKEN", "test-admin-token-0123456789")
 	t.Setenv("USER", "alice")
@@ -66,22 +67,7 @@ func TestServeAndOperatorCommands(t *testing.T) {
 		}
 	}()
 
-	listening := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
-	var base string
-	for deadline := time.Now().Add(20 * time.Second); base == ""; {
-		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("serve stopped: %v\n%s\n%s", err, out.String(), logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve never said where it listens:\n%s\n%s", out.String(), logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	base := waitListening(t, &out, &logs, done)
 	if strings.Contains(out.String()+logs.String(), "test-admin-token-0123456789") {
 		t.Fatal("the admin token appeared in the server's output")
 	}
