@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/hymical/hymical/internal/redact"
@@ -145,9 +144,22 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 }
 
-// startDemoReceiver serves a webhook receiver on a loopback port.
+// startDemoReceiver serves a webhook receiver on a loopback port, built the
+// way the docs tell receivers to: the SDK's handler verifies the signature
+// and dedupes on the submission id before the demo sees the event.
 func startDemoReceiver(secret string, received chan<- string) (net.Listener, error) {
 	verifier, err := webhook.NewVerifier([]string{secret})
+	if err != nil {
+		return nil, err
+	}
+	dedupe, err := webhook.NewMemoryDeduper(webhook.MemoryOptions{})
+	if err != nil {
+		return nil, err
+	}
+	handler, err := webhook.NewHandler(verifier, dedupe, func(_ context.Context, ev webhook.Event) error {
+		received <- ev.Submission.ID
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -155,39 +167,8 @@ func startDemoReceiver(secret string, received chan<- string) (net.Listener, err
 	if err != nil {
 		return nil, fmt.Errorf("demo receiver: %w", err)
 	}
-	var mu sync.Mutex
-	seen := map[string]bool{}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hook", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil {
-			http.Error(w, "read body", http.StatusBadRequest)
-			return
-		}
-		if err := verifier.Verify(r.Header, body); err != nil {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-			return
-		}
-		var ev struct {
-			Submission struct {
-				ID string `json:"id"`
-			} `json:"submission"`
-		}
-		if err := json.Unmarshal(body, &ev); err != nil || ev.Submission.ID == "" {
-			http.Error(w, "no submission id", http.StatusBadRequest)
-			return
-		}
-		// At least once means a receiver may see a submission twice: it
-		// processes each submission id once.
-		mu.Lock()
-		first := !seen[ev.Submission.ID]
-		seen[ev.Submission.ID] = true
-		mu.Unlock()
-		if first {
-			received <- ev.Submission.ID
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.Handle("POST /hook", handler)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return ln, nil
