@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -282,7 +281,7 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tPINNED\tSHA-256 OF THE FILE NOW\tPATH")
 	for _, p := range host.Plugins() {
-		sum, err := fileSHA256(p.Path)
+		sum, err := pluginhost.FileSHA256(p.Path)
 		if err != nil {
 			sum = "unreadable: " + err.Error()
 		}
@@ -293,17 +292,4 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintln(stdout, "To pin a plugin, put the SHA-256 you trust (from your build, not from this listing of the installed file) in plugins.list[].sha256.")
 	return nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -114,14 +114,24 @@ func (h *Host) connect(ctx context.Context, client *plugin.Client, cmd *exec.Cmd
 // fileSum is the SHA-256 of the file at path, for the mismatch error only:
 // it is what tells an operator whether the file or the pin is stale.
 func fileSum(path string) string {
-	f, err := os.Open(path)
+	sum, err := FileSHA256(path)
 	if err != nil {
 		return "unreadable (" + err.Error() + ")"
+	}
+	return sum
+}
+
+// FileSHA256 is the hex SHA-256 of the file at path. It describes the file
+// as it is now; a pin must come from a trusted source, never from this.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "unreadable (" + err.Error() + ")"
+		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
