@@ -74,6 +74,33 @@ func (p DeliveryCompleteParams) Validate() error {
 	return nil
 }
 
+// MaxCompleteBatch is the most entries one DeliveryCompleteBatch takes.
+const MaxCompleteBatch = 1000
+
+// ValidateCompleteBatch checks every entry of a batch and returns one error
+// per entry (nil for a good one). A delivery named twice is refused from its
+// second entry on: one claim ends once, and two outcomes for it in one
+// transaction could only be a caller's mistake.
+func ValidateCompleteBatch(ps []DeliveryCompleteParams) ([]error, error) {
+	if len(ps) > MaxCompleteBatch {
+		return nil, fmt.Errorf("%w: a completion batch holds at most %d entries, got %d: split it", ErrInvalid, MaxCompleteBatch, len(ps))
+	}
+	errs := make([]error, len(ps))
+	seen := make(map[string]struct{}, len(ps))
+	for i, p := range ps {
+		if err := p.Validate(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, dup := seen[p.DeliveryID]; dup {
+			errs[i] = fmt.Errorf("%w: delivery %s appears more than once in one completion batch", ErrInvalid, p.DeliveryID)
+			continue
+		}
+		seen[p.DeliveryID] = struct{}{}
+	}
+	return errs, nil
+}
+
 // Allowance is the retry allowance in force: MaxCycleAttempts or the default.
 func (p DeliveryCompleteParams) Allowance() int {
 	if p.MaxCycleAttempts == 0 {

@@ -218,11 +218,13 @@ type Replay struct {
 	ReplayedAt    time.Time
 }
 
-// Claim is a delivery this worker now owns, with the token that proves it and
-// the event it carries.
+// Claim is a delivery this worker now owns, with the token that proves it,
+// the event it carries and the endpoint it goes to, as they were read in the
+// claim's transaction.
 type Claim struct {
 	Delivery Delivery
 	Event    Event
+	Endpoint Endpoint
 	Token    string
 }
 
@@ -271,6 +273,15 @@ type DeliveryCompleteParams struct {
 	// MaxCycleAttempts is the retry allowance; zero means DefaultMaxCycleAttempts.
 	MaxCycleAttempts int
 	Now              time.Time
+}
+
+// DeliveryCompleteResult is what one entry of DeliveryCompleteBatch did.
+type DeliveryCompleteResult struct {
+	Delivery Delivery
+	Attempt  Attempt
+	// Err, when set, is this entry's own answer: ErrClaimLost, ErrNotFound
+	// or ErrInvalid. Nothing of the entry was written; the others were.
+	Err error
 }
 
 // AttemptRecordLateParams records a request made under a superseded claim.
@@ -381,6 +392,11 @@ type Store interface {
 	// DeliveryComplete records the owner's attempt and moves the delivery,
 	// fenced on the token. On ErrClaimLost nothing is written.
 	DeliveryComplete(ctx context.Context, p DeliveryCompleteParams) (Delivery, Attempt, error)
+	// DeliveryCompleteBatch is DeliveryComplete for many claims in one
+	// transaction, each entry fenced on its own token. Results come in the
+	// order of ps, each with its own Err. The error returned is the
+	// transaction's: when it is set, nothing at all was written.
+	DeliveryCompleteBatch(ctx context.Context, ps []DeliveryCompleteParams) ([]DeliveryCompleteResult, error)
 	// DeliveryRelease gives a claim back unspent, fenced on the token.
 	DeliveryRelease(ctx context.Context, p DeliveryReleaseParams) (Delivery, error)
 	// AttemptRecordLate records a superseded worker's request: next lifetime

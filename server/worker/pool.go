@@ -40,10 +40,9 @@ import (
 // Store is what the worker needs of storage.Store.
 type Store interface {
 	DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error)
-	DeliveryComplete(ctx context.Context, p storage.DeliveryCompleteParams) (storage.Delivery, storage.Attempt, error)
+	DeliveryCompleteBatch(ctx context.Context, ps []storage.DeliveryCompleteParams) ([]storage.DeliveryCompleteResult, error)
 	DeliveryRelease(ctx context.Context, p storage.DeliveryReleaseParams) (storage.Delivery, error)
 	AttemptRecordLate(ctx context.Context, p storage.AttemptRecordLateParams) (storage.Attempt, error)
-	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
 }
 
 // Sender moves one signed message through the named transport plugin by
@@ -175,40 +174,69 @@ func isNoop(tp trace.TracerProvider) bool {
 	return noop
 }
 
+// claimed is one claim waiting for a sender, with the claim's span context
+// and when it was claimed.
+type claimed struct {
+	ctx   context.Context
+	claim storage.Claim
+	at    time.Time
+}
+
 // Run claims and sends until ctx ends, then gives back what it had not
 // started, waits for in-flight sends to finish and be recorded, and returns.
+//
+// Concurrency senders take claims from a queue that holds at most one
+// batch; the claimer tops the queue up once it is half empty, so claims
+// are large (one statement for many rows) while no claim waits longer than
+// it takes the senders to work through one batch. A claim that would wait
+// so long that its lease could not cover the send is given back unspent
+// (see process). Outcomes go to one completer, which records whatever has
+// arrived in one fenced batch: one transaction for many attempts.
 func (p *Pool) Run(ctx context.Context) error {
-	slots := make(chan struct{}, p.cfg.Concurrency)
-	var inflight sync.WaitGroup
-	defer inflight.Wait()
+	queue := make(chan claimed, p.cfg.BatchSize)
+	// taken wakes the claimer when a sender takes a claim off the queue.
+	taken := make(chan struct{}, 1)
+	done := make(chan completion)
+
+	var completer sync.WaitGroup
+	completer.Go(func() { p.completeLoop(done) })
+	var senders sync.WaitGroup
+	for range p.cfg.Concurrency {
+		senders.Go(func() {
+			for c := range queue {
+				select {
+				case taken <- struct{}{}:
+				default:
+				}
+				p.process(c.ctx, c.claim, c.at, done)
+			}
+		})
+	}
+	defer func() {
+		close(queue)
+		senders.Wait()
+		close(done)
+		completer.Wait()
+	}()
 
 	backoff := p.cfg.PollInterval
+	low := p.cfg.BatchSize / 2
 	for {
-		// Wait for one free slot, then take as many more as are free, up to
-		// a batch: never claim what cannot be sent at once, or its lease
-		// would run while it waits.
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		}
-		n := 1
-	fill:
-		for n < p.cfg.BatchSize {
+		for len(queue) > low {
 			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break fill
+			case <-taken:
+			case <-ctx.Done():
+				return nil
 			}
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		n := p.cfg.BatchSize - len(queue)
 		claimStart := p.now()
 		claims, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
-		claimed := p.now()
-		claimCtx := p.claimSpan(ctx, n, claims, err, claimStart, claimed)
-		for range n - len(claims) {
-			<-slots
-		}
+		at := p.now()
+		claimCtx := p.claimSpan(ctx, n, claims, err, claimStart, at)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -224,15 +252,69 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 		backoff = p.cfg.PollInterval
 		for _, c := range claims {
-			inflight.Go(func() {
-				defer func() { <-slots }()
-				p.process(claimCtx, c, claimed)
-			})
+			// The queue has room for every claim: n was its free space and
+			// only this loop adds to it.
+			queue <- claimed{ctx: claimCtx, claim: c, at: at}
 		}
 		if len(claims) < n && !sleep(ctx, p.cfg.PollInterval) {
 			return nil
 		}
 	}
+}
+
+// completion is one owner's outcome on its way to the completer, with
+// where to send the store's answer.
+type completion struct {
+	params storage.DeliveryCompleteParams
+	reply  chan<- storage.DeliveryCompleteResult
+}
+
+// completeLoop records outcomes as they arrive: it takes one, then
+// everything else already waiting, up to a batch, and writes them in one
+// transaction. Under load a batch fills while the one before is written;
+// alone, an outcome is written at once. It returns when done is closed.
+func (p *Pool) completeLoop(done <-chan completion) {
+	limit := min(storage.MaxCompleteBatch, max(p.cfg.Concurrency, p.cfg.BatchSize))
+	batch := make([]completion, 0, limit)
+	params := make([]storage.DeliveryCompleteParams, 0, limit)
+	for first := range done {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < limit {
+			select {
+			case c, ok := <-done:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		params = params[:0]
+		for _, c := range batch {
+			params = append(params, c.params)
+		}
+		// Recording outlives shutdown: a request that went out is recorded
+		// even while the process is stopping.
+		res, err := p.store.DeliveryCompleteBatch(context.Background(), params)
+		for i, c := range batch {
+			if err != nil {
+				c.reply <- storage.DeliveryCompleteResult{Err: err}
+				continue
+			}
+			c.reply <- res[i]
+		}
+	}
+}
+
+// complete hands one outcome to the completer and waits for the store's
+// answer.
+func complete(done chan<- completion, params storage.DeliveryCompleteParams) (storage.Delivery, storage.Attempt, error) {
+	reply := make(chan storage.DeliveryCompleteResult, 1)
+	done <- completion{params: params, reply: reply}
+	r := <-reply
+	return r.Delivery, r.Attempt, r.Err
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -309,18 +391,12 @@ func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.End
 
 // process sends one claimed delivery and records what happened. ctx carries
 // the claim's span; claimed is when the claim was made.
-func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time) {
+func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time, done chan<- completion) {
 	// Recording must outlive shutdown: a request that went out is recorded
 	// even while the process is stopping, or the history would under-count.
 	record := context.WithoutCancel(ctx)
 	log := p.log.With("delivery_id", c.Delivery.ID, "endpoint_id", c.Delivery.EndpointID)
-
-	ep, err := p.store.EndpointGet(record, c.Delivery.EndpointID)
-	if err != nil {
-		log.Error("loading the endpoint failed; giving the claim back", "error", err)
-		p.release(record, log, c, p.cfg.PollInterval)
-		return
-	}
+	ep := c.Endpoint
 	if ctx.Err() != nil {
 		p.release(record, log, c, 0)
 		return
@@ -340,7 +416,7 @@ func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time) 
 	if err != nil {
 		// Nothing was sent: the endpoint cannot be signed for. Failing the
 		// attempt records why, without a request having gone out.
-		p.finish(actx, log, c, ep.Transport, transport.Permanent(0, "signing failed: "+err.Error()), start, p.now())
+		p.finish(actx, log, c, ep.Transport, transport.Permanent(0, "signing failed: "+err.Error()), start, p.now(), done)
 		return
 	}
 	p.metrics.RecordClaimToSend(actx, ep.Transport, start.Sub(claimed))
@@ -350,7 +426,7 @@ func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time) 
 	// that hung past it (and must be restarted) from a caller that gave up.
 	// actx carries the attempt's span to the plugin and on to the receiver.
 	outcome := p.sender.Send(actx, ep.Transport, msg, deadline)
-	p.finish(actx, log, c, ep.Transport, outcome, start, p.now())
+	p.finish(actx, log, c, ep.Transport, outcome, start, p.now(), done)
 }
 
 // message builds the signed message for one attempt. The secret is used
@@ -385,7 +461,7 @@ func message(c storage.Claim, ep storage.Endpoint, now time.Time) (transport.Mes
 // finish records the attempt under the claim token, or as a late attempt
 // when the claim was superseded while the request was out. ctx carries the
 // attempt's span, which finish completes from what was recorded.
-func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, transportName string, o transport.Outcome, start, end time.Time) {
+func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, transportName string, o transport.Outcome, start, end time.Time, done chan<- completion) {
 	span := trace.SpanFromContext(ctx)
 	kind := storage.OutcomeKind(o.Kind)
 	if !kind.Valid() {
@@ -414,7 +490,7 @@ func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, tr
 	defer func() { p.metrics.RecordAttempt(ctx, transportName, string(kind), late, end.Sub(start)) }()
 
 	err := p.retryStore(ctx, c, func() error {
-		d, a, err := p.store.DeliveryComplete(ctx, params)
+		d, a, err := complete(done, params)
 		if err == nil {
 			log.Info("attempt recorded", "attempt", a.Number, "outcome", a.Outcome, "http_status", a.HTTPStatus, "state", d.State)
 		}

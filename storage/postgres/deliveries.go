@@ -4,24 +4,40 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hymical/hymical/storage"
 )
 
-// claimSQL claims in one statement: the CTE picks due rows and locks them,
-// skipping rows another claimer has locked, so concurrent claimers neither
-// wait nor overlap; only the picked rows are written. A lease is "expired"
-// strictly after claim_expires_at, a pending row is due at next_attempt_at.
+// claimSQL claims in one statement. Each branch walks its partial index in
+// (next_attempt_at, id) order and stops at the limit, so a claim reads about
+// limit rows however large the backlog; the two are merged and cut to the
+// limit, oldest due first. FOR UPDATE SKIP LOCKED in each branch means
+// concurrent claimers neither wait nor overlap, and the LIMIT counts only
+// rows this claimer locked. A branch may lock a few rows the merge then
+// drops; they are unlocked at the end of the statement, untouched. A lease
+// is "expired" strictly after claim_expires_at, a pending row is due at
+// next_attempt_at. Each claim carries its event and its endpoint, so the
+// worker reads nothing else before it sends.
 const claimSQL = `
-WITH due AS (
-	SELECT id FROM webhook_deliveries
-	WHERE (state = 'pending' AND next_attempt_at <= coalesce($1::timestamptz, now()))
-	   OR (state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now()))
+WITH pending AS (
+	SELECT id, next_attempt_at FROM webhook_deliveries
+	WHERE state = 'pending' AND next_attempt_at <= coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
+), expired AS (
+	SELECT id, next_attempt_at FROM webhook_deliveries
+	WHERE state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())
+	ORDER BY next_attempt_at, id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), due AS (
+	SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS u
+	ORDER BY next_attempt_at, id
+	LIMIT $2
 ), claimed AS (
 	UPDATE webhook_deliveries AS d
 	SET state = 'processing',
@@ -31,12 +47,14 @@ WITH due AS (
 	WHERE d.id = due.id
 	RETURNING d.*
 )
-SELECT ` + deliveryColumns + `, d.claim_token, ` + eventColumns + `
-FROM claimed AS d JOIN webhook_events AS e ON e.id = d.event_id
+SELECT ` + deliveryColumns + `, d.claim_token, ` + eventColumns + `, ` + epEndpointColumns + `
+FROM claimed AS d
+JOIN webhook_events AS e ON e.id = d.event_id
+JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
 ORDER BY d.next_attempt_at, d.id`
 
 // DeliveryClaim claims up to p.Limit claimable deliveries, oldest due first,
-// each with a fresh random token and the event it carries.
+// each with a fresh random token, the event it carries and its endpoint.
 func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
 	const op = "delivery claim"
 	if err := p.Validate(); err != nil {
@@ -46,12 +64,27 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	if err != nil {
 		return nil, mapErr(op, err)
 	}
+	// A batch usually holds many deliveries to few endpoints: each
+	// endpoint's secrets are decoded once.
+	endpoints := map[string]storage.Endpoint{}
 	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Claim, error) {
 		var c storage.Claim
 		var ev eventScan
-		err := r.Scan(append(append(deliveryDest(&c.Delivery), &c.Token), ev.dest()...)...)
+		var ep endpointScan
+		err := r.Scan(append(append(append(deliveryDest(&c.Delivery), &c.Token), ev.dest()...), ep.dest()...)...)
+		if err != nil {
+			return c, err
+		}
 		c.Event = ev.event()
-		return c, err
+		known, ok := endpoints[ep.e.ID]
+		if !ok {
+			if known, err = ep.endpoint(); err != nil {
+				return c, err
+			}
+			endpoints[known.ID] = known
+		}
+		c.Endpoint = known
+		return c, nil
 	})
 	if err != nil {
 		return nil, mapErr(op, err)
@@ -62,76 +95,202 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	return claims, nil
 }
 
-// completeSQL is the owner's transition, fenced on the token. Every owner
-// attempt raises both counters; the allowance is measured against
-// cycle_attempts after this attempt.
-const completeSQL = `
-UPDATE webhook_deliveries AS d
-SET attempts = d.attempts + 1,
-	cycle_attempts = d.cycle_attempts + 1,
-	state = CASE
-		WHEN $3::text = 'delivered' THEN 'delivered'
-		WHEN $3::text = 'permanent' THEN 'failed'
-		WHEN d.cycle_attempts + 1 >= $4::integer THEN 'failed'
-		ELSE 'pending'
-	END,
-	next_attempt_at = CASE
-		WHEN $3::text = 'retryable' AND d.cycle_attempts + 1 < $4::integer
-		THEN coalesce($5::timestamptz, now()) + $6::bigint * interval '1 microsecond'
-		ELSE d.next_attempt_at
-	END,
-	completed_at = CASE
-		WHEN $3::text = 'retryable' AND d.cycle_attempts + 1 < $4::integer THEN NULL
-		ELSE coalesce($5::timestamptz, now())
-	END,
-	claim_token = NULL,
-	claim_expires_at = NULL
-WHERE d.id = $1 AND d.claim_token = $2
-RETURNING ` + deliveryColumns
+// completeBatchSQL is the owner's transition for many claims at once, each
+// fenced on its own token: a row whose token does not match is neither
+// updated nor given an attempt. Every owner attempt raises both counters;
+// the allowance is measured against cycle_attempts after this attempt. The
+// UPDATE holds each row's lock until commit, so no late worker can take an
+// attempt number in between.
+const completeBatchSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[],
+		$6::bigint[], $7::integer[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::text[])
+		AS i(id, token, outcome, allowance, now, delay, status, error, started_at, finished_at, trace_id)
+), done AS (
+	UPDATE webhook_deliveries AS d
+	SET attempts = d.attempts + 1,
+		cycle_attempts = d.cycle_attempts + 1,
+		state = CASE
+			WHEN i.outcome = 'delivered' THEN 'delivered'
+			WHEN i.outcome = 'permanent' THEN 'failed'
+			WHEN d.cycle_attempts + 1 >= i.allowance THEN 'failed'
+			ELSE 'pending'
+		END,
+		next_attempt_at = CASE
+			WHEN i.outcome = 'retryable' AND d.cycle_attempts + 1 < i.allowance
+			THEN coalesce(i.now, now()) + i.delay * interval '1 microsecond'
+			ELSE d.next_attempt_at
+		END,
+		completed_at = CASE
+			WHEN i.outcome = 'retryable' AND d.cycle_attempts + 1 < i.allowance THEN NULL
+			ELSE coalesce(i.now, now())
+		END,
+		claim_token = NULL,
+		claim_expires_at = NULL
+	FROM input AS i
+	WHERE d.id = i.id AND d.claim_token = i.token
+	RETURNING d.*, i.outcome AS a_outcome, i.status AS a_status, i.error AS a_error,
+		coalesce(i.started_at, i.now, now()) AS a_started, coalesce(i.finished_at, i.now, now()) AS a_finished,
+		i.trace_id AS a_trace
+), attempt AS (
+	INSERT INTO webhook_delivery_attempts AS a (delivery_id, number, outcome, http_status, error, late,
+		started_at, finished_at, trace_id)
+	SELECT id, attempts, a_outcome, a_status, a_error, false, a_started, a_finished, a_trace FROM done
+	RETURNING ` + attemptColumns + `
+)
+SELECT ` + deliveryColumns + `, ` + attemptColumns + `
+FROM done AS d JOIN attempt AS a ON a.delivery_id = d.id`
 
 const insertAttemptSQL = `
 INSERT INTO webhook_delivery_attempts AS a (delivery_id, number, outcome, http_status, error, late,
 	started_at, finished_at, trace_id)
 VALUES ($1, $2, $3, $4, $5, $6, coalesce($7::timestamptz, now()), coalesce($8::timestamptz, now()), $9)
-RETURNING ` + attemptColumns
+RETURNING ` + attemptColumns 
+
+// lockBatchSQL takes the row locks of a completion batch in id order before
+// the update does, so two batches that share rows (one of them holding a
+// superseded token) queue behind each other instead of deadlocking.
+const lockBatchSQL = `SELECT id FROM webhook_deliveries WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 
 // DeliveryComplete records the owner's attempt and moves the delivery on,
 // fenced on p.Token. On storage.ErrClaimLost nothing is written.
 func (s *Store) DeliveryComplete(ctx context.Context, p storage.DeliveryCompleteParams) (storage.Delivery, storage.Attempt, error) {
 	op := "delivery complete " + p.DeliveryID
-	if err := p.Validate(); err != nil {
+	res, err := s.DeliveryCompleteBatch(ctx, []storage.DeliveryCompleteParams{p})
+	if err != nil {
+		return storage.Delivery{}, storage.Attempt{}, err
+	}
+	if err := res[0].Err; err != nil {
 		return storage.Delivery{}, storage.Attempt{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	started, finished := p.StartedAt, p.FinishedAt
-	if started.IsZero() {
-		started = p.Now
+	return res[0].Delivery, res[0].Attempt, nil
+}
+
+// DeliveryCompleteBatch completes many claims in one round trip: the
+// locks, the fenced update with its attempts, and the existence check that
+// tells a lost claim from an unknown id go as one pipeline, which
+// PostgreSQL runs as one implicit transaction.
+func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.DeliveryCompleteParams) ([]storage.DeliveryCompleteResult, error) {
+	const op = "delivery complete batch"
+	errs, err := storage.ValidateCompleteBatch(ps)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	if finished.IsZero() {
-		finished = p.Now
-	}
-	var d storage.Delivery
-	var a storage.Attempt
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		d, err = scanDelivery(tx.QueryRow(ctx, completeSQL, p.DeliveryID, p.Token, string(p.Outcome),
-			p.Allowance(), dbNow(p.Now), p.RetryDelay.Microseconds()))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fenceMiss(ctx, tx, p.DeliveryID, storage.ErrClaimLost)
+	out := make([]storage.DeliveryCompleteResult, len(ps))
+	index := make(map[string]int, len(ps))
+	var in completeInput
+	for i, p := range ps {
+		if errs[i] != nil {
+			out[i].Err = errs[i]
+			continue
 		}
+		index[p.DeliveryID] = i
+		in.add(p)
+	}
+	if len(in.ids) == 0 {
+		return out, nil
+	}
+
+	b := &pgx.Batch{}
+	b.Queue(lockBatchSQL, in.ids)
+	b.Queue(completeBatchSQL, in.ids, in.tokens, in.outcomes, in.allowances, in.nows, in.delays,
+		in.statuses, in.errors, in.started, in.finished, in.traces)
+	b.Queue(`SELECT id FROM webhook_deliveries WHERE id = ANY($1::text[])`, in.ids)
+	br := s.pool.SendBatch(ctx, b)
+	done := map[string]bool{}
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		// The UPDATE holds the row lock until commit, so no late worker can
-		// take this number in between.
-		a, err = scanAttempt(tx.QueryRow(ctx, insertAttemptSQL, d.ID, d.Attempts, string(p.Outcome),
-			nullStatus(p.HTTPStatus), storage.BoundError(p.Error), false,
-			dbNow(started), dbNow(finished), p.TraceID))
-		return err
-	})
-	if err != nil {
-		return storage.Delivery{}, storage.Attempt{}, mapErr(op, err)
+		_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+			var d storage.Delivery
+			var a storage.Attempt
+			var status *int
+			err := r.Scan(append(deliveryDest(&d), &a.DeliveryID, &a.Number, &a.Outcome, &status, &a.Error, &a.Late,
+				&a.StartedAt, &a.FinishedAt, &a.TraceID)...)
+			if err != nil {
+				return struct{}{}, err
+			}
+			if status != nil {
+				a.HTTPStatus = *status
+			}
+			i := index[d.ID]
+			out[i].Delivery, out[i].Attempt = d, a
+			done[d.ID] = true
+			return struct{}{}, nil
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return err
+		}
+		existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, id := range existing {
+			if !done[id] {
+				out[index[id]].Err = storage.ErrClaimLost
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	return d, a, nil
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	for _, id := range in.ids {
+		if i := index[id]; !done[id] && out[i].Err == nil {
+			out[i].Err = storage.ErrNotFound
+		}
+	}
+	return out, nil
+}
+
+// completeInput is a completion batch as the arrays completeBatchSQL
+// unnests, one element per entry.
+type completeInput struct {
+	ids, tokens, outcomes, errors, traces []string
+	allowances, statuses                  []*int32
+	delays                                []int64
+	nows, started, finished               []*time.Time
+}
+
+func (c *completeInput) add(p storage.DeliveryCompleteParams) {
+	allowance := int32(p.Allowance())
+	var status *int32
+	if p.HTTPStatus != 0 {
+		v := int32(p.HTTPStatus)
+		status = &v
+	}
+	c.ids = append(c.ids, p.DeliveryID)
+	c.tokens = append(c.tokens, p.Token)
+	c.outcomes = append(c.outcomes, string(p.Outcome))
+	c.allowances = append(c.allowances, &allowance)
+	c.nows = append(c.nows, timeOrNull(p.Now))
+	c.delays = append(c.delays, p.RetryDelay.Microseconds())
+	c.statuses = append(c.statuses, status)
+	c.errors = append(c.errors, storage.BoundError(p.Error))
+	c.started = append(c.started, timeOrNull(p.StartedAt))
+	c.finished = append(c.finished, timeOrNull(p.FinishedAt))
+	c.traces = append(c.traces, p.TraceID)
+}
+
+// timeOrNull is nil for the zero time, which the SQL reads as "the
+// database clock".
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // fenceMiss explains a fenced UPDATE that matched no row: the id does not

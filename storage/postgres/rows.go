@@ -83,20 +83,40 @@ func scanAttempt(row pgx.Row) (storage.Attempt, error) {
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
 	disabled_at, created_at, updated_at`
 
-func scanEndpoint(row pgx.Row) (storage.Endpoint, error) {
-	var e storage.Endpoint
-	var secrets string
-	err := row.Scan(&e.ID, &e.Transport, &e.URL, &e.Config, &e.EventTypes, &e.FormIDs, &secrets,
-		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt)
-	if err != nil {
-		return storage.Endpoint{}, err
-	}
-	e.Secrets, err = storage.DecodeSecrets(secrets)
+// epEndpointColumns is endpointColumns read through the alias ep, for
+// queries that read an endpoint beside other tables.
+const epEndpointColumns = `ep.id, ep.transport, ep.url, ep.config, ep.event_types, ep.form_ids,
+	ep.secrets, ep.description, ep.disabled_at, ep.created_at, ep.updated_at`
+
+// endpointScan holds the columns that need converting after the scan.
+type endpointScan struct {
+	e       storage.Endpoint
+	secrets string
+}
+
+func (s *endpointScan) dest() []any {
+	e := &s.e
+	return []any{&e.ID, &e.Transport, &e.URL, &e.Config, &e.EventTypes, &e.FormIDs, &s.secrets,
+		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt}
+}
+
+func (s *endpointScan) endpoint() (storage.Endpoint, error) {
+	e := s.e
+	var err error
+	e.Secrets, err = storage.DecodeSecrets(s.secrets)
 	if err != nil {
 		// The decode error never carries the secret text itself.
 		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
 	}
 	return normalizeEndpoint(e), nil
+}
+
+func scanEndpoint(row pgx.Row) (storage.Endpoint, error) {
+	var s endpointScan
+	if err := row.Scan(s.dest()...); err != nil {
+		return storage.Endpoint{}, err
+	}
+	return s.endpoint()
 }
 
 // normalizeEndpoint makes absent collections empty rather than nil, and

@@ -127,21 +127,21 @@ func TestConcurrentMigratorsApplyEachMigrationOnce(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("migrator %d: %v", i, errs[i])
 		}
-		if results[i].To != 4 {
-			t.Errorf("migrator %d ended at %d, want 4", i, results[i].To)
+		if results[i].To != 5 {
+			t.Errorf("migrator %d ended at %d, want 5", i, results[i].To)
 		}
 		for _, name := range results[i].Applied {
 			applied[name]++
 		}
 	}
-	for _, name := range []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers"} {
+	for _, name := range []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes"} {
 		if applied[name] != 1 {
 			t.Errorf("%s applied %d times, want once", name, applied[name])
 		}
 	}
 	rows, err := db.QueryInt(ctx, "SELECT count(*) FROM hymical_schema_migrations")
-	if err != nil || rows != 4 {
-		t.Errorf("hymical_schema_migrations has %d rows (%v), want 4", rows, err)
+	if err != nil || rows != 5 {
+		t.Errorf("hymical_schema_migrations has %d rows (%v), want 5", rows, err)
 	}
 }
 
@@ -194,7 +194,7 @@ func TestClaimPlanUsesPartialIndexes(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"webhook_deliveries_due", "webhook_deliveries_lease"} {
+	for _, want := range []string{"webhook_deliveries_pending_order", "webhook_deliveries_processing_order"} {
 		if !strings.Contains(plan.String(), want) {
 			t.Errorf("claim plan does not use %s:\n%s", want, plan.String())
 		}

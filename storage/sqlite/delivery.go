@@ -81,28 +81,50 @@ func jsonList(values []string) string {
 	return string(b)
 }
 
+// claimSQL claims in one statement. Each branch of the union walks its
+// partial index in (next_attempt_at, id) order and stops at the limit, so a
+// claim reads about limit rows however large the backlog; the merge keeps
+// the oldest due. Expired leases are found among processing rows, which are
+// never more than the deliveries in flight.
+const claimSQL = `
+	UPDATE webhook_deliveries
+	SET state = 'processing',
+		claim_expires_at = :now + :lease,
+		claim_token = lower(hex(randomblob(16)))
+	WHERE id IN (
+		SELECT id FROM (
+			SELECT id, next_attempt_at FROM (
+				SELECT id, next_attempt_at FROM webhook_deliveries
+				WHERE state = 'pending' AND next_attempt_at <= :now
+				ORDER BY next_attempt_at, id LIMIT :limit)
+			UNION ALL
+			SELECT id, next_attempt_at FROM (
+				SELECT id, next_attempt_at FROM webhook_deliveries
+				WHERE state = 'processing' AND claim_expires_at < :now
+				ORDER BY next_attempt_at, id LIMIT :limit))
+		ORDER BY next_attempt_at, id LIMIT :limit)
+	RETURNING ` + deliveryColumns + `, claim_token`
+
+const endpointsByIDSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
+	WHERE id IN (SELECT value FROM json_each(?))`
+
 // DeliveryClaim claims up to p.Limit claimable deliveries in one writer
-// transaction. The single writer connection (and, across processes, SQLite's
-// write lock) is what keeps two claimers from picking the same row.
+// transaction, each with its event and its endpoint. The single writer
+// connection (and, across processes, SQLite's write lock) is what keeps two
+// claimers from picking the same row.
 func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
 	const op = "claim deliveries"
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	st, err := s.prepare(ctx, claimSQL, eventsByIDSQL, endpointsByIDSQL)
+	if err != nil {
+		return nil, s.mapErr(op, err)
+	}
 	now := micros(s.now(p.Now))
 	claims := []storage.Claim{}
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `
-			UPDATE webhook_deliveries
-			SET state = 'processing',
-				claim_expires_at = :now + :lease,
-				claim_token = lower(hex(randomblob(16)))
-			WHERE id IN (
-				SELECT id FROM webhook_deliveries
-				WHERE `+claimable+`
-				ORDER BY next_attempt_at, id
-				LIMIT :limit)
-			RETURNING `+deliveryColumns+`, claim_token`,
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
+		rows, err := tx.StmtContext(ctx, st[0]).QueryContext(ctx,
 			sql.Named("now", now), sql.Named("lease", p.Lease.Microseconds()), sql.Named("limit", p.Limit))
 		if err != nil {
 			return err
@@ -130,20 +152,29 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 			}
 			return a.ID < b.ID
 		})
-		ids := make([]string, len(claims))
+		eventIDs := make([]string, len(claims))
+		endpointIDs := make([]string, len(claims))
 		for i, c := range claims {
-			ids[i] = c.Delivery.EventID
+			eventIDs[i] = c.Delivery.EventID
+			endpointIDs[i] = c.Delivery.EndpointID
 		}
-		events, err := eventsByID(ctx, tx, ids)
+		events, err := eventsByID(ctx, tx.StmtContext(ctx, st[1]), eventIDs)
+		if err != nil {
+			return err
+		}
+		endpoints, err := endpointsByID(ctx, tx.StmtContext(ctx, st[2]), endpointIDs)
 		if err != nil {
 			return err
 		}
 		for i := range claims {
-			ev, ok := events[claims[i].Delivery.EventID]
-			if !ok {
-				return fmt.Errorf("event %s of delivery %s is missing", claims[i].Delivery.EventID, claims[i].Delivery.ID)
+			c := &claims[i]
+			var ok bool
+			if c.Event, ok = events[c.Delivery.EventID]; !ok {
+				return fmt.Errorf("event %s of delivery %s is missing", c.Delivery.EventID, c.Delivery.ID)
 			}
-			claims[i].Event = ev
+			if c.Endpoint, ok = endpoints[c.Delivery.EndpointID]; !ok {
+				return fmt.Errorf("endpoint %s of delivery %s is missing", c.Delivery.EndpointID, c.Delivery.ID)
+			}
 		}
 		return nil
 	})
@@ -153,79 +184,156 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	return claims, nil
 }
 
+// endpointsByID reads the endpoints named in ids (repeats allowed) with
+// the prepared endpointsByIDSQL.
+func endpointsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]storage.Endpoint, error) {
+	rows, err := st.QueryContext(ctx, jsonList(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]storage.Endpoint{}
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[e.ID] = e
+	}
+	return out, rows.Err()
+}
+
+// completeSQL is the owner's transition, fenced on the token. Both
+// counters rise: the owner spends from the cycle. In SET, column names read
+// the row as it was before the update.
+const completeSQL = `
+	UPDATE webhook_deliveries
+	SET attempts = attempts + 1,
+		cycle_attempts = cycle_attempts + 1,
+		state = CASE
+			WHEN :outcome = 'delivered' THEN 'delivered'
+			WHEN :outcome = 'permanent' THEN 'failed'
+			WHEN cycle_attempts + 1 >= :allowance THEN 'failed'
+			ELSE 'pending' END,
+		next_attempt_at = CASE
+			WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN :now + :delay
+			ELSE next_attempt_at END,
+		completed_at = CASE
+			WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN NULL
+			ELSE :now END,
+		claim_token = NULL,
+		claim_expires_at = NULL
+	WHERE id = :id AND claim_token = :token
+	RETURNING ` + deliveryColumns
+
+const insertAttemptSQL = `
+	INSERT INTO webhook_delivery_attempts
+		(delivery_id, number, outcome, http_status, error, late, started_at, finished_at, trace_id)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+const deliveryExistsSQL = `SELECT 1 FROM webhook_deliveries WHERE id = ?`
+
 // DeliveryComplete records the owner's attempt and moves the delivery, fenced
-// on the claim token. Both counters rise: the owner spends from the cycle.
+// on the claim token.
 func (s *Store) DeliveryComplete(ctx context.Context, p storage.DeliveryCompleteParams) (storage.Delivery, storage.Attempt, error) {
 	op := "complete delivery " + p.DeliveryID
-	if err := p.Validate(); err != nil {
+	res, err := s.DeliveryCompleteBatch(ctx, []storage.DeliveryCompleteParams{p})
+	if err != nil {
+		return storage.Delivery{}, storage.Attempt{}, err
+	}
+	if err := res[0].Err; err != nil {
 		return storage.Delivery{}, storage.Attempt{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	now := s.now(p.Now)
+	return res[0].Delivery, res[0].Attempt, nil
+}
+
+// DeliveryCompleteBatch completes many claims in one writer transaction,
+// each entry fenced on its own token as DeliveryComplete is.
+func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.DeliveryCompleteParams) ([]storage.DeliveryCompleteResult, error) {
+	const op = "complete deliveries"
+	errs, err := storage.ValidateCompleteBatch(ps)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	st, err := s.prepare(ctx, completeSQL, insertAttemptSQL, deliveryExistsSQL)
+	if err != nil {
+		return nil, s.mapErr(op, err)
+	}
+	var out []storage.DeliveryCompleteResult
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
+		out = make([]storage.DeliveryCompleteResult, len(ps))
+		update, insert, exists := tx.StmtContext(ctx, st[0]), tx.StmtContext(ctx, st[1]), tx.StmtContext(ctx, st[2])
+		for i, p := range ps {
+			if errs[i] != nil {
+				out[i].Err = errs[i]
+				continue
+			}
+			d, a, err := completeOne(ctx, s.now(p.Now), p, update, insert, exists)
+			switch {
+			case errors.Is(err, storage.ErrClaimLost) || errors.Is(err, storage.ErrNotFound):
+				out[i].Err = err
+			case err != nil:
+				return err
+			default:
+				out[i].Delivery, out[i].Attempt = d, a
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// completeOne is one entry of a completion batch, inside its transaction.
+func completeOne(ctx context.Context, now time.Time, p storage.DeliveryCompleteParams, update, insert, exists *sql.Stmt) (storage.Delivery, storage.Attempt, error) {
 	a := storage.Attempt{
 		DeliveryID: p.DeliveryID,
 		Outcome:    p.Outcome,
 		HTTPStatus: p.HTTPStatus,
 		Error:      storage.BoundError(p.Error),
-		StartedAt:  p.StartedAt.UTC().Truncate(time.Microsecond),
-		FinishedAt: p.FinishedAt.UTC().Truncate(time.Microsecond),
+		StartedAt:  orNow(p.StartedAt, now),
+		FinishedAt: orNow(p.FinishedAt, now),
 		TraceID:    p.TraceID,
 	}
-	var d storage.Delivery
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
-		// In SET, column names read the row as it was before the update.
-		d, err = scanDelivery(tx.QueryRowContext(ctx, `
-			UPDATE webhook_deliveries
-			SET attempts = attempts + 1,
-				cycle_attempts = cycle_attempts + 1,
-				state = CASE
-					WHEN :outcome = 'delivered' THEN 'delivered'
-					WHEN :outcome = 'permanent' THEN 'failed'
-					WHEN cycle_attempts + 1 >= :allowance THEN 'failed'
-					ELSE 'pending' END,
-				next_attempt_at = CASE
-					WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN :now + :delay
-					ELSE next_attempt_at END,
-				completed_at = CASE
-					WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN NULL
-					ELSE :now END,
-				claim_token = NULL,
-				claim_expires_at = NULL
-			WHERE id = :id AND claim_token = :token
-			RETURNING `+deliveryColumns,
-			sql.Named("outcome", string(p.Outcome)),
-			sql.Named("allowance", p.Allowance()),
-			sql.Named("now", micros(now)),
-			sql.Named("delay", p.RetryDelay.Microseconds()),
-			sql.Named("id", p.DeliveryID),
-			sql.Named("token", p.Token)))
+	d, err := scanDelivery(update.QueryRowContext(ctx,
+		sql.Named("outcome", string(p.Outcome)),
+		sql.Named("allowance", p.Allowance()),
+		sql.Named("now", micros(now)),
+		sql.Named("delay", p.RetryDelay.Microseconds()),
+		sql.Named("id", p.DeliveryID),
+		sql.Named("token", p.Token)))
+	if errors.Is(err, sql.ErrNoRows) {
+		var one int
+		err := exists.QueryRowContext(ctx, p.DeliveryID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			exists, err := deliveryExists(ctx, tx, p.DeliveryID)
-			if err != nil {
-				return err
-			}
-			if !exists {
-				return storage.ErrNotFound
-			}
-			return storage.ErrClaimLost
+			return d, a, storage.ErrNotFound
 		}
 		if err != nil {
-			return err
+			return d, a, err
 		}
-		a.Number = d.Attempts
-		return insertAttempt(ctx, tx, a)
-	})
-	if err != nil {
-		return storage.Delivery{}, storage.Attempt{}, err
+		return d, a, storage.ErrClaimLost
 	}
-	return d, a, nil
+	if err != nil {
+		return d, a, err
+	}
+	a.Number = d.Attempts
+	_, err = insert.ExecContext(ctx, a.DeliveryID, a.Number, string(a.Outcome), nullStatus(a.HTTPStatus), a.Error,
+		boolInt(a.Late), micros(a.StartedAt), micros(a.FinishedAt), a.TraceID)
+	return d, a, err
+}
+
+// orNow is t at the store's precision, or now when t is zero.
+func orNow(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t.UTC().Truncate(time.Microsecond)
 }
 
 func insertAttempt(ctx context.Context, tx *sql.Tx, a storage.Attempt) error {
-	_, err := tx.ExecContext(ctx, `
-		INSERT INTO webhook_delivery_attempts
-			(delivery_id, number, outcome, http_status, error, late, started_at, finished_at, trace_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := tx.ExecContext(ctx, insertAttemptSQL,
 		a.DeliveryID, a.Number, string(a.Outcome), nullStatus(a.HTTPStatus), a.Error, boolInt(a.Late),
 		micros(a.StartedAt), micros(a.FinishedAt), a.TraceID)
 	return err

@@ -35,9 +35,13 @@ func scanEvent(r rowScanner) (storage.Event, error) {
 	return ev, nil
 }
 
-func eventsByID(ctx context.Context, q querier, ids []string) (map[string]storage.Event, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+eventColumns+` FROM webhook_events
-		WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
+const eventsByIDSQL = `SELECT ` + eventColumns + ` FROM webhook_events
+	WHERE id IN (SELECT value FROM json_each(?))`
+
+// eventsByID reads the events named in ids (repeats allowed) with the
+// prepared eventsByIDSQL.
+func eventsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]storage.Event, error) {
+	rows, err := st.QueryContext(ctx, jsonList(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +56,15 @@ func eventsByID(ctx context.Context, q querier, ids []string) (map[string]storag
 	}
 	return out, rows.Err()
 }
+
+const insertEventSQL = `INSERT INTO webhook_events (` + eventColumns + `)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+
+const insertDeliverySQL = `
+	INSERT INTO webhook_deliveries
+		(id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at)
+	VALUES (?, ?, ?, 'pending', 0, 0, ?, ?)
+	RETURNING ` + deliveryColumns
 
 // EventCreate inserts the event and one pending delivery, due at the event's
 // CreatedAt (the Go clock when zero), for every endpoint that matches it.
@@ -69,8 +82,12 @@ func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.Even
 	ev.Payload = append([]byte(nil), ev.Payload...)
 	now := micros(ev.CreatedAt)
 
+	st, err := s.prepare(ctx, insertEventSQL, listEndpointsSQL, insertDeliverySQL)
+	if err != nil {
+		return storage.EventCreateResult{}, s.mapErr(op, err)
+	}
 	var res storage.EventCreateResult
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		if ev.IdempotencyKey != "" {
 			// Checked inside the IMMEDIATE transaction, so a concurrent
 			// create with the same key is either fully before or fully after.
@@ -93,26 +110,22 @@ func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.Even
 				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO webhook_events (`+eventColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		if _, err := tx.StmtContext(ctx, st[0]).ExecContext(ctx,
 			ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload), nullString(ev.IdempotencyKey),
 			ev.TraceParent, now); err != nil {
 			return err
 		}
-		endpoints, err := listEndpoints(ctx, tx)
+		endpoints, err := listEndpoints(ctx, tx.StmtContext(ctx, st[1]))
 		if err != nil {
 			return err
 		}
+		insertDelivery := tx.StmtContext(ctx, st[2])
 		ds := []storage.Delivery{}
 		for _, ep := range endpoints {
 			if !ep.Matches(ev.Type, ev.FormID) {
 				continue
 			}
-			d, err := scanDelivery(tx.QueryRowContext(ctx, `
-				INSERT INTO webhook_deliveries
-					(id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at)
-				VALUES (?, ?, ?, 'pending', 0, 0, ?, ?)
-				RETURNING `+deliveryColumns,
+			d, err := scanDelivery(insertDelivery.QueryRowContext(ctx,
 				storage.NewID("dlv"), ep.ID, ev.ID, now, now))
 			if err != nil {
 				return err
