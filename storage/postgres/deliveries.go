@@ -145,7 +145,7 @@ const insertAttemptSQL = `
 INSERT INTO webhook_delivery_attempts AS a (delivery_id, number, outcome, http_status, error, late,
 	started_at, finished_at, trace_id)
 VALUES ($1, $2, $3, $4, $5, $6, coalesce($7::timestamptz, now()), coalesce($8::timestamptz, now()), $9)
-RETURNING ` + attemptColumns 
+RETURNING ` + attemptColumns
 
 // lockBatchSQL takes the row locks of a completion batch in id order before
 // the update does, so two batches that share rows (one of them holding a
