@@ -671,3 +671,35 @@ func testEndpointWithID(id string) storage.Endpoint {
 	e.ID = id
 	return e
 }
+
+// The claim must walk the ordered partial indexes and stop at its limit:
+// the (state, id) index would make it read and sort every pending row.
+func TestClaimWalksTheOrderedIndexes(t *testing.T) {
+	s, _ := openStore(t)
+	rows, err := s.writer.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+claimSQL,
+		sql.Named("now", 1), sql.Named("lease", 1), sql.Named("limit", 8))
+	if err != nil {
+		t.Fatalf("explain claim: %v", err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"INDEX webhook_deliveries_pending_order (next_attempt_at<?)", "INDEX webhook_deliveries_processing_order"} {
+		if !strings.Contains(plan.String(), want) {
+			t.Errorf("claim plan lacks %q:\n%s", want, plan.String())
+		}
+	}
+	if strings.Contains(plan.String(), "webhook_deliveries_state") {
+		t.Errorf("claim plan reads the (state, id) index:\n%s", plan.String())
+	}
+}
