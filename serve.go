@@ -159,6 +159,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	})
 	wg.Go(func() { server.RunHeartbeat(runCtx, store, server.NewWorker(schema, time.Now()), log) })
+	wg.Go(func() {
+		server.RunRetention(runCtx, store, cfg.Retention.DeliveredMaxAge, cfg.Retention.Interval, log.With("component", "retention"))
+	})
 
 	<-runCtx.Done()
 	log.Info("shutting down: no new claims; in-flight sends finish within their deadline")

@@ -150,6 +150,25 @@ func (p DeliveryReplayManyParams) Validate() error {
 	return nil
 }
 
+// Validate checks the prune parameters.
+func (p DeliveryPruneParams) Validate() error {
+	if p.CompletedBefore.IsZero() {
+		return fmt.Errorf("%w: prune needs a cutoff time", ErrInvalid)
+	}
+	if p.Limit < 0 {
+		return fmt.Errorf("%w: limit must not be negative", ErrInvalid)
+	}
+	return nil
+}
+
+// BatchSize is the most deliveries one prune call removes.
+func (p DeliveryPruneParams) BatchSize() int {
+	if p.Limit == 0 {
+		return 1000
+	}
+	return p.Limit
+}
+
 // PageSize is the list page size in force.
 func (p DeliveryListParams) PageSize() int {
 	if p.Limit <= 0 {

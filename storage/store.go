@@ -345,6 +345,16 @@ type DeliveryReplayManyParams struct {
 	Now   time.Time
 }
 
+// DeliveryPruneParams removes delivered deliveries that finished long ago.
+type DeliveryPruneParams struct {
+	// CompletedBefore is the cutoff: delivered deliveries completed before
+	// it go, with their attempts and replay records. Required.
+	CompletedBefore time.Time
+	// Limit caps how many deliveries one call removes, so one transaction
+	// stays short; zero means 1000.
+	Limit int
+}
+
 // DeliveryStats are counts for dashboards and metrics.
 type DeliveryStats struct {
 	ByState map[DeliveryState]int64
@@ -409,6 +419,12 @@ type Store interface {
 	// DeliveryReplayMany replays terminal deliveries matching a filter and
 	// returns how many it replayed.
 	DeliveryReplayMany(ctx context.Context, p DeliveryReplayManyParams) (int, error)
+
+	// DeliveryPrune removes up to p.Limit delivered deliveries completed
+	// before p.CompletedBefore, their attempts and replay records, and the
+	// events left with no delivery, and returns how many deliveries it
+	// removed. Failed deliveries are kept: they wait for an operator.
+	DeliveryPrune(ctx context.Context, p DeliveryPruneParams) (int, error)
 
 	DeliveryGet(ctx context.Context, id string) (Delivery, error)
 	DeliveryList(ctx context.Context, p DeliveryListParams) ([]Delivery, error)

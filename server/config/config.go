@@ -44,6 +44,7 @@ type Config struct {
 	Webhook   WebhookConfig   `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
 	Plugins   PluginsConfig   `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
 	Log       LogConfig       `koanf:"log" doc:"The server's own log."`
+	Retention RetentionConfig `koanf:"retention" doc:"Removing delivered deliveries once they are old, so the tables do not grow without end. Off by default: nothing is ever removed unless delivered_max_age is set."`
 	Telemetry TelemetryConfig `koanf:"telemetry" doc:"OpenTelemetry: a trace of every attempt, from the ingest request through the plugin to the receiver, and Prometheus metrics on /metrics. Both are off by default, at no cost. The standard OTEL_* variables (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and the rest) are honoured as well, and passed on to the plugins."`
 }
 
@@ -95,6 +96,12 @@ type PluginConfig struct {
 	Path     string   `koanf:"path" doc:"The executable; empty means plugins.dir/hymical-plugin-NAME."`
 	SHA256   string   `koanf:"sha256" doc:"Hex SHA-256 the executable must have."`
 	Settings Settings `koanf:"settings" doc:"Handed to the plugin's Configure after every launch."`
+}
+
+// RetentionConfig is the retention job's.
+type RetentionConfig struct {
+	DeliveredMaxAge time.Duration `koanf:"delivered_max_age" doc:"Remove a delivered delivery, its attempt history and replay records (and its event, once no delivery of it is left) this long after it was delivered, e.g. 720h for 30 days. 0 keeps everything. Failed, pending and processing deliveries are never removed. An idempotency key is remembered only as long as its event is kept."`
+	Interval        time.Duration `koanf:"interval" doc:"How often the retention job runs. Each run removes in batches of 1000, one short transaction each, until nothing old is left; with several processes on one PostgreSQL they share the work without waiting on each other."`
 }
 
 // TelemetryConfig is the OpenTelemetry set-up's.
@@ -185,6 +192,7 @@ func Default() Config {
 			StartTimeout: pluginhost.DefaultStartTimeout,
 		},
 		Log:       LogConfig{Level: "info", Format: "text"},
+		Retention: RetentionConfig{Interval: 10 * time.Minute},
 		Telemetry: TelemetryConfig{Exporter: string(telemetry.ExporterNone), ServiceName: telemetry.DefaultServiceName},
 	}
 }

@@ -117,6 +117,8 @@ var samples = []struct {
 	{"plugins.start_timeout", "1m", func(c config.Config) bool { return c.Plugins.StartTimeout == time.Minute }},
 	{"log.level", "DEBUG", func(c config.Config) bool { return c.Log.Level == "debug" }},
 	{"log.format", "json", func(c config.Config) bool { return c.Log.Format == "json" }},
+	{"retention.delivered_max_age", "168h", func(c config.Config) bool { return c.Retention.DeliveredMaxAge == 168*time.Hour }},
+	{"retention.interval", "1m", func(c config.Config) bool { return c.Retention.Interval == time.Minute }},
 	{"telemetry.exporter", "OTLP-gRPC", func(c config.Config) bool { return c.Telemetry.Exporter == "otlp-grpc" }},
 	{"telemetry.endpoint", "collector.internal:4317", func(c config.Config) bool { return c.Telemetry.Endpoint == "collector.internal:4317" }},
 	{"telemetry.insecure", "true", func(c config.Config) bool { return c.Telemetry.Insecure }},
@@ -301,6 +303,7 @@ func TestHelpListsEveryKey(t *testing.T) {
 		"plugins.start_timeout": "10s", "log.level": "info", "log.format": "text", "plugins.dir": `""`,
 		"server.insecure_dev_mode": "false", "telemetry.exporter": "none", "telemetry.service_name": "hymical",
 		"telemetry.metrics": "false", "telemetry.insecure": "false", "telemetry.metrics_public": "false", "telemetry.endpoint": `""`,
+		"retention.delivered_max_age": "0s", "retention.interval": "10m",
 	}
 	lines := strings.Split(help, "\n")
 	listed := 0

@@ -116,6 +116,8 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "negative grace", file: "plugins:\n  send_grace: -1s\n", key: "plugins.send_grace", want: []string{"positive"}},
 		{name: "zero start timeout", env: []string{"FORMS_PLUGINS_START_TIMEOUT=0"}, key: "plugins.start_timeout", want: []string{"positive"}},
 		{name: "zero rotation grace", file: "server:\n  secret_rotation_grace: 0s\n", key: "server.secret_rotation_grace", want: []string{"positive"}},
+		{name: "retention too short", env: []string{"FORMS_RETENTION_DELIVERED_MAX_AGE=30m"}, key: "retention.delivered_max_age", want: []string{"at least 1h", "0 to keep everything"}},
+		{name: "zero retention interval", file: "retention:\n  interval: 0s\n", key: "retention.interval", want: []string{"positive"}},
 		{name: "negative Retry-After cap", env: []string{"FORMS_WORKER_MAX_RETRY_AFTER=-1m"}, key: "worker.max_retry_after", want: []string{"negative"}},
 		{name: "no retry delays", file: "worker:\n  retry_delays: []\n", key: "worker.retry_delays", want: []string{"at least one"}},
 		{name: "negative retry delay", file: "worker:\n  retry_delays: [30s, -1s]\n", key: "worker.retry_delays", want: []string{"item 2", "positive"}},
@@ -197,6 +199,7 @@ func TestAcceptedValues(t *testing.T) {
 		{"SQLite with slashes", "", []string{"FORMS_DATABASE_URL=sqlite:///var/lib/hymical.db"}},
 		{"Retry-After ignored", "", []string{"FORMS_WORKER_MAX_RETRY_AFTER=0"}},
 		{"no jitter", "worker:\n  retry_jitter: 0\n", nil},
+		{"retention of 30 days", "", []string{"FORMS_RETENTION_DELIVERED_MAX_AGE=720h"}},
 		{"retry delays as one comma-separated string", "worker:\n  retry_delays: 10s,20s\n", nil},
 		{"pinned plugin with settings", "plugins:\n  list:\n    - name: nats\n      path: /opt/nats-plugin\n      sha256: \"" +
 			strings.Repeat("AB", 32) + "\"\n      settings:\n        url: nats://n:4222\n        retries: 3\n        tls: true\n", nil},

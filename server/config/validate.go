@@ -170,6 +170,7 @@ func (c *Config) check(r *report, src map[string]string) {
 
 	// telemetry
 	c.checkTelemetry(r, at)
+	c.checkRetention(r, at)
 
 	// log
 	if !skip("log.level") {
@@ -189,6 +190,23 @@ func (c *Config) check(r *report, src map[string]string) {
 		}
 	}
 }
+
+// checkRetention checks the retention section. A very short age is
+// refused: it would remove the history operators look at and the events
+// idempotency keys are checked against almost as soon as they exist.
+func (c *Config) checkRetention(r *report, at func(string) string) {
+	rc := c.Retention
+	if !r.bad["retention.delivered_max_age"] && rc.DeliveredMaxAge != 0 && rc.DeliveredMaxAge < MinRetention {
+		r.invalid("retention.delivered_max_age", "retention.delivered_max_age%s is %s: use 0 to keep everything, or at least %s, e.g. 720h for 30 days",
+			at("retention.delivered_max_age"), formatDuration(rc.DeliveredMaxAge), formatDuration(MinRetention))
+	}
+	if !r.bad["retention.interval"] && rc.Interval <= 0 {
+		r.invalid("retention.interval", "retention.interval%s is %s: it must be positive, e.g. 10m", at("retention.interval"), formatDuration(rc.Interval))
+	}
+}
+
+// MinRetention is the shortest retention.delivered_max_age accepted.
+const MinRetention = time.Hour
 
 // checkTelemetry checks the telemetry section, normalising the exporter's
 // case.
