@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -66,6 +67,37 @@ const insertDeliverySQL = `
 	VALUES (?, ?, ?, 'pending', 0, 0, ?, ?)
 	RETURNING ` + deliveryColumns
 
+// fanOutEndpointsSQL reads only what matching needs: decoding every
+// endpoint's config and secrets for every event cost more than the insert.
+const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at FROM webhook_endpoints ORDER BY id`
+
+// fanOutEndpoints reads the endpoints with what Endpoint.Matches looks at.
+func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, error) {
+	rows, err := st.QueryContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []storage.Endpoint
+	for rows.Next() {
+		var e storage.Endpoint
+		var types, forms string
+		var disabled sql.NullInt64
+		if err := rows.Scan(&e.ID, &types, &forms, &disabled); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(types), &e.EventTypes); err != nil {
+			return nil, fmt.Errorf("decode event types of endpoint %s: %w", e.ID, err)
+		}
+		if err := json.Unmarshal([]byte(forms), &e.FormIDs); err != nil {
+			return nil, fmt.Errorf("decode form ids of endpoint %s: %w", e.ID, err)
+		}
+		e.DisabledAt = fromNullMicros(disabled)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
 // EventCreate inserts the event and one pending delivery, due at the event's
 // CreatedAt (the Go clock when zero), for every endpoint that matches it.
 // With an idempotency key already seen it writes nothing and returns the
@@ -82,7 +114,7 @@ func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.Even
 	ev.Payload = append([]byte(nil), ev.Payload...)
 	now := micros(ev.CreatedAt)
 
-	st, err := s.prepare(ctx, insertEventSQL, listEndpointsSQL, insertDeliverySQL)
+	st, err := s.prepare(ctx, insertEventSQL, fanOutEndpointsSQL, insertDeliverySQL)
 	if err != nil {
 		return storage.EventCreateResult{}, s.mapErr(op, err)
 	}
@@ -115,7 +147,7 @@ func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.Even
 			ev.TraceParent, now); err != nil {
 			return err
 		}
-		endpoints, err := listEndpoints(ctx, tx.StmtContext(ctx, st[1]))
+		endpoints, err := fanOutEndpoints(ctx, tx.StmtContext(ctx, st[1]))
 		if err != nil {
 			return err
 		}
