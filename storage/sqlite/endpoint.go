@@ -100,10 +100,8 @@ func scanEndpoint(r rowScanner) (storage.Endpoint, error) {
 	return e, nil
 }
 
-const listEndpointsSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints ORDER BY id`
-
-func listEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, error) {
-	rows, err := st.QueryContext(ctx)
+func listEndpoints(ctx context.Context, q querier) ([]storage.Endpoint, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
@@ -166,12 +164,7 @@ func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, e
 
 // EndpointList returns every endpoint, ordered by id.
 func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
-	st, err := s.reader.PrepareContext(ctx, listEndpointsSQL)
-	if err != nil {
-		return nil, s.mapErr("list endpoints", err)
-	}
-	defer st.Close()
-	out, err := listEndpoints(ctx, st)
+	out, err := listEndpoints(ctx, s.reader)
 	if err != nil {
 		return nil, s.mapErr("list endpoints", err)
 	}
