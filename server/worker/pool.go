@@ -190,16 +190,18 @@ type claimed struct {
 // are large (one statement for many rows) while no claim waits longer than
 // it takes the senders to work through one batch. A claim that would wait
 // so long that its lease could not cover the send is given back unspent
-// (see process). Outcomes go to one completer, which records whatever has
-// arrived in one fenced batch: one transaction for many attempts.
+// (see process). A sender does not wait for its outcome to be written: it
+// hands it over (see recorder) and takes its next claim, and one completer
+// records whatever outcomes have arrived in one fenced batch, one
+// transaction for many attempts.
 func (p *Pool) Run(ctx context.Context) error {
 	queue := make(chan claimed, p.cfg.BatchSize)
 	// taken wakes the claimer when a sender takes a claim off the queue.
 	taken := make(chan struct{}, 1)
-	done := make(chan completion)
+	rec := &recorder{done: make(chan completion), slots: make(chan struct{}, 2*p.cfg.Concurrency)}
 
 	var completer sync.WaitGroup
-	completer.Go(func() { p.completeLoop(done) })
+	completer.Go(func() { p.completeLoop(rec.done) })
 	var senders sync.WaitGroup
 	for range p.cfg.Concurrency {
 		senders.Go(func() {
@@ -208,14 +210,15 @@ func (p *Pool) Run(ctx context.Context) error {
 				case taken <- struct{}{}:
 				default:
 				}
-				p.process(c.ctx, c.claim, c.at, done)
+				p.process(c.ctx, c.claim, c.at, rec)
 			}
 		})
 	}
 	defer func() {
 		close(queue)
 		senders.Wait()
-		close(done)
+		rec.wg.Wait()
+		close(rec.done)
 		completer.Wait()
 	}()
 
@@ -260,6 +263,26 @@ func (p *Pool) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// recorder records outcomes off the senders' path: a sender hands its
+// outcome over and takes its next claim while the completer writes. slots
+// bounds the outcomes waiting to be written, so a slow database slows the
+// senders down instead of piling claims up in memory.
+type recorder struct {
+	done  chan completion
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+// record runs fn, which records one attempt, in its own goroutine once a
+// slot is free.
+func (r *recorder) record(fn func()) {
+	r.slots <- struct{}{}
+	r.wg.Go(func() {
+		defer func() { <-r.slots }()
+		fn()
+	})
 }
 
 // completion is one owner's outcome on its way to the completer, with
@@ -391,7 +414,7 @@ func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.End
 
 // process sends one claimed delivery and records what happened. ctx carries
 // the claim's span; claimed is when the claim was made.
-func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time, done chan<- completion) {
+func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time, rec *recorder) {
 	// Recording must outlive shutdown: a request that went out is recorded
 	// even while the process is stopping, or the history would under-count.
 	record := context.WithoutCancel(ctx)
@@ -410,13 +433,19 @@ func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time, 
 	}
 
 	actx, span := p.startAttempt(record, c, ep, start)
-	defer span.End()
+	finish := func(o transport.Outcome) {
+		end := p.now()
+		rec.record(func() {
+			defer span.End()
+			p.finish(actx, log, c, ep.Transport, o, start, end, rec.done)
+		})
+	}
 	msg, err := message(c, ep, start)
 	msg.Deadline = deadline
 	if err != nil {
 		// Nothing was sent: the endpoint cannot be signed for. Failing the
 		// attempt records why, without a request having gone out.
-		p.finish(actx, log, c, ep.Transport, transport.Permanent(0, "signing failed: "+err.Error()), start, p.now(), done)
+		finish(transport.Permanent(0, "signing failed: "+err.Error()))
 		return
 	}
 	p.metrics.RecordClaimToSend(actx, ep.Transport, start.Sub(claimed))
@@ -425,8 +454,7 @@ func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time, 
 	// the sender, not onto ctx: the sender enforces it and tells a plugin
 	// that hung past it (and must be restarted) from a caller that gave up.
 	// actx carries the attempt's span to the plugin and on to the receiver.
-	outcome := p.sender.Send(actx, ep.Transport, msg, deadline)
-	p.finish(actx, log, c, ep.Transport, outcome, start, p.now(), done)
+	finish(p.sender.Send(actx, ep.Transport, msg, deadline))
 }
 
 // message builds the signed message for one attempt. The secret is used
