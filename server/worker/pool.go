@@ -237,7 +237,13 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 		n := p.cfg.BatchSize - len(queue)
 		claimStart := p.now()
-		claims, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+		// The claim statement is not cut short by shutdown: cancelled
+		// midway, it could commit claims this process never hears of, and
+		// those would wait out their lease. Claims that arrive after
+		// shutdown began are given back unspent by the senders.
+		stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Lease)
+		claims, err := p.store.DeliveryClaim(stmtCtx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+		cancel()
 		at := p.now()
 		claimCtx := p.claimSpan(ctx, n, claims, err, claimStart, at)
 		if err != nil {
@@ -418,7 +424,7 @@ func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time, 
 	// Recording must outlive shutdown: a request that went out is recorded
 	// even while the process is stopping, or the history would under-count.
 	record := context.WithoutCancel(ctx)
-	log := p.log.With("delivery_id", c.Delivery.ID, "endpoint_id", c.Delivery.EndpointID)
+	log := deliveryLog{l: p.log, c: &c}
 	ep := c.Endpoint
 	if ctx.Err() != nil {
 		p.release(record, log, c, 0)
@@ -489,7 +495,7 @@ func message(c storage.Claim, ep storage.Endpoint, now time.Time) (transport.Mes
 // finish records the attempt under the claim token, or as a late attempt
 // when the claim was superseded while the request was out. ctx carries the
 // attempt's span, which finish completes from what was recorded.
-func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, transportName string, o transport.Outcome, start, end time.Time, done chan<- completion) {
+func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, transportName string, o transport.Outcome, start, end time.Time, done chan<- completion) {
 	span := trace.SpanFromContext(ctx)
 	kind := storage.OutcomeKind(o.Kind)
 	if !kind.Valid() {
@@ -560,6 +566,26 @@ func (p *Pool) finish(ctx context.Context, log *slog.Logger, c storage.Claim, tr
 	}
 }
 
+// deliveryLog logs about one delivery. It adds the delivery's ids to each
+// line it writes, where Logger.With would format them for every delivery,
+// logged or not.
+type deliveryLog struct {
+	l *slog.Logger
+	c *storage.Claim
+}
+
+func (d deliveryLog) Info(msg string, args ...any)  { d.log(slog.LevelInfo, msg, args) }
+func (d deliveryLog) Warn(msg string, args ...any)  { d.log(slog.LevelWarn, msg, args) }
+func (d deliveryLog) Error(msg string, args ...any) { d.log(slog.LevelError, msg, args) }
+
+func (d deliveryLog) log(level slog.Level, msg string, args []any) {
+	ctx := context.Background()
+	if !d.l.Enabled(ctx, level) {
+		return
+	}
+	d.l.Log(ctx, level, msg, append([]any{"delivery_id", d.c.Delivery.ID, "endpoint_id", d.c.Delivery.EndpointID}, args...)...)
+}
+
 // outcomeSpan sets the attempt span's outcome attributes and status: only
 // a delivered outcome is Ok.
 func outcomeSpan(span trace.Span, kind storage.OutcomeKind, status int, reason string) {
@@ -577,7 +603,7 @@ func outcomeSpan(span trace.Span, kind storage.OutcomeKind, status int, reason s
 	span.SetStatus(codes.Error, reason)
 }
 
-func (p *Pool) release(ctx context.Context, log *slog.Logger, c storage.Claim, delay time.Duration) {
+func (p *Pool) release(ctx context.Context, log deliveryLog, c storage.Claim, delay time.Duration) {
 	err := p.retryStore(ctx, c, func() error {
 		_, err := p.store.DeliveryRelease(ctx, storage.DeliveryReleaseParams{DeliveryID: c.Delivery.ID, Token: c.Token, Delay: delay})
 		return err
