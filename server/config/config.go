@@ -44,6 +44,7 @@ type Config struct {
 	Webhook   WebhookConfig   `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
 	Plugins   PluginsConfig   `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
 	Log       LogConfig       `koanf:"log" doc:"The server's own log."`
+	Console   ConsoleConfig   `koanf:"console" doc:"The operator console: web pages at /console on the API's listener to find, inspect and replay deliveries and to manage endpoints, behind the admin token."`
 	Telemetry TelemetryConfig `koanf:"telemetry" doc:"OpenTelemetry: a trace of every attempt, from the ingest request through the plugin to the receiver, and Prometheus metrics on /metrics. Both are off by default, at no cost. The standard OTEL_* variables (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and the rest) are honoured as well, and passed on to the plugins."`
 }
 
@@ -95,6 +96,13 @@ type PluginConfig struct {
 	Path     string   `koanf:"path" doc:"The executable; empty means plugins.dir/hymical-plugin-NAME."`
 	SHA256   string   `koanf:"sha256" doc:"Hex SHA-256 the executable must have."`
 	Settings Settings `koanf:"settings" doc:"Handed to the plugin's Configure after every launch."`
+}
+
+// ConsoleConfig is the operator console's.
+type ConsoleConfig struct {
+	Enabled          bool          `koanf:"enabled" doc:"Serve the operator console at /console. It needs the admin token to log in (or insecure dev mode), like the API's admin routes."`
+	TraceURLTemplate string        `koanf:"trace_url_template" doc:"Link from each attempt's trace id to your tracing UI: an http:// or https:// URL with {trace_id} where the id goes, e.g. https://jaeger.example.com/trace/{trace_id} or a Grafana Explore URL. Empty shows trace ids without a link."`
+	SessionTTL       time.Duration `koanf:"session_ttl" doc:"How long a console login lasts. Sessions live in the memory of the process that made them: a restart logs everyone out, and behind a load balancer over several processes the console needs sticky sessions."`
 }
 
 // TelemetryConfig is the OpenTelemetry set-up's.
@@ -185,6 +193,7 @@ func Default() Config {
 			StartTimeout: pluginhost.DefaultStartTimeout,
 		},
 		Log:       LogConfig{Level: "info", Format: "text"},
+		Console:   ConsoleConfig{Enabled: true, SessionTTL: 12 * time.Hour},
 		Telemetry: TelemetryConfig{Exporter: string(telemetry.ExporterNone), ServiceName: telemetry.DefaultServiceName},
 	}
 }

@@ -84,6 +84,7 @@ var allKeys = []string{
 	"webhook.connect_timeout_seconds", "webhook.read_timeout_seconds", "webhook.allowed_networks",
 	"plugins.dir", "plugins.send_grace", "plugins.start_timeout", "plugins.list",
 	"log.level", "log.format",
+	"console.enabled", "console.trace_url_template", "console.session_ttl",
 	"telemetry.exporter", "telemetry.endpoint", "telemetry.insecure", "telemetry.service_name",
 	"telemetry.resource_attributes", "telemetry.metrics", "telemetry.metrics_public",
 }
