@@ -10,10 +10,10 @@ import (
 // so each page's "content" block cannot clash with another's.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"ts":   formatTime,
-		"tsp":  formatTimePtr,
-		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"dur":  formatDuration,
+		"ts":  formatTime,
+		"tsp": formatTimePtr,
+		"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"dur": formatDuration,
 	}
 	pages := []string{"login", "overview", "deliveries", "delivery", "endpoints", "rotated", "error"}
 	out := make(map[string]*template.Template, len(pages))
