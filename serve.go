@@ -208,8 +208,8 @@ func withConsole(apiHandler http.Handler, cfg config.Config, store storage.Store
 		return nil, err
 	}
 	mux := http.NewServeMux()
+	// The mux itself sends /console on to /console/.
 	mux.Handle(console.Prefix+"/", ch)
-	mux.Handle(console.Prefix, ch)
 	mux.Handle("/", apiHandler)
 	return mux, nil
 }

@@ -213,6 +213,7 @@ type deliveryRow struct {
 	CreatedAt                              time.Time
 	CompletedAt                            *time.Time
 	NextAttemptAt                          time.Time
+	ClaimExpiresAt                         *time.Time
 }
 
 type endpointOption struct {
@@ -253,13 +254,18 @@ func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResul
 	if err != nil {
 		return storeError(err, "endpoints")
 	}
+	form, filter, perr := readFilter(q)
+	data.Filter = form
 	labels := map[string]string{}
 	for _, e := range eps {
 		labels[e.ID] = endpointLabel(e)
 		data.Endpoints = append(data.Endpoints, endpointOption{ID: e.ID, Label: e.ID + " — " + endpointLabel(e)})
 	}
-	form, filter, perr := readFilter(q)
-	data.Filter = form
+	if _, known := labels[form.EndpointID]; form.EndpointID != "" && !known {
+		// An id from a link or an endpoint since removed: the select must
+		// still show the filter that is in force.
+		data.Endpoints = append(data.Endpoints, endpointOption{ID: form.EndpointID, Label: form.EndpointID + " (no such endpoint now)"})
+	}
 	data.FilterActive = len(form.values()) > 0
 	status := http.StatusOK
 	limit, cursor := defaultPageSize, q.Get("cursor")
@@ -293,6 +299,7 @@ func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResul
 		data.Rows = append(data.Rows, deliveryRow{
 			ID: d.ID, EndpointID: d.EndpointID, EndpointLabel: labels[d.EndpointID], EventID: d.EventID, State: d.State,
 			Attempts: d.Attempts, CycleAttempts: d.CycleAttempts, CreatedAt: d.CreatedAt, CompletedAt: d.CompletedAt, NextAttemptAt: d.NextAttemptAt,
+			ClaimExpiresAt: d.ClaimExpiresAt,
 		})
 	}
 	if cursor != "" {

@@ -103,6 +103,7 @@ func TestDeliveriesListFilters(t *testing.T) {
 		{"created_after=" + url.QueryEscape(past), all},
 		{"created_after=" + future, nil},
 		{"created_before=" + future, all},
+		{"endpoint_id=ep_gone", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {
@@ -115,6 +116,9 @@ func TestDeliveriesListFilters(t *testing.T) {
 			q, _ := url.ParseQuery(tt.query)
 			if st := q.Get("state"); st != "" && !strings.Contains(p.body, `<option value="`+st+`" selected>`) {
 				t.Errorf("the state %s is not selected in the form", st)
+			}
+			if ep := q.Get("endpoint_id"); ep != "" && !strings.Contains(p.body, `<option value="`+ep+`" selected>`) {
+				t.Errorf("the endpoint %s is not selected in the form", ep)
 			}
 		})
 	}
