@@ -194,7 +194,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("script can read the session cookie (%q, %v); it must be HttpOnly", cookies, err)
 	}
 
+	// The overview counts the failure.
+	navigate("open the overview", chromedp.Click(chromedp.CSS(`nav a[href="/console/"]`)))
+	if failed := text(`.stat.state-failed .n`); failed != "1" {
+		t.Errorf("the overview counts %s failed, want 1", failed)
+	}
+	shot("02-overview-one-failed")
+
 	// Find the failed delivery: filter the list by state.
+	navigate("open the deliveries", chromedp.Click(chromedp.CSS(`nav a[href="/console/deliveries"]`)))
 	do("choose state failed", chromedp.SetValue(chromedp.CSS("#f-state"), "failed"))
 	navigate("apply the filter", chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)))
 	if loc, _ := chromedp.Run(bctx, chromedp.Location()); !strings.Contains(loc, "state=failed") {
@@ -203,7 +211,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if got := text(`table tbody`); !strings.Contains(got, dlv) || !strings.Contains(got, "failed") {
 		t.Fatalf("the failed deliveries do not list %s:\n%s", dlv, got)
 	}
-	shot("02-deliveries-failed")
+	shot("03-deliveries-failed")
 
 	// Open it: attempt 1 failed permanently with the receiver's 400, and
 	// its trace id links to the trace UI.
@@ -219,7 +227,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`^https://jaeger\.example\.com/trace/[0-9a-f]{32}$`).MatchString(link) {
 		t.Errorf("no trace link on the attempt: %q, %v", link, err)
 	}
-	shot("03-delivery-failed")
+	shot("04-delivery-failed")
 
 	// Fix the receiver and replay; poll the page until it is delivered.
 	fixed.Store(true)
@@ -241,12 +249,28 @@ func TestConsoleInABrowser(t *testing.T) {
 	if replays := text("#replays + .table-wrap tbody"); !strings.Contains(replays, "console:e2e") || !strings.Contains(replays, "failed") {
 		t.Errorf("the replay is not recorded as console:e2e from failed: %q", replays)
 	}
-	shot("04-delivery-delivered")
+	shot("05-delivery-delivered")
 
-	navigate("overview", chromedp.Navigate(base+"/console/"))
-	shot("05-overview")
-	navigate("endpoints", chromedp.Navigate(base+"/console/endpoints"))
-	shot("06-endpoints")
+	// Endpoints: disable and enable again, then rotate the secret, which
+	// is shown this once.
+	navigate("endpoints", chromedp.Click(chromedp.CSS(`nav a[href="/console/endpoints"]`)))
+	navigate("disable the endpoint", chromedp.Click(chromedp.CSS(`form[action$="/disable"] button`)))
+	if flash := text(".flash"); !strings.Contains(flash, "Disabled") {
+		t.Errorf("after Disable the page says %q", flash)
+	}
+	shot("06-endpoint-disabled")
+	navigate("enable the endpoint", chromedp.Click(chromedp.CSS(`form[action$="/enable"] button`)))
+	navigate("rotate the secret", chromedp.Click(chromedp.CSS(`form[action$="/rotate-secret"] button`)))
+	secret, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('#new-secret').value`))
+	if err != nil || !strings.HasPrefix(secret, "whsec_") {
+		t.Errorf("the rotation page shows no new secret: %q, %v", secret, err)
+	}
+	shot("07-secret-rotated")
+	navigate("endpoints again", chromedp.Navigate(base+"/console/endpoints"))
+	if page, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`)); secret == "" || strings.Contains(page, secret) {
+		t.Error("the endpoints page shows the rotated secret again")
+	}
+	shot("08-endpoints")
 
 	// Keyboard: the first Tab reaches the skip link.
 	do("tab", chromedp.KeyEvent("\t"))
@@ -258,9 +282,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	// which scroll inside their own region.
 	do("narrow the viewport", chromedp.EmulateViewport(375, 812))
 	for _, p := range []struct{ name, path string }{
-		{"07-overview-375px", "/console/"},
-		{"08-deliveries-375px", "/console/deliveries?state=delivered"},
-		{"09-delivery-375px", "/console/deliveries/" + dlv},
+		{"09-overview-375px", "/console/"},
+		{"10-deliveries-375px", "/console/deliveries?state=delivered"},
+		{"11-delivery-375px", "/console/deliveries/" + dlv},
 	} {
 		navigate(p.name, chromedp.Navigate(base+p.path))
 		width, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
