@@ -223,9 +223,10 @@ type authResult struct {
 	operator string
 }
 
-// authenticate says who made r: a bearer token wins over a cookie. It
-// returns ok false when neither is valid, with the error to show when
-// something was presented and was wrong.
+// authenticate says who made r: a bearer token wins over a cookie. A
+// result with neither a session nor bearer set means nobody is logged in;
+// the error is set only when an Authorization header was sent and is
+// wrong, which is worth saying rather than sending to the login form.
 func (h *handler) authenticate(r *http.Request) (authResult, *pageError) {
 	if hdr := r.Header.Get("Authorization"); hdr != "" {
 		scheme, token, _ := strings.Cut(hdr, " ")

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -273,23 +274,24 @@ func (h *handler) base(s *session, nav, title string) base {
 // becomes an error page rather than half a page.
 func (h *handler) render(w http.ResponseWriter, status int, page string, data any) {
 	var buf bytes.Buffer
-	t, ok := h.pages[page]
-	if !ok {
-		h.log.Error("no such console template", "page", page)
-		status, t, data = http.StatusInternalServerError, h.pages["error"], errorData{Error: errInternal(nil)}
-	} else if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
-		h.log.Error("console template failed", "page", page, "error", err)
+	if err := h.execute(&buf, page, data); err != nil {
+		h.log.Error("console page failed to render", "page", page, "error", err)
 		buf.Reset()
-		status, t, data = http.StatusInternalServerError, h.pages["error"], errorData{Error: errInternal(nil)}
-	}
-	if buf.Len() == 0 {
-		if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
-			h.log.Error("console error template failed", "error", err)
-			http.Error(w, "the console could not render this page; see the server log", http.StatusInternalServerError)
+		status = http.StatusInternalServerError
+		if err := h.execute(&buf, "error", errorData{Error: errInternal(nil)}); err != nil {
+			http.Error(w, "the console could not render this page; see the server log", status)
 			return
 		}
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+func (h *handler) execute(w io.Writer, page string, data any) error {
+	t, ok := h.pages[page]
+	if !ok {
+		return fmt.Errorf("no page template %q", page)
+	}
+	return t.ExecuteTemplate(w, "layout", data)
 }
