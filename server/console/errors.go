@@ -45,7 +45,8 @@ func errCrossOrigin() *pageError {
 }
 
 func badInput(title, format string, args ...any) *pageError {
-	return &pageError{Status: http.StatusBadRequest, Title: title, Message: fmt.Sprintf(format, args...)}
+	return &pageError{Status: http.StatusBadRequest, Title: title, Message: fmt.Sprintf(format, args...),
+		Advice: "Correct it and try again."}
 }
 
 // storeError is the one place a Store error becomes an error page. what

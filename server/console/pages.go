@@ -184,16 +184,14 @@ func readFilter(v url.Values) (filterForm, storage.DeliveryFilter, *pageError) {
 	return f, sf, nil
 }
 
-// inputTimeLayouts are what the date fields accept: what a browser's
-// datetime-local field sends (read as UTC, which the label says), and
-// RFC 3339 with a zone.
-var inputTimeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano, "2006-01-02"}
-
+// parseInputTime reads a date field: what a browser's datetime-local field
+// sends (read as UTC, which the label says), RFC 3339 with a zone, or a
+// bare date.
 func parseInputTime(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	for _, layout := range inputTimeLayouts {
+	for _, layout := range [...]string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano, "2006-01-02"} {
 		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
 			return t.UTC(), nil
 		}

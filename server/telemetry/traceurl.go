@@ -38,7 +38,7 @@ func ParseTraceURLTemplate(s string) (TraceURLTemplate, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return TraceURLTemplate{}, fmt.Errorf("is not a URL (%v): %s", err, example)
+		return TraceURLTemplate{}, fmt.Errorf("is not a URL (%w): %s", err, example)
 	case u.Scheme != "http" && u.Scheme != "https":
 		return TraceURLTemplate{}, fmt.Errorf("is not an http:// or https:// URL: %s", example)
 	case u.Host == "":
