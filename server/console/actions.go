@@ -108,7 +108,7 @@ func (h *handler) rotate(w http.ResponseWriter, r *http.Request, a authResult) e
 	}
 	h.log.Info("endpoint secret rotated from the console", "endpoint", id)
 	h.render(w, http.StatusOK, "rotated", rotatedData{
-		base: h.base(a.session, "endpoints", "New signing secret"), Endpoint: viewEndpoint(rot.Endpoint, now),
+		base: h.base(a, "endpoints", "New signing secret"), Endpoint: viewEndpoint(rot.Endpoint, now),
 		Secret: rot.Secret, PreviousExpireAt: rot.PreviousSecretsExpireAt,
 	})
 	return nil

@@ -271,7 +271,7 @@ func (h *handler) page(fn pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		a, perr := h.authenticate(r)
 		if perr != nil {
-			h.renderError(w, r, nil, perr)
+			h.renderError(w, r, authResult{}, perr)
 			return
 		}
 		if a.session == nil && !a.bearer {
@@ -279,7 +279,7 @@ func (h *handler) page(fn pageFunc) http.HandlerFunc {
 			return
 		}
 		if err := fn(w, r, a); err != nil {
-			h.fail(w, r, a.session, err)
+			h.fail(w, r, a, err)
 		}
 	}
 }
@@ -291,36 +291,36 @@ func (h *handler) action(fn pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 		if err := h.origin.Check(r); err != nil {
-			h.renderError(w, r, nil, errCrossOrigin())
+			h.renderError(w, r, authResult{}, errCrossOrigin())
 			return
 		}
 		a, perr := h.authenticate(r)
 		if perr != nil {
-			h.renderError(w, r, nil, perr)
+			h.renderError(w, r, authResult{}, perr)
 			return
 		}
 		if a.session == nil && !a.bearer {
-			h.renderError(w, r, nil, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
+			h.renderError(w, r, authResult{}, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
 				Message: "This action needs a login, and there is none: the session ended, the server restarted, or you logged out.",
 				Advice:  "Log in again, then repeat the action.", Link: Prefix + "/login", LinkText: "Log in"})
 			return
 		}
 		if err := r.ParseForm(); err != nil {
-			h.renderError(w, r, a.session, &pageError{Status: http.StatusBadRequest, Title: "Unreadable form",
+			h.renderError(w, r, a, &pageError{Status: http.StatusBadRequest, Title: "Unreadable form",
 				Message: "The form sent could not be read (it may be too large).", Advice: "Go back, reload the page and try again."})
 			return
 		}
 		if a.session != nil {
 			got := r.PostForm.Get(CSRFField)
 			if subtle.ConstantTimeCompare([]byte(got), []byte(a.session.csrf)) != 1 {
-				h.renderError(w, r, a.session, &pageError{Status: http.StatusForbidden, Title: "Action refused: the form's security token is missing or stale",
+				h.renderError(w, r, a, &pageError{Status: http.StatusForbidden, Title: "Action refused: the form's security token is missing or stale",
 					Message: "Every console form carries a token tied to your login, so that another site cannot submit it for you (CSRF protection). This form's token was missing or belongs to an earlier login.",
 					Advice:  "Go back, reload the page to get a fresh form, and try again. Nothing was changed."})
 				return
 			}
 		}
 		if err := fn(w, r, a); err != nil {
-			h.fail(w, r, a.session, err)
+			h.fail(w, r, a, err)
 		}
 	}
 }
@@ -340,7 +340,7 @@ func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	h.render(w, http.StatusOK, "login", loginData{base: h.base(nil, "", "Log in"), Next: next, LoggedOut: r.URL.Query().Get("done") == "logout"})
+	h.render(w, http.StatusOK, "login", loginData{base: h.base(authResult{}, "", "Log in"), Next: next, LoggedOut: r.URL.Query().Get("done") == "logout"})
 }
 
 // POST /console/login
@@ -351,12 +351,12 @@ func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := h.origin.Check(r); err != nil {
-		h.renderError(w, r, nil, errCrossOrigin())
+		h.renderError(w, r, authResult{}, errCrossOrigin())
 		return
 	}
 	now := h.now()
 	client := clientAddr(r)
-	data := loginData{base: h.base(nil, "", "Log in")}
+	data := loginData{base: h.base(authResult{}, "", "Log in")}
 	if err := r.ParseForm(); err != nil {
 		data.Error = "The form sent could not be read. Reload the page and try again."
 		h.render(w, http.StatusBadRequest, "login", data)
@@ -379,7 +379,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	h.limiter.succeed(client)
 	id, _, err := h.sessions.create(server.OperatorName(r.PostForm.Get("operator")), now)
 	if err != nil {
-		h.fail(w, r, nil, err)
+		h.fail(w, r, authResult{}, err)
 		return
 	}
 	http.SetCookie(w, h.cookie(id, int(h.sessions.ttl.Seconds())))

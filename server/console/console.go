@@ -207,7 +207,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(v)
 			}
 			h.log.Error("panic while serving a console page", "method", r.Method, "path", r.URL.Path, "panic", v)
-			h.renderError(w, r, nil, errInternal(nil))
+			h.renderError(w, r, authResult{}, errInternal(nil))
 		}
 	}()
 	if _, pattern := h.mux.Handler(r); pattern == "" {
@@ -230,13 +230,13 @@ func (h *handler) unrouted(w http.ResponseWriter, r *http.Request) {
 		probe.Method = m
 		if _, pattern := h.mux.Handler(probe); pattern != "" && m != r.Method {
 			w.Header().Set("Allow", m)
-			h.renderError(w, r, nil, &pageError{Status: http.StatusMethodNotAllowed, Title: "Method not allowed",
+			h.renderError(w, r, authResult{}, &pageError{Status: http.StatusMethodNotAllowed, Title: "Method not allowed",
 				Message: fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path),
 				Advice:  "Use the buttons and links on the console's pages rather than typing addresses."})
 			return
 		}
 	}
-	h.renderError(w, r, nil, &pageError{Status: http.StatusNotFound, Title: "Page not found",
+	h.renderError(w, r, authResult{}, &pageError{Status: http.StatusNotFound, Title: "Page not found",
 		Message: fmt.Sprintf("The console has no page at %s.", r.URL.Path),
 		Advice:  "Start from the overview, or find a delivery in the deliveries list."})
 }
@@ -260,12 +260,13 @@ type base struct {
 	Flash string
 }
 
-// base fills the common page data for a request made in session s (nil
-// when nobody is logged in).
-func (h *handler) base(s *session, nav, title string) base {
-	b := base{Title: title, Nav: nav, Insecure: h.insecure}
-	if s != nil {
-		b.LoggedIn, b.CSRF, b.Operator = true, s.csrf, s.operator
+// base fills the common page data for a request made by a (the zero
+// value when nobody is logged in). A bearer request gets the navigation but
+// no logout form: it has no session to end.
+func (h *handler) base(a authResult, nav, title string) base {
+	b := base{Title: title, Nav: nav, Insecure: h.insecure, LoggedIn: a.session != nil || a.bearer, Operator: a.operator}
+	if a.session != nil {
+		b.CSRF = a.session.csrf
 	}
 	return b
 }

@@ -81,7 +81,7 @@ func storeError(err error, what string) *pageError {
 }
 
 // fail shows err as an error page, logging what the operator does not see.
-func (h *handler) fail(w http.ResponseWriter, r *http.Request, s *session, err error) {
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, a authResult, err error) {
 	pe := storeError(err, "item")
 	switch {
 	case r.Context().Err() != nil:
@@ -91,7 +91,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, s *session, err e
 	default:
 		h.log.Debug("console request refused", "method", r.Method, "path", r.URL.Path, "status", pe.Status, "message", pe.Message)
 	}
-	h.renderError(w, r, s, pe)
+	h.renderError(w, r, a, pe)
 }
 
 type errorData struct {
@@ -99,16 +99,16 @@ type errorData struct {
 	Error *pageError
 }
 
-func (h *handler) renderError(w http.ResponseWriter, r *http.Request, s *session, pe *pageError) {
+// renderError shows pe. a is who made the request, when the caller knows;
+// otherwise the navigation is shown if the request carries a valid login.
+func (h *handler) renderError(w http.ResponseWriter, r *http.Request, a authResult, pe *pageError) {
 	if pe.Status == http.StatusUnauthorized && pe.Link == "" {
 		pe.Link, pe.LinkText = Prefix+"/login", "Log in"
 	}
-	if s == nil && pe.Status != http.StatusUnauthorized {
-		// A bearer or a failed request may still be logged in; show the
-		// navigation when the cookie says so.
-		if a, _ := h.authenticate(r); a.session != nil {
-			s = a.session
+	if a.session == nil && !a.bearer && pe.Status != http.StatusUnauthorized {
+		if who, perr := h.authenticate(r); perr == nil {
+			a = who
 		}
 	}
-	h.render(w, pe.Status, "error", errorData{base: h.base(s, "", pe.Title), Error: pe})
+	h.render(w, pe.Status, "error", errorData{base: h.base(a, "", pe.Title), Error: pe})
 }

@@ -72,7 +72,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request, a authResult)
 	if err != nil {
 		return storeError(err, "delivery counts")
 	}
-	data := overviewData{base: h.base(a.session, "overview", "Overview"), Due: st.Due}
+	data := overviewData{base: h.base(a, "overview", "Overview"), Due: st.Due}
 	for _, s := range deliveryStates() {
 		n := st.ByState[s]
 		data.Total += n
@@ -242,7 +242,7 @@ type deliveriesData struct {
 func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResult) error {
 	ctx := r.Context()
 	q := r.URL.Query()
-	data := deliveriesData{base: h.base(a.session, "deliveries", "Deliveries"), States: deliveryStates(), MaxBulk: maxBulkReplay}
+	data := deliveriesData{base: h.base(a, "deliveries", "Deliveries"), States: deliveryStates(), MaxBulk: maxBulkReplay}
 	switch q.Get("done") {
 	case "replayed":
 		n, _ := strconv.Atoi(q.Get("n"))
@@ -345,7 +345,7 @@ func (h *handler) delivery(w http.ResponseWriter, r *http.Request, a authResult)
 	if err != nil {
 		return withLink(storeError(err, deliveryName(id)), Prefix+"/deliveries", "Find it in the deliveries list")
 	}
-	data := deliveryData{base: h.base(a.session, "deliveries", "Delivery "+d.ID), D: d, Terminal: d.State.Terminal()}
+	data := deliveryData{base: h.base(a, "deliveries", "Delivery "+d.ID), D: d, Terminal: d.State.Terminal()}
 	if r.URL.Query().Get("done") == "replayed" {
 		data.Flash = "Replayed: the delivery is pending and due now. Reload to follow it."
 	}
@@ -429,7 +429,7 @@ func (h *handler) endpoints(w http.ResponseWriter, r *http.Request, a authResult
 	if err != nil {
 		return storeError(err, "endpoints")
 	}
-	data := endpointsData{base: h.base(a.session, "endpoints", "Endpoints")}
+	data := endpointsData{base: h.base(a, "endpoints", "Endpoints")}
 	q := r.URL.Query()
 	if id := q.Get("id"); cursorLike(id) {
 		switch q.Get("done") {
