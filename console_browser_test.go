@@ -32,6 +32,9 @@ import (
 //
 // It needs Chromium (Debian's chromium package, which .ci/chromium.sh
 // installs): without it the test skips, and under CI=true it fails.
+// chromedp, a test-only dependency that the server binary never links,
+// earns its place by driving Chromium over the DevTools protocol from Go:
+// no Node, no WebDriver process.
 func TestConsoleInABrowser(t *testing.T) {
 	browser, err := exec.LookPath("chromium")
 	if err != nil {
