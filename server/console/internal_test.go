@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/storage"
 )
 
 func TestSessionsExpireAndStayBounded(t *testing.T) {
@@ -96,5 +100,52 @@ func TestSafeNext(t *testing.T) {
 		if got := safeNext(next); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", next, got, want)
 		}
+	}
+}
+
+func TestCountFailedSinceIsBounded(t *testing.T) {
+	t.Parallel()
+	store := e2etest.Backends()["sqlite"](t)
+	ctx := t.Context()
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://hooks.example.com/", Config: map[string]string{},
+		Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := e2etest.Submit(t, store, "contact", 7)
+	claims, err := store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 100, Lease: time.Minute})
+	if err != nil || len(claims) != len(ids) {
+		t.Fatalf("claimed %d of %d: %v", len(claims), len(ids), err)
+	}
+	for _, c := range claims {
+		now := time.Now()
+		if _, _, err := store.DeliveryComplete(ctx, storage.DeliveryCompleteParams{DeliveryID: c.Delivery.ID, Token: c.Token,
+			Outcome: storage.OutcomePermanent, HTTPStatus: 400, StartedAt: now, FinishedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := time.Now().Add(-time.Hour)
+	tests := []struct {
+		pageSize, limit, want int
+		capped                bool
+	}{
+		{1000, 10000, 7, false},
+		{3, 10000, 7, false}, // several pages, the last one short
+		{7, 10000, 7, false}, // a full page, then an empty one
+		{3, 7, 7, false},     // exactly the cap: one more row says there is no more
+		{3, 6, 6, true},
+		{2, 5, 5, true},
+	}
+	for _, tt := range tests {
+		n, capped, err := countFailedSince(ctx, store, since, tt.pageSize, tt.limit)
+		if err != nil || n != tt.want || capped != tt.capped {
+			t.Errorf("pages of %d up to %d: %d, capped %v, %v; want %d, capped %v", tt.pageSize, tt.limit, n, capped, err, tt.want, tt.capped)
+		}
+	}
+	if n, capped, err := countFailedSince(ctx, store, time.Now().Add(time.Hour), 3, 10); n != 0 || capped || err != nil {
+		t.Errorf("none since an hour ahead: %d, %v, %v", n, capped, err)
 	}
 }
