@@ -380,3 +380,19 @@ func TestPagesAreAccessible(t *testing.T) {
 		})
 	}
 }
+
+func TestInFlightDeliveriesShowTheirLeaseAndNoReplay(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.endpoint("contact", "CRM")
+	dlv := f.submit("contact", 1)[0]
+	if _, err := f.store.DeliveryClaim(t.Context(), storage.DeliveryClaimParams{Limit: 1, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	s := f.login("alice")
+	f.get(s, "/console/deliveries?state=processing").must(t, http.StatusOK).contains(t, dlv, "in flight, lease ends")
+	f.get(s, "/console/deliveries/"+dlv).must(t, http.StatusOK).
+		contains(t, `id="delivery-state">processing</span>`, "<dt>Lease ends</dt>", "Replay is offered once", "No attempts yet").
+		lacks(t, `action="/console/deliveries/`+dlv+`/replay"`)
+	f.post(s, "/console/deliveries/"+dlv+"/replay", nil).must(t, http.StatusConflict).contains(t, "is processing")
+}
