@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/config"
+	"github.com/hymical/hymical/server/console"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/worker"
@@ -119,6 +121,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	handler, err = withConsole(handler, cfg, store, log)
+	if err != nil {
+		return err
+	}
 	workerCfg := cfg.Worker()
 	workerCfg.TracerProvider, workerCfg.Metrics = tel.TracerProvider(), metrics
 	pool, err := worker.New(store, host, workerCfg, log.With("component", "worker"))
@@ -134,6 +140,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		server.Build(), ln.Addr(), shownURL, schema, strings.Join(host.Names(), ", "), cfg.Plugins.Dir)
 	if tel.Tracing() || tel.MetricsHandler() != nil {
 		fmt.Fprintf(stdout, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
+	}
+	if cfg.Console.Enabled {
+		fmt.Fprintf(stdout, "  console http://%s%s/ (log in with the admin token)\n", ln.Addr(), console.Prefix)
 	}
 	if cfg.Server.InsecureDevMode {
 		fmt.Fprintln(stdout, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")
@@ -173,6 +182,39 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	wg.Wait()
 	close(errs)
 	return errors.Join(collect(errs)...)
+}
+
+// withConsole mounts the operator console at /console/ beside the API, on
+// the same listener, when the config turns it on.
+func withConsole(apiHandler http.Handler, cfg config.Config, store storage.Store, log *slog.Logger) (http.Handler, error) {
+	if !cfg.Console.Enabled {
+		return apiHandler, nil
+	}
+	// Load has checked the template; this only converts it.
+	traceURL, err := telemetry.ParseTraceURLTemplate(cfg.Console.TraceURLTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("console.trace_url_template: %w", err)
+	}
+	opts := console.Options{
+		Store:               store,
+		Insecure:            cfg.Server.InsecureDevMode,
+		TraceURL:            traceURL,
+		SecretRotationGrace: cfg.Server.SecretRotationGrace,
+		SessionTTL:          cfg.Console.SessionTTL,
+		Logger:              log,
+	}
+	if tok := cfg.Server.AdminToken.Reveal(); tok != "" {
+		opts.AdminTokenDigest = sha256.Sum256([]byte(tok))
+	}
+	ch, err := console.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	// The mux itself sends /console on to /console/.
+	mux.Handle(console.Prefix+"/", ch)
+	mux.Handle("/", apiHandler)
+	return mux, nil
 }
 
 // startTelemetry sets up tracing and metrics as the config says. This is

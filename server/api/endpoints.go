@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -179,40 +179,21 @@ func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// modifyEndpoint reads the endpoint, lets change edit it, and writes it
-// back on the condition that nobody changed it in between (the store's
-// optimistic check, which also holds across server processes). On a
-// conflict it reads again and reapplies change, so change must depend only
-// on the endpoint it is given. change returns false when there is nothing
-// to write.
+// modifyEndpoint is server.ModifyEndpoint with its store errors turned
+// into answers; change's own errors (already answers) pass through.
 func (h *handler) modifyEndpoint(ctx context.Context, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
-	// Every conflict means another change won, so contention ends; the cap
-	// only stops a pathological loop. A short random pause spreads writers
-	// that collided so they do not collide again in step.
-	const tries = 64
-	for try := 1; ; try++ {
-		e, err := h.store.EndpointGet(ctx, id)
-		if err != nil {
-			return storage.Endpoint{}, storeError(err, endpointName(id))
-		}
-		write, err := change(&e)
-		if err != nil || !write {
-			return e, err
-		}
-		updated, err := h.store.EndpointUpdate(ctx, e)
-		if errors.Is(err, storage.ErrConflict) && try < tries {
-			select {
-			case <-time.After(time.Duration(rand.IntN(2000)) * time.Microsecond):
-			case <-ctx.Done():
-				return storage.Endpoint{}, ctx.Err()
-			}
-			continue
-		}
-		if err != nil {
-			return storage.Endpoint{}, storeError(err, endpointName(id))
-		}
-		return updated, nil
+	e, err := server.ModifyEndpoint(ctx, h.store, id, change)
+	return e, h.endpointError(err, id)
+}
+
+// endpointError turns an error of the shared endpoint changes into an
+// answer: an *apiError is one already, anything else came from the store.
+func (h *handler) endpointError(err error, id string) error {
+	var ae *apiError
+	if err == nil || errors.As(err, &ae) {
+		return err
 	}
+	return storeError(err, endpointName(id))
 }
 
 // PATCH /v1/endpoints/{id}
@@ -285,19 +266,9 @@ func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bo
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
-	e, err := h.modifyEndpoint(r.Context(), id, func(e *storage.Endpoint) (bool, error) {
-		if (e.DisabledAt != nil) == disable {
-			return false, nil
-		}
-		e.DisabledAt = nil
-		if disable {
-			now := h.now()
-			e.DisabledAt = &now
-		}
-		return true, nil
-	})
+	e, err := server.SetEndpointDisabled(r.Context(), h.store, id, disable, h.now())
 	if err != nil {
-		return err
+		return h.endpointError(err, id)
 	}
 	writeJSON(w, http.StatusOK, viewEndpoint(e, h.now()))
 	return nil
@@ -314,46 +285,20 @@ func (h *handler) emptyBody(w http.ResponseWriter, r *http.Request) error {
 
 // POST /v1/endpoints/{id}/rotate-secret
 //
-// The new secret signs from now on. Every secret that was active keeps
-// signing beside it until now + SecretRotationGrace (or its own earlier
-// expiry), so receivers can switch over without dropping a message;
-// secrets already past their expiry are removed.
+// The new secret signs from now on; every secret that was active keeps
+// signing beside it for SecretRotationGrace (server.RotateSecret).
 func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		return err
-	}
 	now := h.now()
-	// Cut to what every backend stores, so the time shown is the time kept.
-	expiry := now.Add(h.grace).UTC().Truncate(time.Millisecond)
-	var kept bool
-	e, err := h.modifyEndpoint(r.Context(), id, func(e *storage.Endpoint) (bool, error) {
-		next := []storage.Secret{storage.NewSecret(secret, nil)}
-		for _, s := range e.Secrets {
-			if !s.ActiveAt(now) {
-				continue
-			}
-			until := expiry
-			if s.ExpiresAt != nil && s.ExpiresAt.Before(until) {
-				until = *s.ExpiresAt
-			}
-			next = append(next, storage.NewSecret(s.Reveal(), &until))
-			kept = true
-		}
-		e.Secrets = next
-		return true, nil
-	})
+	rot, err := server.RotateSecret(r.Context(), h.store, id, h.grace, now)
 	if err != nil {
-		return err
+		return h.endpointError(err, id)
 	}
-	out := endpointCreated{endpointView: viewEndpoint(e, now), Secret: secret}
-	if kept {
-		out.PreviousSecretsExpireAt = &expiry
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, endpointCreated{
+		endpointView: viewEndpoint(rot.Endpoint, now), Secret: rot.Secret, PreviousSecretsExpireAt: rot.PreviousSecretsExpireAt,
+	})
 	return nil
 }

@@ -6,8 +6,9 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/hymical/hymical/server"
 )
 
 // Bounds on what a caller may store. They keep one request from writing
@@ -20,7 +21,7 @@ const (
 	maxConfigKeyBytes   = 128
 	maxConfigValueBytes = 4096
 	maxIdempotencyKey   = 255
-	maxOperatorBytes    = 64
+	maxOperatorBytes    = server.MaxOperatorBytes
 	maxIDParamBytes     = 128
 )
 
@@ -134,19 +135,10 @@ func checkIdempotencyKey(k string) error {
 
 // operatorActor is the replay audit's actor: "api", plus the operator the
 // Hymical-Operator header names, kept to printable characters that cannot
-// forge a log line or another field, and cut to maxOperatorBytes.
+// forge a log line or another field, and cut to maxOperatorBytes
+// (server.OperatorName).
 func operatorActor(header string) string {
-	var b strings.Builder
-	for _, r := range header {
-		if r != ' ' && !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("@._+-", r) {
-			r = '_'
-		}
-		if b.Len()+utf8.RuneLen(r) > maxOperatorBytes {
-			break
-		}
-		b.WriteRune(r)
-	}
-	op := strings.Trim(b.String(), "_ ")
+	op := server.OperatorName(header)
 	if op == "" {
 		return "api"
 	}

@@ -45,6 +45,7 @@ type Config struct {
 	Plugins   PluginsConfig   `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
 	Log       LogConfig       `koanf:"log" doc:"The server's own log."`
 	Retention RetentionConfig `koanf:"retention" doc:"Removing delivered deliveries once they are old, so the tables do not grow without end. Off by default: nothing is ever removed unless delivered_max_age is set."`
+	Console   ConsoleConfig   `koanf:"console" doc:"The operator console: web pages at /console on the API's listener to find, inspect and replay deliveries and to manage endpoints, behind the admin token."`
 	Telemetry TelemetryConfig `koanf:"telemetry" doc:"OpenTelemetry: a trace of every attempt, from the ingest request through the plugin to the receiver, and Prometheus metrics on /metrics. Both are off by default, at no cost. The standard OTEL_* variables (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and the rest) are honoured as well, and passed on to the plugins."`
 }
 
@@ -102,6 +103,13 @@ type PluginConfig struct {
 type RetentionConfig struct {
 	DeliveredMaxAge time.Duration `koanf:"delivered_max_age" doc:"Remove a delivered delivery, its attempt history and replay records (and its event, once no delivery of it is left) this long after it was delivered, e.g. 720h for 30 days. 0 keeps everything. Failed, pending and processing deliveries are never removed. An idempotency key is remembered only as long as its event is kept."`
 	Interval        time.Duration `koanf:"interval" doc:"How often the retention job runs. Each run removes in batches of 1000, one short transaction each, until nothing old is left; with several processes on one PostgreSQL they share the work without waiting on each other."`
+}
+
+// ConsoleConfig is the operator console's.
+type ConsoleConfig struct {
+	Enabled          bool          `koanf:"enabled" doc:"Serve the operator console at /console. It needs the admin token to log in (or insecure dev mode), like the API's admin routes."`
+	TraceURLTemplate string        `koanf:"trace_url_template" doc:"Link from each attempt's trace id to your tracing UI: an http:// or https:// URL with {trace_id} where the id goes, e.g. https://jaeger.example.com/trace/{trace_id} or a Grafana Explore URL. Empty shows trace ids without a link."`
+	SessionTTL       time.Duration `koanf:"session_ttl" doc:"How long a console login lasts. Sessions live in the memory of the process that made them: a restart logs everyone out, and behind a load balancer over several processes the console needs sticky sessions."`
 }
 
 // TelemetryConfig is the OpenTelemetry set-up's.
@@ -193,6 +201,7 @@ func Default() Config {
 		},
 		Log:       LogConfig{Level: "info", Format: "text"},
 		Retention: RetentionConfig{Interval: 10 * time.Minute},
+		Console:   ConsoleConfig{Enabled: true, SessionTTL: 12 * time.Hour},
 		Telemetry: TelemetryConfig{Exporter: string(telemetry.ExporterNone), ServiceName: telemetry.DefaultServiceName},
 	}
 }

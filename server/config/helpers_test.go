@@ -85,6 +85,7 @@ var allKeys = []string{
 	"plugins.dir", "plugins.send_grace", "plugins.start_timeout", "plugins.list",
 	"log.level", "log.format",
 	"retention.delivered_max_age", "retention.interval",
+	"console.enabled", "console.trace_url_template", "console.session_ttl",
 	"telemetry.exporter", "telemetry.endpoint", "telemetry.insecure", "telemetry.service_name",
 	"telemetry.resource_attributes", "telemetry.metrics", "telemetry.metrics_public",
 }

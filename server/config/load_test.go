@@ -128,6 +128,11 @@ var samples = []struct {
 	}},
 	{"telemetry.metrics", "true", func(c config.Config) bool { return c.Telemetry.Metrics }},
 	{"telemetry.metrics_public", "false", func(c config.Config) bool { return !c.Telemetry.MetricsPublic }},
+	{"console.enabled", "false", func(c config.Config) bool { return !c.Console.Enabled }},
+	{"console.trace_url_template", "https://tempo.example.com/t/{trace_id}?x=1", func(c config.Config) bool {
+		return c.Console.TraceURLTemplate == "https://tempo.example.com/t/{trace_id}?x=1"
+	}},
+	{"console.session_ttl", "90m", func(c config.Config) bool { return c.Console.SessionTTL == 90*time.Minute }},
 }
 
 // TestEveryKeyReadsAlikeFromFileEnvironmentAndFlag sets each key, one at a
@@ -304,6 +309,7 @@ func TestHelpListsEveryKey(t *testing.T) {
 		"server.insecure_dev_mode": "false", "telemetry.exporter": "none", "telemetry.service_name": "hymical",
 		"telemetry.metrics": "false", "telemetry.insecure": "false", "telemetry.metrics_public": "false", "telemetry.endpoint": `""`,
 		"retention.delivered_max_age": "0s", "retention.interval": "10m",
+		"console.enabled": "true", "console.trace_url_template": `""`, "console.session_ttl": "12h",
 	}
 	lines := strings.Split(help, "\n")
 	listed := 0

@@ -168,6 +168,14 @@ func (c *Config) check(r *report, src map[string]string) {
 		c.checkPlugins(r)
 	}
 
+	// console
+	if !skip("console.trace_url_template") {
+		if _, err := telemetry.ParseTraceURLTemplate(c.Console.TraceURLTemplate); err != nil {
+			r.invalid("console.trace_url_template", "console.trace_url_template%s %s %v", at("console.trace_url_template"), quote(c.Console.TraceURLTemplate), err)
+		}
+	}
+	positiveDuration(r, "console.session_ttl", at, c.Console.SessionTTL, d.Console.SessionTTL)
+
 	// telemetry
 	c.checkTelemetry(r, at)
 	c.checkRetention(r, at)

@@ -1,0 +1,115 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/storage"
+)
+
+// maxBulkReplay is the most deliveries one bulk replay moves, as in the API.
+const maxBulkReplay = 1000
+
+// POST /console/deliveries/{id}/replay
+func (h *handler) replay(w http.ResponseWriter, r *http.Request, a authResult) error {
+	id := r.PathValue("id")
+	back := Prefix + "/deliveries/" + url.PathEscape(id)
+	_, err := h.store.DeliveryReplay(r.Context(), storage.DeliveryReplayParams{DeliveryID: id, Actor: h.actorFor(a)})
+	if errors.Is(err, storage.ErrNotTerminal) {
+		pe := storeError(err, deliveryName(id))
+		if cur, gerr := h.store.DeliveryGet(r.Context(), id); gerr == nil {
+			pe.Message = fmt.Sprintf("The %s is %s; only delivered or failed deliveries can be replayed.", deliveryName(id), cur.State)
+		}
+		return withLink(pe, back, "Back to the delivery")
+	}
+	if err != nil {
+		return withLink(storeError(err, deliveryName(id)), Prefix+"/deliveries", "Back to the deliveries")
+	}
+	h.log.Info("delivery replayed from the console", "delivery", id, "actor", h.actorFor(a))
+	http.Redirect(w, r, back+"?done=replayed", http.StatusSeeOther)
+	return nil
+}
+
+// POST /console/deliveries/replay
+//
+// Replays the failed deliveries the posted filter matches, up to
+// maxBulkReplay. Only failed: replaying delivered deliveries sends
+// receivers what they already have, which the API allows by name but the
+// console does not offer.
+func (h *handler) replayMany(w http.ResponseWriter, r *http.Request, a authResult) error {
+	form, filter, perr := readFilter(r.PostForm)
+	if perr != nil {
+		return withLink(perr, deliveriesURL(form, ""), "Back to the deliveries")
+	}
+	if filter.State != storage.StateFailed {
+		return withLink(badInput("Only failed deliveries are replayed in bulk",
+			"Bulk replay takes the deliveries list filtered by state failed; this form asked for state %q.", clip(form.State)),
+			deliveriesURL(filterForm{State: string(storage.StateFailed)}, ""), "List the failed deliveries")
+	}
+	n, err := h.store.DeliveryReplayMany(r.Context(), storage.DeliveryReplayManyParams{Filter: filter, Actor: h.actorFor(a), Limit: maxBulkReplay})
+	if err != nil {
+		return withLink(storeError(err, "deliveries"), deliveriesURL(form, ""), "Back to the deliveries")
+	}
+	h.log.Info("failed deliveries replayed from the console", "count", n, "actor", h.actorFor(a), "filter", form.values().Encode())
+	v := form.values()
+	v.Set("done", "replayed")
+	v.Set("n", strconv.Itoa(n))
+	http.Redirect(w, r, Prefix+"/deliveries?"+v.Encode(), http.StatusSeeOther)
+	return nil
+}
+
+// POST /console/endpoints/{id}/disable
+func (h *handler) disable(w http.ResponseWriter, r *http.Request, a authResult) error {
+	return h.setDisabled(w, r, true)
+}
+
+// POST /console/endpoints/{id}/enable
+func (h *handler) enable(w http.ResponseWriter, r *http.Request, a authResult) error {
+	return h.setDisabled(w, r, false)
+}
+
+func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bool) error {
+	id := r.PathValue("id")
+	if _, err := server.SetEndpointDisabled(r.Context(), h.store, id, disable, h.now()); err != nil {
+		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
+	}
+	done := "enabled"
+	if disable {
+		done = "disabled"
+	}
+	h.log.Info("endpoint "+done+" from the console", "endpoint", id)
+	http.Redirect(w, r, Prefix+"/endpoints?"+url.Values{"done": {done}, "id": {id}}.Encode(), http.StatusSeeOther)
+	return nil
+}
+
+type rotatedData struct {
+	base
+	Endpoint endpointRow
+	Secret   string
+	// PreviousExpireAt is when the secrets active before stop signing.
+	PreviousExpireAt *time.Time
+}
+
+// POST /console/endpoints/{id}/rotate-secret
+//
+// The answer is the page showing the new secret, not a redirect: the
+// secret is shown this once (the page is not cached) and never again.
+func (h *handler) rotate(w http.ResponseWriter, r *http.Request, a authResult) error {
+	id := r.PathValue("id")
+	now := h.now()
+	rot, err := server.RotateSecret(r.Context(), h.store, id, h.grace, now)
+	if err != nil {
+		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
+	}
+	h.log.Info("endpoint secret rotated from the console", "endpoint", id)
+	h.render(w, http.StatusOK, "rotated", rotatedData{
+		base: h.base(a, "endpoints", "New signing secret"), Endpoint: viewEndpoint(rot.Endpoint, now),
+		Secret: rot.Secret, PreviousExpireAt: rot.PreviousSecretsExpireAt,
+	})
+	return nil
+}

@@ -1,0 +1,422 @@
+package console
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hymical/hymical/server"
+)
+
+// CookieName is the console's session cookie. Its value is an opaque random
+// session id, never the admin token.
+const CookieName = "hymical_console"
+
+// CSRFField is the hidden form field that carries a session's CSRF token.
+const CSRFField = "csrf"
+
+// Bounds on what the console keeps in memory and accepts.
+const (
+	// maxSessions caps live sessions; past it the one closest to expiry
+	// is dropped, so a login loop cannot grow memory without end.
+	maxSessions = 1000
+	// loginFailures wrong tokens from one address within loginWindow
+	// lock that address out of the login form until the window passes.
+	loginFailures = 10
+	loginWindow   = 5 * time.Minute
+	// maxLimiterClients caps the addresses the login limiter remembers.
+	maxLimiterClients = 10000
+	// maxFormBytes bounds a form post; the console's forms are tiny.
+	maxFormBytes = 64 << 10
+)
+
+// session is one login.
+type session struct {
+	// csrf is the token every form of the session carries back.
+	csrf string
+	// operator is the name given at login, for the replay audit.
+	operator string
+	expires  time.Time
+}
+
+// sessions are the live logins of this process, keyed by the SHA-256 of
+// the session id so that a lookup's timing says nothing about the ids.
+type sessions struct {
+	mu  sync.Mutex
+	ttl time.Duration
+	max int
+	m   map[[sha256.Size]byte]*session
+}
+
+func newSessions(ttl time.Duration, max int) *sessions {
+	return &sessions{ttl: ttl, max: max, m: map[[sha256.Size]byte]*session{}}
+}
+
+// create starts a session and returns its id, for the cookie.
+func (ss *sessions) create(operator string, now time.Time) (string, *session, error) {
+	id, err := randomToken()
+	if err != nil {
+		return "", nil, err
+	}
+	csrf, err := randomToken()
+	if err != nil {
+		return "", nil, err
+	}
+	s := &session{csrf: csrf, operator: operator, expires: now.Add(ss.ttl)}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.m) >= ss.max {
+		var oldest [sha256.Size]byte
+		var oldestAt time.Time
+		for k, v := range ss.m {
+			if !v.expires.After(now) {
+				delete(ss.m, k)
+				continue
+			}
+			if oldestAt.IsZero() || v.expires.Before(oldestAt) {
+				oldest, oldestAt = k, v.expires
+			}
+		}
+		if len(ss.m) >= ss.max {
+			delete(ss.m, oldest)
+		}
+	}
+	ss.m[sha256.Sum256([]byte(id))] = s
+	return id, s, nil
+}
+
+// get returns the live session with this id, or nil.
+func (ss *sessions) get(id string, now time.Time) *session {
+	if id == "" {
+		return nil
+	}
+	key := sha256.Sum256([]byte(id))
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s, ok := ss.m[key]
+	if !ok {
+		return nil
+	}
+	if !s.expires.After(now) {
+		delete(ss.m, key)
+		return nil
+	}
+	return s
+}
+
+func (ss *sessions) end(id string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.m, sha256.Sum256([]byte(id)))
+}
+
+func randomToken() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("console: reading random bytes: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// loginLimiter counts wrong tokens per client address in fixed windows.
+// The token is long and compared in constant time, so this only keeps a
+// guessing loop slow and noisy; behind a reverse proxy every client shares
+// the proxy's address and a lock-out there lasts at most one window.
+type loginLimiter struct {
+	mu     sync.Mutex
+	limit  int
+	window time.Duration
+	max    int
+	m      map[string]*failures
+}
+
+type failures struct {
+	n     int
+	since time.Time
+}
+
+func newLoginLimiter(limit int, window time.Duration, max int) *loginLimiter {
+	return &loginLimiter{limit: limit, window: window, max: max, m: map[string]*failures{}}
+}
+
+// blocked reports how long client must wait before trying again; zero
+// when it may try now.
+func (l *loginLimiter) blocked(client string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.m[client]
+	if !ok {
+		return 0
+	}
+	if now.Sub(f.since) >= l.window {
+		delete(l.m, client)
+		return 0
+	}
+	if f.n < l.limit {
+		return 0
+	}
+	return f.since.Add(l.window).Sub(now)
+}
+
+func (l *loginLimiter) fail(client string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.m[client]
+	if !ok || now.Sub(f.since) >= l.window {
+		if !ok && len(l.m) >= l.max {
+			for k, v := range l.m {
+				if now.Sub(v.since) >= l.window {
+					delete(l.m, k)
+				}
+			}
+			if len(l.m) >= l.max {
+				// Full of live entries: forget them all rather than
+				// grow, or lock out an address that did nothing.
+				clear(l.m)
+			}
+		}
+		f = &failures{since: now}
+		l.m[client] = f
+	}
+	f.n++
+}
+
+func (l *loginLimiter) succeed(client string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, client)
+}
+
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// tokenOK compares a presented token with the admin token's digest in
+// time that depends on neither.
+func (h *handler) tokenOK(token string) bool {
+	got := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(got[:], h.digest[:]) == 1
+}
+
+// authResult is who made a request.
+type authResult struct {
+	// session is the cookie's login; nil for a bearer request.
+	session *session
+	// sessionID is the cookie's value, for logout.
+	sessionID string
+	// bearer: the request carried the admin token itself, which a browser
+	// never adds on its own, so it needs no CSRF token.
+	bearer   bool
+	operator string
+}
+
+// authenticate says who made r: a bearer token wins over a cookie. A
+// result with neither a session nor bearer set means nobody is logged in;
+// the error is set only when an Authorization header was sent and is
+// wrong, which is worth saying rather than sending to the login form.
+func (h *handler) authenticate(r *http.Request) (authResult, *pageError) {
+	if hdr := r.Header.Get("Authorization"); hdr != "" {
+		scheme, token, _ := strings.Cut(hdr, " ")
+		token = strings.TrimSpace(token)
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			return authResult{}, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
+				Message: "The Authorization header is not \"Bearer <token>\".",
+				Advice:  "Send the admin token with the Bearer scheme, or log in with the form."}
+		}
+		if !h.insecure && !h.tokenOK(token) {
+			return authResult{}, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
+				Message: "The bearer token is not this server's admin token.",
+				Advice:  "Send the value of FORMS_SERVER_ADMIN_TOKEN, or log in with the form."}
+		}
+		return authResult{bearer: true, operator: server.OperatorName(r.Header.Get("Hymical-Operator"))}, nil
+	}
+	c, err := r.Cookie(CookieName)
+	if err != nil {
+		return authResult{}, nil
+	}
+	s := h.sessions.get(c.Value, h.now())
+	if s == nil {
+		return authResult{}, nil
+	}
+	return authResult{session: s, sessionID: c.Value, operator: s.operator}, nil
+}
+
+// actorFor is the replay audit's actor for a request.
+func (h *handler) actorFor(a authResult) string {
+	if a.operator == "" {
+		return h.actor
+	}
+	return h.actor + ":" + a.operator
+}
+
+// pageFunc is a page or an action behind the login.
+type pageFunc func(w http.ResponseWriter, r *http.Request, a authResult) error
+
+// page guards a GET page: without a login it sends the browser to the
+// login form, which comes back here afterwards.
+func (h *handler) page(fn pageFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		a, perr := h.authenticate(r)
+		if perr != nil {
+			h.renderError(w, r, authResult{}, perr)
+			return
+		}
+		if a.session == nil && !a.bearer {
+			http.Redirect(w, r, Prefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		if err := fn(w, r, a); err != nil {
+			h.fail(w, r, a, err)
+		}
+	}
+}
+
+// action guards a POST that changes something: it needs a login, a
+// same-origin request, and, for a cookie session, the session's CSRF token
+// in the form.
+func (h *handler) action(fn pageFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		if err := h.origin.Check(r); err != nil {
+			h.renderError(w, r, authResult{}, errCrossOrigin())
+			return
+		}
+		a, perr := h.authenticate(r)
+		if perr != nil {
+			h.renderError(w, r, authResult{}, perr)
+			return
+		}
+		if a.session == nil && !a.bearer {
+			h.renderError(w, r, authResult{}, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
+				Message: "This action needs a login, and there is none: the session ended, the server restarted, or you logged out.",
+				Advice:  "Log in again, then repeat the action.", Link: Prefix + "/login", LinkText: "Log in"})
+			return
+		}
+		if err := r.ParseForm(); err != nil {
+			h.renderError(w, r, a, &pageError{Status: http.StatusBadRequest, Title: "Unreadable form",
+				Message: "The form sent could not be read (it may be too large).", Advice: "Go back, reload the page and try again."})
+			return
+		}
+		if a.session != nil {
+			got := r.PostForm.Get(CSRFField)
+			if subtle.ConstantTimeCompare([]byte(got), []byte(a.session.csrf)) != 1 {
+				h.renderError(w, r, a, &pageError{Status: http.StatusForbidden, Title: "Action refused: the form's security token is missing or stale",
+					Message: "Every console form carries a token tied to your login, so that another site cannot submit it for you (CSRF protection). This form's token was missing or belongs to an earlier login.",
+					Advice:  "Go back, reload the page to get a fresh form, and try again. Nothing was changed."})
+				return
+			}
+		}
+		if err := fn(w, r, a); err != nil {
+			h.fail(w, r, a, err)
+		}
+	}
+}
+
+type loginData struct {
+	base
+	Next  string
+	Error string
+	// LoggedOut confirms a logout.
+	LoggedOut bool
+}
+
+// GET /console/login
+func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
+	next := safeNext(r.URL.Query().Get("next"))
+	if a, _ := h.authenticate(r); a.session != nil {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	h.render(w, http.StatusOK, "login", loginData{base: h.base(authResult{}, "", "Log in"), Next: next, LoggedOut: r.URL.Query().Get("done") == "logout"})
+}
+
+// POST /console/login
+//
+// The login form needs no CSRF token (there is no session yet to tie one
+// to), but it must come from the console's own origin, so another site
+// cannot log a browser into this console.
+func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := h.origin.Check(r); err != nil {
+		h.renderError(w, r, authResult{}, errCrossOrigin())
+		return
+	}
+	now := h.now()
+	client := clientAddr(r)
+	data := loginData{base: h.base(authResult{}, "", "Log in")}
+	if err := r.ParseForm(); err != nil {
+		data.Error = "The form sent could not be read. Reload the page and try again."
+		h.render(w, http.StatusBadRequest, "login", data)
+		return
+	}
+	data.Next = safeNext(r.PostForm.Get("next"))
+	if wait := h.limiter.blocked(client, now); wait > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())+1))
+		data.Error = fmt.Sprintf("Too many wrong tokens from your address. Wait %s, then try again with the admin token.", wait.Round(time.Second))
+		h.render(w, http.StatusTooManyRequests, "login", data)
+		return
+	}
+	if !h.insecure && !h.tokenOK(r.PostForm.Get("token")) {
+		h.limiter.fail(client, now)
+		h.log.Warn("console login with a wrong token", "client", client)
+		data.Error = "That is not this server's admin token. Enter the value of FORMS_SERVER_ADMIN_TOKEN (or the token `hymical serve` printed when it started without one)."
+		h.render(w, http.StatusUnauthorized, "login", data)
+		return
+	}
+	h.limiter.succeed(client)
+	id, _, err := h.sessions.create(server.OperatorName(r.PostForm.Get("operator")), now)
+	if err != nil {
+		h.fail(w, r, authResult{}, err)
+		return
+	}
+	http.SetCookie(w, h.cookie(id, int(h.sessions.ttl.Seconds())))
+	http.Redirect(w, r, data.Next, http.StatusSeeOther)
+}
+
+// cookie is the session cookie. Secure: browsers send it only over HTTPS,
+// and to http://localhost and http://127.0.0.1, which they count as
+// secure; so behind anything but loopback the console needs TLS (a
+// reverse proxy that terminates it is fine). HttpOnly: no script reads
+// it. SameSite=Strict: no other site's link or form carries it.
+func (h *handler) cookie(value string, maxAge int) *http.Cookie {
+	return &http.Cookie{
+		Name: CookieName, Value: value, Path: Prefix, MaxAge: maxAge,
+		Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+	}
+}
+
+// POST /console/logout
+func (h *handler) logout(w http.ResponseWriter, r *http.Request, a authResult) error {
+	if a.sessionID != "" {
+		h.sessions.end(a.sessionID)
+	}
+	http.SetCookie(w, h.cookie("", -1))
+	http.Redirect(w, r, Prefix+"/login?done=logout", http.StatusSeeOther)
+	return nil
+}
+
+// safeNext keeps a post-login redirect inside the console, so the login
+// form cannot be used to send someone elsewhere.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix+"/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return Prefix + "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || !strings.HasPrefix(path.Clean(u.Path)+"/", Prefix+"/") {
+		return Prefix + "/"
+	}
+	return next
+}

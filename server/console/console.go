@@ -1,0 +1,298 @@
+// Package console is the operator console: server-rendered HTML pages,
+// mounted at /console on the API's listener, to see how delivery is going,
+// find a delivery and read its attempt history, replay terminal
+// deliveries one by one or in bulk, and enable, disable or rotate the
+// secret of endpoints.
+//
+// It owns the console's sessions (kept in memory, per process), its CSRF
+// tokens and its templates and stylesheet (embedded, so the server needs no
+// asset build). It changes delivery state only through the Store methods an
+// operator's replay uses, and endpoints only through the shared changes in
+// package server, so it cannot do anything the API could not. It never
+// shows a signing secret, except the new one once, right after a rotation.
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hymical/hymical/server/telemetry"
+	"github.com/hymical/hymical/storage"
+)
+
+// Prefix is the path the console is mounted at. Every page is under
+// Prefix + "/", and the session cookie is scoped to it.
+const Prefix = "/console"
+
+// Defaults for the Options that take one.
+const (
+	DefaultActor               = "console"
+	DefaultSessionTTL          = 12 * time.Hour
+	DefaultSecretRotationGrace = 24 * time.Hour
+)
+
+// Store is what the console needs of the delivery store; storage.Store
+// satisfies it.
+type Store interface {
+	DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error)
+	DeliveryList(ctx context.Context, p storage.DeliveryListParams) ([]storage.Delivery, error)
+	DeliveryGet(ctx context.Context, id string) (storage.Delivery, error)
+	EventGet(ctx context.Context, id string) (storage.Event, error)
+	AttemptList(ctx context.Context, deliveryID string) ([]storage.Attempt, error)
+	ReplayList(ctx context.Context, deliveryID string) ([]storage.Replay, error)
+	DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.Delivery, error)
+	DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error)
+	EndpointList(ctx context.Context) ([]storage.Endpoint, error)
+	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
+	EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error)
+}
+
+// Options configure the handler New builds.
+type Options struct {
+	// Store holds every piece of delivery state; required.
+	Store Store
+	// AdminTokenDigest is the SHA-256 of the admin token: the console
+	// compares digests in constant time and never holds the token itself.
+	// Required unless Insecure.
+	AdminTokenDigest [sha256.Size]byte
+	// Insecure lets anyone in without the token (insecure dev mode). The
+	// login page then only starts a session, and every page says so.
+	Insecure bool
+	// Actor is the replay audit's actor, followed by ":" and the name an
+	// operator gives at login; empty means DefaultActor.
+	Actor string
+	// TraceURL links an attempt's trace id to a tracing UI; the zero value
+	// shows ids without links.
+	TraceURL telemetry.TraceURLTemplate
+	// SecretRotationGrace is how long a rotated-out secret keeps signing;
+	// zero means DefaultSecretRotationGrace. Give it the API's value.
+	SecretRotationGrace time.Duration
+	// SessionTTL is how long a login lasts; zero means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Logger receives failures; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// handler is the console. Its mutable state is the sessions and the login
+// limiter, each behind its own lock.
+type handler struct {
+	store    Store
+	digest   [sha256.Size]byte
+	insecure bool
+	actor    string
+	traceURL telemetry.TraceURLTemplate
+	grace    time.Duration
+	log      *slog.Logger
+	sessions *sessions
+	limiter  *loginLimiter
+	origin   *http.CrossOriginProtection
+	pages    map[string]*template.Template
+	static   http.Handler
+	mux      *http.ServeMux
+	now      func() time.Time
+}
+
+// New checks opts and returns the console's handler, to be mounted at
+// Prefix + "/".
+func New(opts Options) (http.Handler, error) {
+	h, err := newHandler(opts)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func newHandler(opts Options) (*handler, error) {
+	if opts.Store == nil {
+		return nil, errors.New("console: Options.Store is required")
+	}
+	if !opts.Insecure && opts.AdminTokenDigest == [sha256.Size]byte{} {
+		return nil, errors.New("console: Options.AdminTokenDigest is required: set an admin token, or run in insecure dev mode on loopback only")
+	}
+	if opts.SessionTTL < 0 || opts.SecretRotationGrace < 0 {
+		return nil, fmt.Errorf("console: SessionTTL (%s) and SecretRotationGrace (%s) must not be negative; use 0 for the defaults", opts.SessionTTL, opts.SecretRotationGrace)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	static, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, fmt.Errorf("console: embedded assets: %w", err)
+	}
+	ttl := opts.SessionTTL
+	if ttl == 0 {
+		ttl = DefaultSessionTTL
+	}
+	grace := opts.SecretRotationGrace
+	if grace == 0 {
+		grace = DefaultSecretRotationGrace
+	}
+	actor := strings.TrimSpace(opts.Actor)
+	if actor == "" {
+		actor = DefaultActor
+	}
+	h := &handler{
+		store:    opts.Store,
+		digest:   opts.AdminTokenDigest,
+		insecure: opts.Insecure,
+		actor:    actor,
+		traceURL: opts.TraceURL,
+		grace:    grace,
+		log:      log.With("component", "console"),
+		sessions: newSessions(ttl, maxSessions),
+		limiter:  newLoginLimiter(loginFailures, loginWindow, maxLimiterClients),
+		origin:   http.NewCrossOriginProtection(),
+		pages:    pages,
+		static:   http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)),
+		mux:      http.NewServeMux(),
+		now:      time.Now,
+	}
+	h.routes()
+	return h, nil
+}
+
+func (h *handler) routes() {
+	h.mux.HandleFunc("GET "+Prefix+"/static/", h.serveStatic)
+	h.mux.HandleFunc("GET "+Prefix+"/login", h.loginPage)
+	h.mux.HandleFunc("POST "+Prefix+"/login", h.login)
+	h.mux.HandleFunc("POST "+Prefix+"/logout", h.action(h.logout))
+
+	h.mux.HandleFunc("GET "+Prefix+"/{$}", h.page(h.overview))
+	h.mux.HandleFunc("GET "+Prefix+"/deliveries", h.page(h.deliveries))
+	h.mux.HandleFunc("POST "+Prefix+"/deliveries/replay", h.action(h.replayMany))
+	h.mux.HandleFunc("GET "+Prefix+"/deliveries/{id}", h.page(h.delivery))
+	h.mux.HandleFunc("POST "+Prefix+"/deliveries/{id}/replay", h.action(h.replay))
+	h.mux.HandleFunc("GET "+Prefix+"/endpoints", h.page(h.endpoints))
+	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/disable", h.action(h.disable))
+	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/enable", h.action(h.enable))
+	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/rotate-secret", h.action(h.rotate))
+}
+
+// ServeHTTP sets the headers every answer carries and recovers from panics
+// with an error page. Anything no route matches gets a page saying where to
+// go instead of the mux's plain text.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	// Pages show delivery data and, once, a new signing secret: nothing
+	// may cache them. Static assets override this.
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Referrer-Policy", "no-referrer")
+	hdr.Set("X-Frame-Options", "DENY")
+	// No script at all, styles only from the console itself, forms only
+	// back to it, and never inside a frame (clickjacking of Replay).
+	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			h.log.Error("panic while serving a console page", "method", r.Method, "path", r.URL.Path, "panic", v)
+			h.renderError(w, r, authResult{}, errInternal(nil))
+		}
+	}()
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		h.unrouted(w, r)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// unrouted answers a request no route matched: the console's own root
+// without its slash goes to the overview, a known path with the wrong
+// method is a 405, anything else a 404.
+func (h *handler) unrouted(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == Prefix {
+		http.Redirect(w, r, Prefix+"/", http.StatusMovedPermanently)
+		return
+	}
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "" && m != r.Method {
+			w.Header().Set("Allow", m)
+			h.renderError(w, r, authResult{}, &pageError{Status: http.StatusMethodNotAllowed, Title: "Method not allowed",
+				Message: fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path),
+				Advice:  "Use the buttons and links on the console's pages rather than typing addresses."})
+			return
+		}
+	}
+	h.renderError(w, r, authResult{}, &pageError{Status: http.StatusNotFound, Title: "Page not found",
+		Message: fmt.Sprintf("The console has no page at %s.", r.URL.Path),
+		Advice:  "Start from the overview, or find a delivery in the deliveries list."})
+}
+
+func (h *handler) serveStatic(w http.ResponseWriter, r *http.Request) {
+	// The stylesheet holds nothing private, and the login page needs it.
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	h.static.ServeHTTP(w, r)
+}
+
+// base is what every page's template gets besides its own data.
+type base struct {
+	Title    string
+	Nav      string
+	LoggedIn bool
+	// CSRF goes in a hidden field of every form that changes something.
+	CSRF     string
+	Operator string
+	Insecure bool
+	// Flash is a one-line confirmation of what the last action did.
+	Flash string
+}
+
+// base fills the common page data for a request made by a (the zero
+// value when nobody is logged in). A bearer request gets the navigation but
+// no logout form: it has no session to end.
+func (h *handler) base(a authResult, nav, title string) base {
+	b := base{Title: title, Nav: nav, Insecure: h.insecure, LoggedIn: a.session != nil || a.bearer, Operator: a.operator}
+	if a.session != nil {
+		b.CSRF = a.session.csrf
+	}
+	return b
+}
+
+// render executes the named page into a buffer first, so a template error
+// becomes an error page rather than half a page.
+func (h *handler) render(w http.ResponseWriter, status int, page string, data any) {
+	var buf bytes.Buffer
+	if err := h.execute(&buf, page, data); err != nil {
+		h.log.Error("console page failed to render", "page", page, "error", err)
+		buf.Reset()
+		status = http.StatusInternalServerError
+		if err := h.execute(&buf, "error", errorData{Error: errInternal(nil)}); err != nil {
+			http.Error(w, "the console could not render this page; see the server log", status)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (h *handler) execute(w io.Writer, page string, data any) error {
+	t, ok := h.pages[page]
+	if !ok {
+		return fmt.Errorf("no page template %q", page)
+	}
+	return t.ExecuteTemplate(w, "layout", data)
+}

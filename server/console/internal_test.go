@@ -1,0 +1,151 @@
+package console
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/storage"
+)
+
+func TestSessionsExpireAndStayBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	ss := newSessions(time.Hour, 3)
+	first, s, err := ss.create("alice", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.csrf == "" || s.csrf == first || s.operator != "alice" {
+		t.Fatalf("session %+v: want its own CSRF token and the operator", s)
+	}
+	if got := ss.get(first, now.Add(59*time.Minute)); got != s {
+		t.Fatal("a live session was not found")
+	}
+	if ss.get(first, now.Add(time.Hour)) != nil {
+		t.Fatal("a session outlived its lifetime")
+	}
+	if len(ss.m) != 0 {
+		t.Fatal("an expired session was kept after it was looked up")
+	}
+
+	// At the cap, a new login drops the session closest to expiry.
+	var ids []string
+	for i := range 4 {
+		id, _, err := ss.create(fmt.Sprint(i), now.Add(time.Duration(i)*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	at := now.Add(5 * time.Minute)
+	if len(ss.m) != 3 || ss.get(ids[0], at) != nil || ss.get(ids[1], at) == nil || ss.get(ids[3], at) == nil {
+		t.Fatalf("after 4 logins with room for 3: %d kept, the oldest kept: %v", len(ss.m), ss.get(ids[0], at) != nil)
+	}
+	ss.end(ids[3])
+	if ss.get(ids[3], at) != nil {
+		t.Fatal("an ended session is still live")
+	}
+	if ss.get("", at) != nil {
+		t.Fatal("an empty id found a session")
+	}
+}
+
+func TestLoginLimiterWindows(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	l := newLoginLimiter(3, time.Minute, 2)
+	for range 3 {
+		if l.blocked("a", now) != 0 {
+			t.Fatal("blocked before the limit")
+		}
+		l.fail("a", now)
+	}
+	if wait := l.blocked("a", now.Add(20*time.Second)); wait != 40*time.Second {
+		t.Fatalf("wait %s, want the rest of the window, 40s", wait)
+	}
+	if l.blocked("b", now) != 0 {
+		t.Fatal("another address is blocked")
+	}
+	if l.blocked("a", now.Add(time.Minute)) != 0 {
+		t.Fatal("still blocked after the window")
+	}
+	l.fail("a", now)
+	l.succeed("a")
+	if _, ok := l.m["a"]; ok {
+		t.Fatal("a success did not clear the count")
+	}
+	// The map stays within its bound.
+	for i := range 10 {
+		l.fail(fmt.Sprint("client", i), now)
+	}
+	if len(l.m) > 2 {
+		t.Fatalf("the limiter remembers %d addresses, bound 2", len(l.m))
+	}
+}
+
+func TestSafeNext(t *testing.T) {
+	t.Parallel()
+	for next, want := range map[string]string{
+		"/console/deliveries?state=failed": "/console/deliveries?state=failed",
+		"/console/":                        "/console/",
+		"/console/../v1/endpoints":         "/console/",
+		"//evil.example.com/console/":      "/console/",
+		"https://evil.example.com/":        "/console/",
+		"/consolex/":                       "/console/",
+		"/console/\r\nSet-Cookie: x":       "/console/",
+	} {
+		if got := safeNext(next); got != want {
+			t.Errorf("safeNext(%q) = %q, want %q", next, got, want)
+		}
+	}
+}
+
+func TestCountFailedSinceIsBounded(t *testing.T) {
+	t.Parallel()
+	store := e2etest.Backends()["sqlite"](t)
+	ctx := t.Context()
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://hooks.example.com/", Config: map[string]string{},
+		Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := e2etest.Submit(t, store, "contact", 7)
+	claims, err := store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 100, Lease: time.Minute})
+	if err != nil || len(claims) != len(ids) {
+		t.Fatalf("claimed %d of %d: %v", len(claims), len(ids), err)
+	}
+	for _, c := range claims {
+		now := time.Now()
+		if _, _, err := store.DeliveryComplete(ctx, storage.DeliveryCompleteParams{DeliveryID: c.Delivery.ID, Token: c.Token,
+			Outcome: storage.OutcomePermanent, HTTPStatus: 400, StartedAt: now, FinishedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := time.Now().Add(-time.Hour)
+	tests := []struct {
+		pageSize, limit, want int
+		capped                bool
+	}{
+		{1000, 10000, 7, false},
+		{3, 10000, 7, false}, // several pages, the last one short
+		{7, 10000, 7, false}, // a full page, then an empty one
+		{3, 7, 7, false},     // exactly the cap: one more row says there is no more
+		{3, 6, 6, true},
+		{2, 5, 5, true},
+	}
+	for _, tt := range tests {
+		n, capped, err := countFailedSince(ctx, store, since, tt.pageSize, tt.limit)
+		if err != nil || n != tt.want || capped != tt.capped {
+			t.Errorf("pages of %d up to %d: %d, capped %v, %v; want %d, capped %v", tt.pageSize, tt.limit, n, capped, err, tt.want, tt.capped)
+		}
+	}
+	if n, capped, err := countFailedSince(ctx, store, time.Now().Add(time.Hour), 3, 10); n != 0 || capped || err != nil {
+		t.Errorf("none since an hour ahead: %d, %v, %v", n, capped, err)
+	}
+}

@@ -1,0 +1,151 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/storage"
+)
+
+// The endpoint changes an operator makes, written once here so that the
+// HTTP API and the console cannot drift apart on them: the optimistic
+// read-modify-write, enabling and disabling, and secret rotation with its
+// grace period.
+
+// EndpointStore is what the endpoint changes need of a store.
+type EndpointStore interface {
+	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
+	EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error)
+}
+
+// ModifyEndpoint reads the endpoint, lets change edit it, and writes it
+// back on the condition that nobody changed it in between (the store's
+// optimistic check on UpdatedAt, which also holds across server
+// processes). On a conflict it reads again and reapplies change, so change
+// must depend only on the endpoint it is given. change returns false when
+// there is nothing to write; its error is returned as it is. A store error
+// is returned wrapped, for errors.Is against the storage sentinels.
+func ModifyEndpoint(ctx context.Context, store EndpointStore, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
+	// Every conflict means another change won, so contention ends; the cap
+	// only stops a pathological loop. A short random pause spreads writers
+	// that collided so they do not collide again in step.
+	const tries = 64
+	for try := 1; ; try++ {
+		e, err := store.EndpointGet(ctx, id)
+		if err != nil {
+			return storage.Endpoint{}, fmt.Errorf("read endpoint %s: %w", id, err)
+		}
+		write, err := change(&e)
+		if err != nil || !write {
+			return e, err
+		}
+		updated, err := store.EndpointUpdate(ctx, e)
+		if errors.Is(err, storage.ErrConflict) && try < tries {
+			select {
+			case <-time.After(time.Duration(rand.IntN(2000)) * time.Microsecond):
+			case <-ctx.Done():
+				return storage.Endpoint{}, ctx.Err()
+			}
+			continue
+		}
+		if err != nil {
+			return storage.Endpoint{}, fmt.Errorf("update endpoint %s: %w", id, err)
+		}
+		return updated, nil
+	}
+}
+
+// SetEndpointDisabled disables or enables an endpoint. It is idempotent:
+// disabling a disabled endpoint keeps the time it was first disabled.
+func SetEndpointDisabled(ctx context.Context, store EndpointStore, id string, disable bool, now time.Time) (storage.Endpoint, error) {
+	return ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+		if (e.DisabledAt != nil) == disable {
+			return false, nil
+		}
+		e.DisabledAt = nil
+		if disable {
+			at := now
+			e.DisabledAt = &at
+		}
+		return true, nil
+	})
+}
+
+// Rotation is the result of a secret rotation.
+type Rotation struct {
+	Endpoint storage.Endpoint
+	// Secret is the new signing secret, to be shown once and never again.
+	Secret string
+	// PreviousSecretsExpireAt is when the secrets that were active before
+	// stop signing; nil when there were none.
+	PreviousSecretsExpireAt *time.Time
+}
+
+// RotateSecret gives the endpoint a new signing secret, which signs from
+// now on. Every secret that was active keeps signing beside it until
+// now + grace (or its own earlier expiry), so receivers can switch over
+// without dropping a message; secrets already past their expiry are
+// removed.
+func RotateSecret(ctx context.Context, store EndpointStore, id string, grace time.Duration, now time.Time) (Rotation, error) {
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return Rotation{}, err
+	}
+	// Cut to what every backend stores, so the time shown is the time kept.
+	expiry := now.Add(grace).UTC().Truncate(time.Millisecond)
+	var kept bool
+	e, err := ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+		// Reset on every try: a retry after a conflict starts over.
+		kept = false
+		next := []storage.Secret{storage.NewSecret(secret, nil)}
+		for _, s := range e.Secrets {
+			if !s.ActiveAt(now) {
+				continue
+			}
+			until := expiry
+			if s.ExpiresAt != nil && s.ExpiresAt.Before(until) {
+				until = *s.ExpiresAt
+			}
+			next = append(next, storage.NewSecret(s.Reveal(), &until))
+			kept = true
+		}
+		e.Secrets = next
+		return true, nil
+	})
+	if err != nil {
+		return Rotation{}, err
+	}
+	r := Rotation{Endpoint: e, Secret: secret}
+	if kept {
+		r.PreviousSecretsExpireAt = &expiry
+	}
+	return r, nil
+}
+
+// MaxOperatorBytes bounds an operator's name in a replay's audit record.
+const MaxOperatorBytes = 64
+
+// OperatorName cleans a name an operator gave for the audit record: runes
+// other than letters, digits, spaces and "@._+-" become '_', it is cut to
+// MaxOperatorBytes, and surrounding '_' and spaces are trimmed. It returns
+// "" when nothing is left.
+func OperatorName(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if r != ' ' && !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("@._+-", r) {
+			r = '_'
+		}
+		if b.Len()+utf8.RuneLen(r) > MaxOperatorBytes {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return strings.Trim(b.String(), "_ ")
+}
