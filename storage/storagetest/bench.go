@@ -29,6 +29,9 @@ func Bench(b *testing.B, backend Backend) {
 		b.Run(fmt.Sprintf("DeliveryClaim/batch=%d/due=%d", c.batch, c.due), func(b *testing.B) { benchClaim(b, backend, c.batch, c.due) })
 	}
 	b.Run("DeliveryComplete", func(b *testing.B) { benchComplete(b, backend) })
+	for _, n := range []int{16, 64} {
+		b.Run(fmt.Sprintf("DeliveryCompleteBatch/batch=%d", n), func(b *testing.B) { benchCompleteBatch(b, backend, n) })
+	}
 	for _, c := range []struct{ batch, due int }{{16, 1000}, {64, 1000}, {16, 20000}} {
 		b.Run(fmt.Sprintf("ClaimComplete/batch=%d/due=%d", c.batch, c.due), func(b *testing.B) { benchCycle(b, backend, c.batch, c.due) })
 	}
@@ -221,8 +224,36 @@ func benchComplete(b *testing.B, backend Backend) {
 	}
 }
 
-// One claim of a batch and the completion of each delivery in it, one
-// after the other: the store's share of the worker's loop for one batch.
+// DeliveryCompleteBatch of n claimed deliveries as delivered, as the
+// worker's completer writes them; reported per delivery.
+func benchCompleteBatch(b *testing.B, backend Backend, n int) {
+	s := benchStore(b, backend, 16)
+	seedDeliveries(b, s, b.N*n, 16)
+	claims := claimAll(b, s, b.N*n)
+	ctx := context.Background()
+	ps := make([]storage.DeliveryCompleteParams, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range n {
+			ps[j] = delivered(claims[i*n+j])
+		}
+		res, err := s.DeliveryCompleteBatch(ctx, ps)
+		if err != nil {
+			b.Fatalf("DeliveryCompleteBatch: %v", err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				b.Fatalf("DeliveryCompleteBatch entry: %v", r.Err)
+			}
+		}
+	}
+	b.StopTimer()
+	perSecond(b, int64(b.N*n), "deliveries")
+}
+
+// One claim of a batch and its completions in one batch: the store's share
+// of the worker's loop for one batch.
 func benchCycle(b *testing.B, backend Backend, batch, due int) {
 	s := benchStore(b, backend, batch)
 	q := newQueue(b, s, batch, due, batch)
@@ -238,9 +269,17 @@ func benchCycle(b *testing.B, backend Backend, batch, due int) {
 		if len(cs) != batch {
 			b.Fatalf("DeliveryClaim claimed %d, want %d", len(cs), batch)
 		}
-		for _, c := range cs {
-			if _, _, err := s.DeliveryComplete(ctx, delivered(c)); err != nil {
-				b.Fatalf("DeliveryComplete: %v", err)
+		ps := make([]storage.DeliveryCompleteParams, len(cs))
+		for i, c := range cs {
+			ps[i] = delivered(c)
+		}
+		res, err := s.DeliveryCompleteBatch(ctx, ps)
+		if err != nil {
+			b.Fatalf("DeliveryCompleteBatch: %v", err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				b.Fatalf("DeliveryCompleteBatch entry: %v", r.Err)
 			}
 		}
 	}
