@@ -91,10 +91,13 @@ func traceServerOption(tp trace.TracerProvider) grpc.ServerOption {
 	))
 }
 
-// transportCall picks the calls of the Transport service out of everything
-// go-plugin carries on the connection (stdio, broker, controller).
+// transportCall picks the unary calls of the Transport service out of
+// everything go-plugin carries on the connection (stdio, broker,
+// controller). SendStream is left out: it lives as long as the plugin, and
+// each send on it gets its own spans from the stream's code instead.
 func transportCall(info *stats.RPCTagInfo) bool {
-	return strings.HasPrefix(info.FullMethodName, "/"+transportpb.Transport_ServiceDesc.ServiceName+"/")
+	return strings.HasPrefix(info.FullMethodName, "/"+transportpb.Transport_ServiceDesc.ServiceName+"/") &&
+		info.FullMethodName != transportpb.Transport_SendStream_FullMethodName
 }
 
 // pluginTracing builds the plugin process's TracerProvider from the

@@ -157,9 +157,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 		h.slots[sp.name] = s
 		h.names = append(h.names, sp.name)
 		if sp.sum == nil {
-			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path)
+			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path, "protocol", inst.protocol)
 		} else {
-			logger.Info("transport plugin started", "plugin", sp.name, "path", sp.path)
+			logger.Info("transport plugin started", "plugin", sp.name, "path", sp.path, "protocol", inst.protocol)
 		}
 	}
 	return h, nil

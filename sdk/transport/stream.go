@@ -1,0 +1,337 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hymical/hymical/sdk/transport/transportpb"
+)
+
+// Protocol 2 carries every Send of a host over one long-lived gRPC stream
+// per plugin process instead of a unary call each. A unary call costs a new
+// HTTP/2 stream (headers both ways, trailers, a server goroutine, the gRPC
+// instrumentation's per-call work); on the stream an attempt is one message
+// each way, so the boundary costs little next to the send itself.
+
+// MaxConcurrentSends bounds the sends one stream runs at once in a plugin
+// process. A host with more in flight waits for a slot, in flow control;
+// this bound is far above any worker pool's concurrency, and exists so that
+// a flood of requests cannot exhaust the plugin's memory.
+const MaxConcurrentSends = 1024
+
+// sendSpanName is the span of one Send on either side of the boundary. It
+// is the name OpenTelemetry's gRPC instrumentation gives the unary Send, so
+// a trace reads the same whichever protocol carried the attempt.
+const sendSpanName = "hymical.transport.v1.Transport/Send"
+
+// sendSpanAttrs are the attributes the gRPC instrumentation gives the
+// unary Send's spans.
+var sendSpanAttrs = trace.WithAttributes(
+	attribute.String("rpc.system.name", "grpc"),
+	attribute.String("rpc.method", sendSpanName),
+)
+
+// requestCarrier reads and writes the trace context fields of a
+// SendRequest, for the W3C propagator.
+type requestCarrier struct{ req *transportpb.SendRequest }
+
+var _ propagation.TextMapCarrier = requestCarrier{}
+
+const (
+	headerTraceparent = "traceparent"
+	headerTracestate  = "tracestate"
+)
+
+func (c requestCarrier) Get(key string) string {
+	switch key {
+	case headerTraceparent:
+		return c.req.GetTraceparent()
+	case headerTracestate:
+		return c.req.GetTracestate()
+	}
+	return ""
+}
+
+func (c requestCarrier) Set(key, value string) {
+	switch key {
+	case headerTraceparent:
+		c.req.Traceparent = value
+	case headerTracestate:
+		c.req.Tracestate = value
+	}
+}
+
+func (requestCarrier) Keys() []string { return []string{headerTraceparent, headerTracestate} }
+
+// sendStream is the host's side of one SendStream: any number of
+// goroutines send on it at once, and one reader hands each reply to the
+// call waiting for its id.
+type sendStream struct {
+	stream transportpb.Transport_SendStreamClient
+	// end ends the stream; the plugin then cancels whatever still runs.
+	end context.CancelFunc
+
+	// writeMu serializes writes: a gRPC stream's SendMsg is not safe for
+	// concurrent use.
+	writeMu sync.Mutex
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan *transportpb.Outcome
+	// err is why the stream broke; broken is closed when it is set.
+	err    error
+	broken chan struct{}
+}
+
+// openSendStream opens a stream on rpc and starts its reader. The stream
+// lives until it breaks or c is discarded, not as long as any one call, so
+// it gets a context of its own.
+func openSendStream(rpc transportpb.TransportClient) (*sendStream, error) {
+	ctx, end := context.WithCancel(context.Background())
+	st, err := rpc.SendStream(ctx)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	s := &sendStream{
+		stream:  st,
+		end:     end,
+		pending: make(map[uint64]chan *transportpb.Outcome),
+		broken:  make(chan struct{}),
+	}
+	go s.read()
+	return s, nil
+}
+
+// read hands replies to their calls until the stream breaks, and then
+// fails every call still waiting, at once: a plugin that crashed answers
+// none of them.
+func (s *sendStream) read() {
+	for {
+		reply, err := s.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the plugin ended the stream")
+			}
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		ch, ok := s.pending[reply.GetId()]
+		delete(s.pending, reply.GetId())
+		s.mu.Unlock()
+		if ok {
+			// Buffered, and the only send on it: never blocks.
+			ch <- reply.GetOutcome()
+		}
+		// A reply nobody waits for answers a call that gave up.
+	}
+}
+
+// fail marks the stream broken by err, once, and ends it.
+func (s *sendStream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+		close(s.broken)
+	}
+	s.mu.Unlock()
+	s.end()
+}
+
+// isBroken reports whether the stream can carry no more calls.
+func (s *sendStream) isBroken() bool {
+	select {
+	case <-s.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *sendStream) write(req *transportpb.SendStreamRequest) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	return s.stream.Send(req)
+}
+
+// call sends req and waits for its reply, for ctx to end, or for the stream
+// to break. The error is as SendRPC's.
+func (s *sendStream) call(ctx context.Context, req *transportpb.SendRequest) (Outcome, error) {
+	ch := make(chan *transportpb.Outcome, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return Outcome{}, callError(ctx, "Send", err)
+	}
+	s.nextID++
+	id := s.nextID
+	s.pending[id] = ch
+	s.mu.Unlock()
+
+	if err := s.write(&transportpb.SendStreamRequest{Id: id, Send: req}); err != nil {
+		// A stream that cannot be written to is broken for every call.
+		s.fail(err)
+		s.forget(id)
+		return Outcome{}, callError(ctx, "Send", err)
+	}
+	select {
+	case out := <-ch:
+		return outcomeFromProto(out), nil
+	case <-s.broken:
+		// The reply may have come just before the break.
+		select {
+		case out := <-ch:
+			return outcomeFromProto(out), nil
+		default:
+		}
+		return Outcome{}, callError(ctx, "Send", s.err)
+	case <-ctx.Done():
+		if s.forget(id) {
+			// Tell the plugin, so the caller's cancellation reaches the
+			// send's context as it would end a unary call's. Best effort:
+			// a stream that is gone has canceled it already.
+			_ = s.write(&transportpb.SendStreamRequest{Id: id, Cancel: true})
+		}
+		return Outcome{}, callError(ctx, "Send", ctx.Err())
+	}
+}
+
+// forget stops waiting for id and reports whether it was still pending.
+func (s *sendStream) forget(id uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pending[id]
+	delete(s.pending, id)
+	return ok
+}
+
+// sendOnStream is SendRPC over protocol 2: the call's span is made here
+// and its trace context goes into the request, because a stream's metadata
+// is the stream's, not the attempt's.
+func (c *GRPCClient) sendOnStream(ctx context.Context, req *transportpb.SendRequest) (Outcome, error) {
+	var span trace.Span
+	if c.tracer != nil {
+		ctx, span = c.tracer.Start(ctx, sendSpanName, trace.WithSpanKind(trace.SpanKindClient), sendSpanAttrs)
+		defer span.End()
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		propagation.TraceContext{}.Inject(ctx, requestCarrier{req})
+	}
+	s, err := c.sendStream()
+	var out Outcome
+	if err == nil {
+		out, err = s.call(ctx, req)
+	} else {
+		err = callError(ctx, "Send", err)
+	}
+	if err != nil && span != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return out, err
+}
+
+// sendStream returns the client's stream, opening a new one when there is
+// none yet or the last one broke.
+func (c *GRPCClient) sendStream() (*sendStream, error) {
+	c.streamMu.Lock()
+	defer c.streamMu.Unlock()
+	if c.stream != nil && !c.stream.isBroken() {
+		return c.stream, nil
+	}
+	s, err := openSendStream(c.rpc)
+	if err != nil {
+		return nil, fmt.Errorf("opening the send stream: %w", err)
+	}
+	c.stream = s
+	return s, nil
+}
+
+// SendStream is the plugin's side of protocol 2: it reads requests, runs
+// each send in its own goroutine, at most MaxConcurrentSends at once, and
+// writes each reply as its send finishes. Every send's context ends with
+// the stream.
+func (s *grpcServer) SendStream(stream transportpb.Transport_SendStreamServer) error {
+	ctx := stream.Context()
+	var (
+		// writeMu serializes replies, and closed (under it) stops replies
+		// once this handler has returned, after which gRPC forbids writes.
+		writeMu sync.Mutex
+		closed  bool
+
+		mu      sync.Mutex
+		running = make(map[uint64]context.CancelFunc)
+	)
+	defer func() {
+		writeMu.Lock()
+		closed = true
+		writeMu.Unlock()
+	}()
+	slots := make(chan struct{}, MaxConcurrentSends)
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		id := req.GetId()
+		if req.GetCancel() {
+			mu.Lock()
+			if cancel, ok := running[id]; ok {
+				cancel()
+			}
+			mu.Unlock()
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		sendCtx, cancel := context.WithCancel(ctx)
+		mu.Lock()
+		running[id] = cancel
+		mu.Unlock()
+		go func() {
+			defer func() { <-slots }()
+			out := s.sendOne(sendCtx, req.GetSend())
+			mu.Lock()
+			delete(running, id)
+			mu.Unlock()
+			cancel()
+			writeMu.Lock()
+			defer writeMu.Unlock()
+			if !closed {
+				// A failed write means the stream is gone, and with it
+				// the host's interest in this reply.
+				_ = stream.Send(&transportpb.SendStreamReply{Id: id, Outcome: out})
+			}
+		}()
+	}
+}
+
+// sendOne runs one send from the stream: the attempt's trace context comes
+// from the request, and the send gets a server span of the plugin's own
+// under it, as a unary Send gets from the gRPC instrumentation.
+func (s *grpcServer) sendOne(ctx context.Context, req *transportpb.SendRequest) *transportpb.Outcome {
+	if req.GetTraceparent() != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, requestCarrier{req})
+	}
+	if s.tracer != nil {
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, sendSpanName, trace.WithSpanKind(trace.SpanKindServer), sendSpanAttrs)
+		defer span.End()
+	}
+	return s.send(ctx, req)
+}
