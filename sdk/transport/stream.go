@@ -256,27 +256,30 @@ func (c *GRPCClient) sendStream() (*sendStream, error) {
 	return s, nil
 }
 
-// SendStream is the plugin's side of protocol 2: it reads requests, runs
-// each send in its own goroutine, at most MaxConcurrentSends at once, and
-// writes each reply as its send finishes. Every send's context ends with
-// the stream.
+// SendStream is the plugin's side of protocol 2: it reads requests and
+// hands each send to a worker goroutine, at most MaxConcurrentSends at
+// once, which writes the reply when its send finishes. Every send's context
+// ends with the stream.
+//
+// Workers live as long as the stream and take one send after another,
+// rather than a goroutine being started per send: a send (the http
+// plugin's, through net/http) needs a deep stack, and a new goroutine
+// grows its stack anew every time, which costs more CPU than the rest of
+// the boundary.
 func (s *grpcServer) SendStream(stream transportpb.Transport_SendStreamServer) error {
-	ctx := stream.Context()
-	var (
-		// writeMu serializes replies, and closed (under it) stops replies
-		// once this handler has returned, after which gRPC forbids writes.
-		writeMu sync.Mutex
-		closed  bool
-
-		mu      sync.Mutex
-		running = make(map[uint64]context.CancelFunc)
-	)
+	ss := &serverStream{
+		srv:     s,
+		stream:  stream,
+		running: make(map[uint64]context.CancelFunc),
+		work:    make(chan streamJob),
+	}
 	defer func() {
-		writeMu.Lock()
-		closed = true
-		writeMu.Unlock()
+		ss.writeMu.Lock()
+		ss.closed = true
+		ss.writeMu.Unlock()
 	}()
-	slots := make(chan struct{}, MaxConcurrentSends)
+	ctx := stream.Context()
+	workers := 0
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -287,37 +290,90 @@ func (s *grpcServer) SendStream(stream transportpb.Transport_SendStreamServer) e
 		}
 		id := req.GetId()
 		if req.GetCancel() {
-			mu.Lock()
-			if cancel, ok := running[id]; ok {
+			ss.mu.Lock()
+			if cancel, ok := ss.running[id]; ok {
 				cancel()
 			}
-			mu.Unlock()
+			ss.mu.Unlock()
 			continue
 		}
+		sendCtx, cancel := context.WithCancel(ctx)
+		ss.mu.Lock()
+		ss.running[id] = cancel
+		ss.mu.Unlock()
+		job := streamJob{ctx: sendCtx, id: id, req: req.GetSend()}
 		select {
-		case slots <- struct{}{}:
+		case ss.work <- job: // an idle worker took it
+			continue
+		default:
+		}
+		if workers < MaxConcurrentSends {
+			workers++
+			go ss.worker(ctx, job)
+			continue
+		}
+		// Every worker is busy: the next one to finish takes it, and until
+		// then requests wait in the host, in flow control.
+		select {
+		case ss.work <- job:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		sendCtx, cancel := context.WithCancel(ctx)
-		mu.Lock()
-		running[id] = cancel
-		mu.Unlock()
-		go func() {
-			defer func() { <-slots }()
-			out := s.sendOne(sendCtx, req.GetSend())
-			mu.Lock()
-			delete(running, id)
-			mu.Unlock()
-			cancel()
-			writeMu.Lock()
-			defer writeMu.Unlock()
-			if !closed {
-				// A failed write means the stream is gone, and with it
-				// the host's interest in this reply.
-				_ = stream.Send(&transportpb.SendStreamReply{Id: id, Outcome: out})
-			}
-		}()
+	}
+}
+
+// serverStream is the plugin's state for one SendStream.
+type serverStream struct {
+	srv    *grpcServer
+	stream transportpb.Transport_SendStreamServer
+	work   chan streamJob
+
+	// writeMu serializes replies (a gRPC stream's SendMsg is not safe for
+	// concurrent use), and closed, under it, stops replies once the
+	// handler has returned, after which gRPC forbids writes.
+	writeMu sync.Mutex
+	closed  bool
+
+	// mu guards running: the cancel function of every send in progress,
+	// by request id.
+	mu      sync.Mutex
+	running map[uint64]context.CancelFunc
+}
+
+type streamJob struct {
+	ctx context.Context
+	id  uint64
+	req *transportpb.SendRequest
+}
+
+// worker runs job, then whatever the stream hands it next, until the
+// stream ends.
+func (ss *serverStream) worker(ctx context.Context, job streamJob) {
+	for {
+		ss.run(job)
+		select {
+		case job = <-ss.work:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (ss *serverStream) run(job streamJob) {
+	out := ss.srv.sendOne(job.ctx, job.req)
+	ss.mu.Lock()
+	cancel := ss.running[job.id]
+	delete(ss.running, job.id)
+	ss.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	ss.writeMu.Lock()
+	defer ss.writeMu.Unlock()
+	if !ss.closed {
+		// A failed write means the stream is gone, and with it the host's
+		// interest in this reply.
+		_ = ss.stream.Send(&transportpb.SendStreamReply{Id: job.id, Outcome: out})
 	}
 }
 
