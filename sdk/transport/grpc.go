@@ -217,8 +217,8 @@ func (s *grpcServer) Send(ctx context.Context, req *transportpb.SendRequest) (*t
 // send runs one attempt, from a unary Send or the stream.
 func (s *grpcServer) send(ctx context.Context, req *transportpb.SendRequest) *transportpb.Outcome {
 	msg := messageFromProto(req)
-	if !msg.Deadline.IsZero() {
-		// The call's own deadline is later, by the host's grace; the
+	if d, ok := ctx.Deadline(); !msg.Deadline.IsZero() && (!ok || d.After(msg.Deadline)) {
+		// A unary call's own deadline is later, by the host's grace; the
 		// plugin works to the attempt's deadline.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, msg.Deadline)

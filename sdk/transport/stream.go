@@ -297,7 +297,17 @@ func (s *grpcServer) SendStream(stream transportpb.Transport_SendStreamServer) e
 			ss.mu.Unlock()
 			continue
 		}
-		sendCtx, cancel := context.WithCancel(ctx)
+		// The send's context carries the attempt's deadline from the start,
+		// so send need not wrap it again.
+		var (
+			sendCtx context.Context
+			cancel  context.CancelFunc
+		)
+		if d := req.GetSend().GetDeadline(); d != nil {
+			sendCtx, cancel = context.WithDeadline(ctx, d.AsTime())
+		} else {
+			sendCtx, cancel = context.WithCancel(ctx)
+		}
 		ss.mu.Lock()
 		ss.running[id] = cancel
 		ss.mu.Unlock()
