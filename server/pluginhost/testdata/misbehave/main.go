@@ -11,6 +11,7 @@
 //	log         writes a line to stderr, then delivered
 //	slow        waits for the context to end, then retryable
 //	hang        never answers, whatever the context says
+//	log_hang    writes "misbehave hangs on ID" to stderr, then as hang
 //	exit        exits the process mid-send
 //	sigkill     SIGKILLs itself mid-send
 //	panic       panics mid-send
@@ -63,7 +64,7 @@ func (m *misbehave) Validate(_ context.Context, e transport.Endpoint) error {
 	if e.Config["validate"] == "hang" {
 		select {}
 	}
-	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "exit", "sigkill", "panic"}
+	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic"}
 	for _, mode := range modes {
 		if e.Config["mode"] == mode {
 			return nil
@@ -106,6 +107,9 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 		<-ctx.Done()
 		return transport.Retryable(0, "gave up: "+ctx.Err().Error())
 	case "hang":
+		select {}
+	case "log_hang":
+		fmt.Fprintln(os.Stderr, "misbehave hangs on", msg.DeliveryID)
 		select {}
 	case "exit":
 		os.Exit(3)
