@@ -243,18 +243,8 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	}
 	msg.Deadline = deadline
 
-	// The call runs to the attempt's deadline plus the grace whatever
-	// ctx's deadline says: were ctx's deadline to end it, a plugin that
-	// hangs would look like a caller that gave up, and never be restarted.
-	// ctx's values (trace context) and its cancellation still apply.
-	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(h.grace))
+	callCtx, cancel := callContext(ctx, deadline.Add(h.grace))
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			cancel()
-		}
-	})
-	defer stop()
 
 	out, err := inst.rpc.SendRPC(callCtx, msg)
 	if err == nil {
@@ -272,6 +262,30 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	h.replace(s, inst, fmt.Sprintf("%s: %v", what, err))
 	restarted(ctx, name, what)
 	return transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
+}
+
+// callContext is the context of a send that may run until limit. The call
+// runs to the limit whatever ctx's deadline says: were ctx's deadline to end
+// it, a plugin that hangs would look like a caller that gave up, and never
+// be restarted. ctx's values (trace context) and its cancellation still
+// apply.
+func callContext(ctx context.Context, limit time.Time) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); !ok || !d.Before(limit) {
+		// ctx cannot end the call before the limit, except by being
+		// canceled: one context does it. This is the worker pool's case,
+		// and it saves a second context and a callback per send.
+		return context.WithDeadline(ctx, limit)
+	}
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), limit)
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	return callCtx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // callerDeadlineFirst reports whether ctx's own deadline comes before the
