@@ -101,7 +101,7 @@ func Serve(impl Transport) {
 		HandshakeConfig:  Handshake(),
 		VersionedPlugins: versionedPlugins(impl, tp),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, traceServerOption(tp))...)
+			return grpc.NewServer(append(opts, serverOptions(tp)...)...)
 		},
 	})
 	if shutdown != nil {

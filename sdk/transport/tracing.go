@@ -78,6 +78,37 @@ func TraceDialOption(tp trace.TracerProvider) grpc.DialOption {
 	))
 }
 
+// flowWindow is the HTTP/2 flow-control window, per stream and per
+// connection, on both sides of a plugin connection. Setting it turns off
+// gRPC's bandwidth estimation, which otherwise sends a ping for nearly
+// every message received while it tries to size the window: on a stream
+// that carries one small message per send, that doubled the frames on the
+// wire. A fixed window is right for a connection over the loopback: its
+// bandwidth-delay product is tiny, and 4 MiB keeps a large body, or many
+// sends at once, from waiting on window updates.
+const flowWindow = 4 << 20
+
+// HostDialOptions are the gRPC options a host adds to its connections to
+// plugins: TraceDialOption(tp), and the flow-control window Serve uses on
+// the plugin's side.
+func HostDialOptions(tp trace.TracerProvider) []grpc.DialOption {
+	return []grpc.DialOption{
+		TraceDialOption(tp),
+		grpc.WithInitialWindowSize(flowWindow),
+		grpc.WithInitialConnWindowSize(flowWindow),
+	}
+}
+
+// serverOptions are the plugin side's gRPC options: tracing from tp and
+// the flow-control window.
+func serverOptions(tp trace.TracerProvider) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		traceServerOption(tp),
+		grpc.InitialWindowSize(flowWindow),
+		grpc.InitialConnWindowSize(flowWindow),
+	}
+}
+
 // traceServerOption is the plugin side of TraceDialOption: it reads the
 // caller's trace context from each call and gives the call a server span
 // from tp, so the implementation's ctx carries it. With a no-op tp the

@@ -36,6 +36,7 @@ func BenchmarkSend(b *testing.B) {
 			pluginPID := h.slots["misbehave"].cur.proc.Pid
 			b.SetParallelism(16)
 			selfBefore, pluginBefore := selfCPU(b), procCPU(b, pluginPID)
+			selfIO, pluginIO := procSyscalls(b, os.Getpid()), procSyscalls(b, pluginPID)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -47,6 +48,8 @@ func BenchmarkSend(b *testing.B) {
 			})
 			b.StopTimer()
 			self, plugin := selfCPU(b)-selfBefore, procCPU(b, pluginPID)-pluginBefore
+			b.ReportMetric(float64(procSyscalls(b, os.Getpid())-selfIO)/float64(b.N), "host-rw-syscalls/op")
+			b.ReportMetric(float64(procSyscalls(b, pluginPID)-pluginIO)/float64(b.N), "plugin-rw-syscalls/op")
 			b.ReportMetric(float64(self.Nanoseconds())/float64(b.N)/1e3, "host-cpu-µs/op")
 			b.ReportMetric(float64(plugin.Nanoseconds())/float64(b.N)/1e3, "plugin-cpu-µs/op")
 		})
@@ -82,6 +85,24 @@ func selfCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procSyscalls is how many read and write system calls process pid has
+// made so far, from /proc: unlike CPU time, a count that the machine's
+// other load does not blur.
+func procSyscalls(b *testing.B, pid int) int64 {
+	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(string(io), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
+			c, _ := strconv.ParseInt(v, 10, 64)
+			n += c
+		}
+	}
+	return n
 }
 
 // procCPU is the CPU time of process pid so far, from /proc.

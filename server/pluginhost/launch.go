@@ -11,7 +11,6 @@ import (
 	"os/exec"
 
 	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -67,7 +66,7 @@ func (h *Host) launch(ctx context.Context, sp spec) (*instance, error) {
 		VersionedPlugins: transport.HostPlugins(h.tracer),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		GRPCDialOptions:  []grpc.DialOption{transport.TraceDialOption(h.tracer)},
+		GRPCDialOptions:  transport.HostDialOptions(h.tracer),
 		AutoMTLS:         true,
 		SkipHostEnv:      true,
 		StartTimeout:     h.startTimeout,
