@@ -62,8 +62,11 @@ type GRPCClient struct {
 	// host traces nothing.
 	tracer trace.Tracer
 
+	// streamMu guards stream, the stream sends go on, and opening, the
+	// open of the next one while it is under way.
 	streamMu sync.Mutex
 	stream   *sendStream
+	opening  *streamOpen
 }
 
 var _ Transport = (*GRPCClient)(nil)

@@ -227,7 +227,7 @@ func (c *GRPCClient) sendOnStream(ctx context.Context, req *transportpb.SendRequ
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		propagation.TraceContext{}.Inject(ctx, requestCarrier{req})
 	}
-	s, err := c.sendStream()
+	s, err := c.sendStream(ctx)
 	var out Outcome
 	if err == nil {
 		out, err = s.call(ctx, req)
@@ -241,19 +241,50 @@ func (c *GRPCClient) sendOnStream(ctx context.Context, req *transportpb.SendRequ
 }
 
 // sendStream returns the client's stream, opening a new one when there is
-// none yet or the last one broke.
-func (c *GRPCClient) sendStream() (*sendStream, error) {
+// none yet or the last one broke. Opening waits for the connection, which
+// may be reconnecting; a caller waits for that no longer than ctx allows,
+// and an open it gave up on still serves the next caller.
+func (c *GRPCClient) sendStream(ctx context.Context) (*sendStream, error) {
 	c.streamMu.Lock()
-	defer c.streamMu.Unlock()
 	if c.stream != nil && !c.stream.isBroken() {
-		return c.stream, nil
+		s := c.stream
+		c.streamMu.Unlock()
+		return s, nil
 	}
-	s, err := openSendStream(c.rpc)
-	if err != nil {
-		return nil, fmt.Errorf("opening the send stream: %w", err)
+	op := c.opening
+	if op == nil {
+		op = &streamOpen{done: make(chan struct{})}
+		c.opening = op
+		go func() {
+			s, err := openSendStream(c.rpc)
+			c.streamMu.Lock()
+			op.s, op.err = s, err
+			if err == nil {
+				c.stream = s
+			}
+			c.opening = nil
+			c.streamMu.Unlock()
+			close(op.done)
+		}()
 	}
-	c.stream = s
-	return s, nil
+	c.streamMu.Unlock()
+	select {
+	case <-op.done:
+		if op.err != nil {
+			return nil, fmt.Errorf("opening the send stream: %w", op.err)
+		}
+		return op.s, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("opening the send stream: %w", ctx.Err())
+	}
+}
+
+// streamOpen is an open of a send stream in progress; done is closed when
+// s or err is set.
+type streamOpen struct {
+	done chan struct{}
+	s    *sendStream
+	err  error
 }
 
 // SendStream is the plugin's side of protocol 2: it reads requests and
