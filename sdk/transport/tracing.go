@@ -61,11 +61,14 @@ const (
 const flushTimeout = time.Second
 
 // TraceDialOption is the gRPC option a host adds to its connections to
-// plugins. Every Configure, Validate and Send call gets a client span from
-// tp (nil means none), and the trace context of the call's context goes to
-// the plugin in the call's metadata as W3C traceparent, where Serve picks it
+// plugins (HostDialOptions includes it). Every unary call (Configure,
+// Validate, and Send under protocol 1) gets a client span from tp (nil
+// means none), and the trace context of the call's context goes to the
+// plugin in the call's metadata as W3C traceparent, where Serve picks it
 // up: the plugin's spans, and whatever it sends onwards, join the caller's
-// trace. go-plugin's own streams on the same connection get no spans.
+// trace. go-plugin's own streams on the same connection get no spans, and
+// neither does SendStream itself: each send on it is traced by the
+// client's WithTracerProvider, its trace context in the request.
 func TraceDialOption(tp trace.TracerProvider) grpc.DialOption {
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()

@@ -13,13 +13,20 @@
 // Config.PluginEnv.
 //
 // Every call carries the caller's trace context to the plugin (W3C
-// traceparent in the gRPC metadata), with a client span when
-// Config.TracerProvider is set; a restart is noted as an event on the
-// caller's span.
+// traceparent, in the send's request on the stream or in a unary call's
+// gRPC metadata), with a client span when Config.TracerProvider is set; a
+// restart is noted as an event on the caller's span.
+//
+// Sends go to a plugin over one long-lived gRPC stream per process
+// (protocol 2), each request tagged with an id its reply carries back, so
+// any number of sends are in flight at once for the cost of one message
+// each way. A plugin built against an SDK from before that speaks protocol
+// 1, a unary call per send, with the same guarantees.
 //
 // A plugin that crashes, or does not answer by the deadline plus a grace,
 // costs that attempt a retryable outcome; the host kills the process and
-// starts a new one, configured again, for the next send.
+// starts a new one, configured again, for the next send. A crash ends the
+// stream, and every send waiting on it gets its retryable outcome at once.
 package pluginhost
 
 import (
@@ -68,7 +75,7 @@ type Config struct {
 	ValidateTimeout time.Duration `koanf:"validate_timeout"`
 	// TracerProvider makes a client span for every call to a plugin; nil
 	// means none. Either way the trace context of the caller's context
-	// crosses to the plugin in the call's metadata.
+	// crosses to the plugin.
 	TracerProvider trace.TracerProvider `koanf:"-"`
 	// PluginEnv, when set, is the extra environment each plugin gets,
 	// by plugin name: the plugin's own tracing set-up
