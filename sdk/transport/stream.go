@@ -72,16 +72,21 @@ func (c requestCarrier) Set(key, value string) {
 func (requestCarrier) Keys() []string { return []string{headerTraceparent, headerTracestate} }
 
 // sendStream is the host's side of one SendStream: any number of
-// goroutines send on it at once, and one reader hands each reply to the
-// call waiting for its id.
+// goroutines send on it at once, one writer puts their requests on the
+// stream, and one reader hands each reply to the call waiting for its id.
 type sendStream struct {
 	stream transportpb.Transport_SendStreamClient
 	// end ends the stream; the plugin then cancels whatever still runs.
 	end context.CancelFunc
 
-	// writeMu serializes writes: a gRPC stream's SendMsg is not safe for
-	// concurrent use.
-	writeMu sync.Mutex
+	// queue holds the requests the writer has yet to send, and wake tells
+	// it there are some. Callers never write to the stream themselves: a
+	// write blocks while the plugin reads nothing (flow control), and a
+	// caller blocked there could not give up at its deadline, so nothing
+	// would notice a plugin that stopped reading.
+	qmu   sync.Mutex
+	queue []*transportpb.SendStreamRequest
+	wake  chan struct{}
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -91,9 +96,9 @@ type sendStream struct {
 	broken chan struct{}
 }
 
-// openSendStream opens a stream on rpc and starts its reader. The stream
-// lives until it breaks or c is discarded, not as long as any one call, so
-// it gets a context of its own.
+// openSendStream opens a stream on rpc and starts its reader and writer.
+// The stream lives until it breaks or its client is discarded, not as long
+// as any one call, so it gets a context of its own.
 func openSendStream(rpc transportpb.TransportClient) (*sendStream, error) {
 	ctx, end := context.WithCancel(context.Background())
 	st, err := rpc.SendStream(ctx)
@@ -104,11 +109,48 @@ func openSendStream(rpc transportpb.TransportClient) (*sendStream, error) {
 	s := &sendStream{
 		stream:  st,
 		end:     end,
+		wake:    make(chan struct{}, 1),
 		pending: make(map[uint64]chan *transportpb.Outcome),
 		broken:  make(chan struct{}),
 	}
 	go s.read()
+	go s.write()
 	return s, nil
+}
+
+// enqueue hands req to the writer.
+func (s *sendStream) enqueue(req *transportpb.SendStreamRequest) {
+	s.qmu.Lock()
+	s.queue = append(s.queue, req)
+	s.qmu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default: // the writer has been woken already
+	}
+}
+
+// write sends the queued requests, in order, until the stream breaks. It
+// takes the whole queue each time it wakes, so under load one wake-up
+// carries many requests.
+func (s *sendStream) write() {
+	var batch []*transportpb.SendStreamRequest
+	for {
+		select {
+		case <-s.wake:
+		case <-s.broken:
+			return
+		}
+		s.qmu.Lock()
+		batch, s.queue = s.queue, batch[:0]
+		s.qmu.Unlock()
+		for i, req := range batch {
+			if err := s.stream.Send(req); err != nil {
+				s.fail(err)
+				return
+			}
+			batch[i] = nil // not kept alive until the slot is reused
+		}
+	}
 }
 
 // read hands replies to their calls until the stream breaks, and then
@@ -157,12 +199,6 @@ func (s *sendStream) isBroken() bool {
 	}
 }
 
-func (s *sendStream) write(req *transportpb.SendStreamRequest) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	return s.stream.Send(req)
-}
-
 // call sends req and waits for its reply, for ctx to end, or for the stream
 // to break. The error is as SendRPC's.
 func (s *sendStream) call(ctx context.Context, req *transportpb.SendRequest) (Outcome, error) {
@@ -178,12 +214,7 @@ func (s *sendStream) call(ctx context.Context, req *transportpb.SendRequest) (Ou
 	s.pending[id] = ch
 	s.mu.Unlock()
 
-	if err := s.write(&transportpb.SendStreamRequest{Id: id, Send: req}); err != nil {
-		// A stream that cannot be written to is broken for every call.
-		s.fail(err)
-		s.forget(id)
-		return Outcome{}, callError(ctx, "Send", err)
-	}
+	s.enqueue(&transportpb.SendStreamRequest{Id: id, Send: req})
 	select {
 	case out := <-ch:
 		return outcomeFromProto(out), nil
@@ -198,9 +229,9 @@ func (s *sendStream) call(ctx context.Context, req *transportpb.SendRequest) (Ou
 	case <-ctx.Done():
 		if s.forget(id) {
 			// Tell the plugin, so the caller's cancellation reaches the
-			// send's context as it would end a unary call's. Best effort:
-			// a stream that is gone has canceled it already.
-			_ = s.write(&transportpb.SendStreamRequest{Id: id, Cancel: true})
+			// send's context as it would end a unary call's. A stream
+			// that breaks first has canceled it already.
+			s.enqueue(&transportpb.SendStreamRequest{Id: id, Cancel: true})
 		}
 		return Outcome{}, callError(ctx, "Send", ctx.Err())
 	}

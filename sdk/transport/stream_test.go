@@ -297,3 +297,49 @@ func TestLateAnswerOnTheStreamIsDropped(t *testing.T) {
 		t.Errorf("%d streams were opened, want the one", got)
 	}
 }
+
+// deaf serves a SendStream that never reads its requests, as a plugin
+// whose process is wedged.
+type deaf struct {
+	transportpb.UnimplementedTransportServer
+}
+
+func (deaf) SendStream(stream transportpb.Transport_SendStreamServer) error {
+	<-stream.Context().Done()
+	return nil
+}
+
+// A plugin that stops reading its stream fills the flow-control window,
+// and a write to the stream then blocks; no caller may be stuck behind it
+// past its own deadline, or nothing would notice the plugin hung.
+func TestPluginThatStopsReadingCannotHoldCallersPastTheirDeadline(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	transportpb.RegisterTransportServer(srv, deaf{})
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := NewGRPCClient(conn)
+
+	body := make([]byte, 256<<10) // a few of these fill any window
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			defer cancel()
+			_, err := c.SendRPC(ctx, Message{DeliveryID: fmt.Sprintf("dlv_%d", i), Body: body})
+			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("send %d: %v, want ErrUnavailable wrapping context.DeadlineExceeded", i, err)
+			}
+		})
+	}
+	wg.Wait()
+}
