@@ -5,11 +5,15 @@ package pluginhost
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -213,5 +217,45 @@ func TestOneLateAnswerAmongOthersOnTime(t *testing.T) {
 				t.Errorf("Restarts = %d, want %d", n, tt.wantRestarts)
 			}
 		})
+	}
+}
+
+// A host built against an SDK from before protocol 2 offers only protocol
+// 1; a current plugin serves it that, every send its own call.
+func TestProtocol1HostWithACurrentPlugin(t *testing.T) {
+	t.Parallel()
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  transport.Handshake(),
+		VersionedPlugins: map[int]plugin.PluginSet{1: transport.HostPlugins(nil)[1]},
+		Cmd:              exec.Command(misbehaveBin),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true,
+		Logger:           hclog.NewNullLogger(),
+	})
+	t.Cleanup(client.Kill)
+	rpcClient, err := client.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := client.NegotiatedVersion(); v != 1 {
+		t.Fatalf("negotiated protocol %d, want 1", v)
+	}
+	raw, err := rpcClient.Dispense(transport.PluginName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := raw.(*transport.GRPCClient)
+	if !ok {
+		t.Fatalf("dispensed %T, want *transport.GRPCClient", raw)
+	}
+	if c.Protocol() != 1 {
+		t.Fatalf("the client speaks protocol %d, want 1", c.Protocol())
+	}
+	if err := c.Configure(context.Background(), transport.Settings{"marker": "old-host"}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.SendRPC(context.Background(), mode("configured")); err != nil || out.Error != "marker=old-host" {
+		t.Errorf("SendRPC = %+v, %v; want delivered by the configured plugin", out, err)
 	}
 }
