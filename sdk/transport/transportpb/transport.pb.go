@@ -380,9 +380,11 @@ type SendRequest struct {
 	Headers []*Header `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty"`
 	// body is the exact signed payload.
 	Body []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
-	// deadline is when the host stops waiting for this attempt. The call's
-	// gRPC deadline is a little later, so the plugin can still report a
-	// timeout as an outcome.
+	// deadline is when the attempt must be over; the plugin's work for it
+	// ends then. The host waits a grace past it for the answer, so the
+	// plugin can still report a timeout as an outcome: a unary Send's gRPC
+	// deadline is that much later, and on SendStream the host cancels the
+	// attempt (and counts the plugin as hung) only after the grace.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// traceparent and tracestate are the attempt's W3C trace context, set on
 	// SendStream only (a unary Send carries it in the call's metadata). The
