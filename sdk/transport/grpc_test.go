@@ -79,7 +79,7 @@ func (r *recorder) seen() (Message, time.Time, bool) {
 // connect serves impl over go-plugin's in-memory gRPC test connection and
 // returns the host-side client speaking protocol version v, as a host
 // would dispense it.
-func connect(t *testing.T, impl Transport, v int) (*GRPCClient, *plugin.GRPCServer) {
+func connect(t testing.TB, impl Transport, v int) (*GRPCClient, *plugin.GRPCServer) {
 	t.Helper()
 	client, server := plugin.TestPluginGRPCConn(t, false, VersionedPlugins(impl)[v])
 	// Closing the client stops the server through go-plugin's controller;
