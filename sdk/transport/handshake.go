@@ -62,8 +62,8 @@ func VersionedPlugins(impl Transport) map[int]plugin.PluginSet {
 
 // HostPlugins is VersionedPlugins for a host: each Send carried on a
 // stream gets a client span from tp (nil means none; the caller's trace
-// context crosses either way). Pass TraceDialOption(tp) too, for the unary
-// calls.
+// context crosses either way). Dial with HostDialOptions(tp) too, for the
+// unary calls.
 func HostPlugins(tp trace.TracerProvider) map[int]plugin.PluginSet {
 	return versionedPlugins(nil, tp)
 }

@@ -33,11 +33,13 @@ const MaxConcurrentSends = 1024
 const sendSpanName = "hymical.transport.v1.Transport/Send"
 
 // sendSpanAttrs are the attributes the gRPC instrumentation gives the
-// unary Send's spans.
-var sendSpanAttrs = trace.WithAttributes(
-	attribute.String("rpc.system.name", "grpc"),
-	attribute.String("rpc.method", sendSpanName),
-)
+// unary Send's spans. Only a traced send pays for building them.
+func sendSpanAttrs() trace.SpanStartEventOption {
+	return trace.WithAttributes(
+		attribute.String("rpc.system.name", "grpc"),
+		attribute.String("rpc.method", sendSpanName),
+	)
+}
 
 // requestCarrier reads and writes the trace context fields of a
 // SendRequest, for the W3C propagator.
@@ -227,7 +229,15 @@ func (s *sendStream) call(ctx context.Context, req *transportpb.SendRequest) (Ou
 		}
 		return Outcome{}, callError(ctx, "Send", s.err)
 	case <-ctx.Done():
-		if s.forget(id) {
+		if !s.forget(id) {
+			// The reader took the reply off the table just now: the
+			// plugin did answer, so that answer stands.
+			select {
+			case out := <-ch:
+				return outcomeFromProto(out), nil
+			default:
+			}
+		} else {
 			// Tell the plugin, so the caller's cancellation reaches the
 			// send's context as it would end a unary call's. A stream
 			// that breaks first has canceled it already.
@@ -252,7 +262,7 @@ func (s *sendStream) forget(id uint64) bool {
 func (c *GRPCClient) sendOnStream(ctx context.Context, req *transportpb.SendRequest) (Outcome, error) {
 	var span trace.Span
 	if c.tracer != nil {
-		ctx, span = c.tracer.Start(ctx, sendSpanName, trace.WithSpanKind(trace.SpanKindClient), sendSpanAttrs)
+		ctx, span = c.tracer.Start(ctx, sendSpanName, trace.WithSpanKind(trace.SpanKindClient), sendSpanAttrs())
 		defer span.End()
 	}
 	if trace.SpanContextFromContext(ctx).IsValid() {
@@ -458,7 +468,7 @@ func (s *grpcServer) sendOne(ctx context.Context, req *transportpb.SendRequest) 
 	}
 	if s.tracer != nil {
 		var span trace.Span
-		ctx, span = s.tracer.Start(ctx, sendSpanName, trace.WithSpanKind(trace.SpanKindServer), sendSpanAttrs)
+		ctx, span = s.tracer.Start(ctx, sendSpanName, trace.WithSpanKind(trace.SpanKindServer), sendSpanAttrs())
 		defer span.End()
 	}
 	return s.send(ctx, req)
