@@ -22,9 +22,11 @@ import (
 // each way, so the boundary costs little next to the send itself.
 
 // MaxConcurrentSends bounds the sends one stream runs at once in a plugin
-// process. A host with more in flight waits for a slot, in flow control;
-// this bound is far above any worker pool's concurrency, and exists so that
-// a flood of requests cannot exhaust the plugin's memory.
+// process. Further requests wait, unread, in flow control until a send
+// finishes; one that waits past its deadline plus the host's grace counts
+// as a hang, as any send unanswered by then does. The bound is far above
+// any worker pool's concurrency, and exists so that a flood of requests
+// cannot exhaust the plugin's memory.
 const MaxConcurrentSends = 1024
 
 // sendSpanName is the span of one Send on either side of the boundary. It
