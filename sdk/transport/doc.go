@@ -66,7 +66,10 @@
 //
 // Send performs one attempt and reports its Outcome. After Configure, the
 // host calls Validate and Send from many goroutines at once over one
-// connection, so they must be safe for concurrent use.
+// connection, so they must be safe for concurrent use. Serve runs the
+// sends concurrently, up to MaxConcurrentSends at once on each stream (a
+// host keeps one per plugin process), so a slow receiver holds up only its
+// own sends; a plugin needs no worker pool or queue of its own.
 //
 // # Outcomes and retries
 //
@@ -157,14 +160,50 @@
 // that old plugins cannot ignore gets a new version, and hosts keep serving
 // plugins built against an older SDK.
 //
+// # Protocol versions and the wire
+//
+// Nothing here needs a plugin's code to change: Serve speaks every version
+// and go-plugin agrees the newest one both sides know when the host starts
+// the plugin. What crosses the wire is proto/transport.proto in this
+// package, the gRPC service hymical.transport.v1.Transport.
+//
+// Protocol 1 sends every attempt as its own unary Send call; the call's
+// deadline is the attempt's plus the host's grace, and the trace context is
+// in the call's metadata.
+//
+// Protocol 2, the current one, carries every attempt of a host on
+// SendStream, a long-lived bidirectional stream the host opens once per
+// plugin process (and again if it breaks). A unary call per message cost
+// more CPU than many sends themselves: a new HTTP/2 stream, headers and
+// trailers both ways, and per-call instrumentation. On the stream an
+// attempt is one message each way. Each request carries an id the host
+// chose; the plugin runs the attempts concurrently and answers each with
+// its id, in whatever order they finish. The attempt's deadline is in the
+// request (the plugin's context ends at it), and so is its W3C trace
+// context (SendRequest's traceparent and tracestate). When the host stops
+// waiting for an attempt (its caller gave up, or the deadline plus the
+// grace passed) it sends a cancel for that id, which cancels the send's
+// context. When the stream ends every send still running on it is
+// canceled, and the host counts every attempt that was waiting on it as
+// failed at once, retryable, as it does for a crashed plugin. Configure and
+// Validate stay unary calls.
+//
+// A host built against an older SDK speaks protocol 1 to a current plugin,
+// and a current host speaks protocol 1 to a plugin built against an older
+// SDK: both keep working, at the older protocol's cost. A plugin not
+// written with this package must serve Send; it may serve SendStream and
+// offer protocol 2 in the handshake, following the rules above.
+//
 // # Context and tracing
 //
 // Every call takes a context, and the shims carry it across the boundary:
 // the host's deadline and cancellation reach the plugin's context, and so
-// does the trace context of the attempt (W3C traceparent in the gRPC
-// metadata; the host dials with TraceDialOption). Serve gives each call a
-// server span of the plugin's own, a child of the host's call, so the ctx a
-// Send gets carries the attempt's trace.
+// does the trace context of the attempt (W3C traceparent: in the request
+// of a send on the stream, in the gRPC metadata of a unary call, for which
+// the host dials with HostDialOptions). Serve gives each send, and each
+// call, a server span of the plugin's own, named as the host's client span
+// (hymical.transport.v1.Transport/Send for a send), a child of it, so the
+// ctx a Send gets carries the attempt's trace.
 //
 // Serve sets the plugin's tracing up from the standard OpenTelemetry
 // variables the host passes it (EnvTracesExporter and the rest: the host

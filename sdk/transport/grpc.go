@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/hashicorp/go-plugin"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,11 +18,21 @@ import (
 
 // Plugin is the go-plugin glue: it registers the gRPC server shim in the
 // plugin process and builds the client shim in the host. Only gRPC is
-// spoken; net/rpc is refused.
+// spoken; net/rpc is refused. VersionedPlugins and HostPlugins build one for
+// every protocol version.
 type Plugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is the plugin's implementation; nil on the host side.
 	Impl Transport
+	// Protocol is the protocol version the host's client speaks: 1 sends
+	// every attempt as its own call, 2 multiplexes them on a stream. Zero
+	// means ProtocolVersion. The plugin's side serves every version.
+	Protocol int
+	// TracerProvider makes the spans of each Send carried on a stream: the
+	// client span in the host, the server span in the plugin. nil means
+	// none; the trace context crosses either way. Unary calls are traced by
+	// the gRPC options instead (TraceDialOption, and Serve's own).
+	TracerProvider trace.TracerProvider
 }
 
 var _ plugin.GRPCPlugin = (*Plugin)(nil)
@@ -29,28 +42,73 @@ func (p *Plugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return errors.New("transport: Plugin.Impl is nil; pass the implementation to Serve")
 	}
-	transportpb.RegisterTransportServer(s, &grpcServer{impl: p.Impl})
+	transportpb.RegisterTransportServer(s, newGRPCServer(p.Impl, p.TracerProvider))
 	return nil
 }
 
-// GRPCClient returns a *GRPCClient speaking over c.
+// GRPCClient returns a *GRPCClient speaking p.Protocol over c.
 func (p *Plugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return NewGRPCClient(c), nil
+	return NewGRPCClient(c, WithProtocol(p.Protocol), WithTracerProvider(p.TracerProvider)), nil
 }
 
 // GRPCClient is the host's side of a plugin connection. It implements
 // Transport, and adds SendRPC for a caller that must tell a plugin's answer
-// from a call that failed.
+// from a call that failed. Under protocol 2 all its sends share one stream,
+// opened at the first and opened again after one breaks.
 type GRPCClient struct {
-	rpc transportpb.TransportClient
+	rpc      transportpb.TransportClient
+	protocol int
+	// tracer makes the client spans of sends on the stream; nil when the
+	// host traces nothing.
+	tracer trace.Tracer
+
+	// streamMu guards stream, the stream sends go on, and opening, the
+	// open of the next one while it is under way.
+	streamMu sync.Mutex
+	stream   *sendStream
+	opening  *streamOpen
 }
 
 var _ Transport = (*GRPCClient)(nil)
 
-// NewGRPCClient speaks the Transport service over conn.
-func NewGRPCClient(conn grpc.ClientConnInterface) *GRPCClient {
-	return &GRPCClient{rpc: transportpb.NewTransportClient(conn)}
+// ClientOption configures a GRPCClient.
+type ClientOption func(*GRPCClient)
+
+// WithProtocol makes the client speak protocol version v, the version
+// go-plugin negotiated with the plugin: 1 sends every attempt as its own
+// unary call, 2 (ProtocolVersion) multiplexes them on a stream. Zero means
+// ProtocolVersion.
+func WithProtocol(v int) ClientOption {
+	return func(c *GRPCClient) {
+		if v > 0 {
+			c.protocol = v
+		}
+	}
 }
+
+// WithTracerProvider gives each Send carried on a stream a client span from
+// tp; nil means none, and the caller's trace context still crosses. Unary
+// calls get theirs from TraceDialOption.
+func WithTracerProvider(tp trace.TracerProvider) ClientOption {
+	return func(c *GRPCClient) {
+		if tp != nil {
+			c.tracer = tp.Tracer(tracerScope)
+		}
+	}
+}
+
+// NewGRPCClient speaks the Transport service over conn, with protocol
+// ProtocolVersion unless an option says otherwise.
+func NewGRPCClient(conn grpc.ClientConnInterface, opts ...ClientOption) *GRPCClient {
+	c := &GRPCClient{rpc: transportpb.NewTransportClient(conn), protocol: ProtocolVersion}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Protocol is the protocol version the client speaks.
+func (c *GRPCClient) Protocol() int { return c.protocol }
 
 // Configure sends the plugin-wide settings. A refusal wraps ErrRejected; a
 // failed call wraps ErrUnavailable.
@@ -81,12 +139,18 @@ func (c *GRPCClient) Validate(ctx context.Context, endpoint Endpoint) error {
 // SendRPC sends one attempt. The error is non-nil only when the call itself
 // failed (the plugin crashed, did not answer before ctx ended, or the
 // connection was lost); it wraps ErrUnavailable and, when ctx ended or the
-// call's deadline passed, ctx's error or context.DeadlineExceeded. Otherwise the Outcome is the plugin's, checked and bounded.
+// call's deadline passed, ctx's error or context.DeadlineExceeded.
+// Otherwise the Outcome is the plugin's, checked and bounded. Under protocol
+// 2 a stream that breaks fails every call waiting on it at once.
 //
 // When msg.Deadline is zero the plugin is sent ctx's deadline instead.
 func (c *GRPCClient) SendRPC(ctx context.Context, msg Message) (Outcome, error) {
 	ctxDeadline, _ := ctx.Deadline()
-	resp, err := c.rpc.Send(ctx, messageToProto(msg, ctxDeadline))
+	req := messageToProto(msg, ctxDeadline)
+	if c.protocol >= 2 {
+		return c.sendOnStream(ctx, req)
+	}
+	resp, err := c.rpc.Send(ctx, req)
 	if err != nil {
 		return Outcome{}, callError(ctx, "Send", err)
 	}
@@ -117,10 +181,22 @@ func callError(ctx context.Context, method string, err error) error {
 
 // grpcServer runs in the plugin process and calls the implementation with
 // the context the call arrived with, so the host's deadline, cancellation
-// and metadata reach it.
+// and trace context reach it.
 type grpcServer struct {
 	transportpb.UnimplementedTransportServer
 	impl Transport
+	// tracer makes the server spans of sends on a stream; nil when the
+	// plugin traces nothing, and the host's trace context is then passed
+	// on as it came.
+	tracer trace.Tracer
+}
+
+func newGRPCServer(impl Transport, tp trace.TracerProvider) *grpcServer {
+	s := &grpcServer{impl: impl}
+	if _, off := tp.(tracenoop.TracerProvider); tp != nil && !off {
+		s.tracer = tp.Tracer(tracerScope)
+	}
+	return s
 }
 
 func (s *grpcServer) Configure(ctx context.Context, req *transportpb.ConfigureRequest) (*transportpb.ConfigureResponse, error) {
@@ -138,9 +214,14 @@ func (s *grpcServer) Validate(ctx context.Context, req *transportpb.ValidateRequ
 }
 
 func (s *grpcServer) Send(ctx context.Context, req *transportpb.SendRequest) (*transportpb.Outcome, error) {
+	return s.send(ctx, req), nil
+}
+
+// send runs one attempt, from a unary Send or the stream.
+func (s *grpcServer) send(ctx context.Context, req *transportpb.SendRequest) *transportpb.Outcome {
 	msg := messageFromProto(req)
-	if !msg.Deadline.IsZero() {
-		// The call's own deadline is later, by the host's grace; the
+	if d, ok := ctx.Deadline(); !msg.Deadline.IsZero() && (!ok || d.After(msg.Deadline)) {
+		// A unary call's own deadline is later, by the host's grace; the
 		// plugin works to the attempt's deadline.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, msg.Deadline)
@@ -149,7 +230,7 @@ func (s *grpcServer) Send(ctx context.Context, req *transportpb.SendRequest) (*t
 	if d, ok := ctx.Deadline(); ok {
 		msg.Deadline = d
 	}
-	return outcomeToProto(s.impl.Send(ctx, msg)), nil
+	return outcomeToProto(s.impl.Send(ctx, msg))
 }
 
 // refusal is err's text, never empty: an empty error field means accepted.

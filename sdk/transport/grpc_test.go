@@ -77,10 +77,11 @@ func (r *recorder) seen() (Message, time.Time, bool) {
 }
 
 // connect serves impl over go-plugin's in-memory gRPC test connection and
-// returns the host-side client, as a host would dispense it.
-func connect(t *testing.T, impl Transport) (*GRPCClient, *plugin.GRPCServer) {
+// returns the host-side client speaking protocol version v, as a host
+// would dispense it.
+func connect(t testing.TB, impl Transport, v int) (*GRPCClient, *plugin.GRPCServer) {
 	t.Helper()
-	client, server := plugin.TestPluginGRPCConn(t, false, VersionedPlugins(impl)[ProtocolVersion])
+	client, server := plugin.TestPluginGRPCConn(t, false, VersionedPlugins(impl)[v])
 	// Closing the client stops the server through go-plugin's controller;
 	// stopping it here as well would race with that.
 	t.Cleanup(func() { _ = client.Close() })
@@ -92,11 +93,30 @@ func connect(t *testing.T, impl Transport) (*GRPCClient, *plugin.GRPCServer) {
 	if !ok {
 		t.Fatalf("dispensed %T, want *GRPCClient", raw)
 	}
+	if c.Protocol() != v {
+		t.Fatalf("the client speaks protocol %d, want %d", c.Protocol(), v)
+	}
 	return c, server
+}
+
+// forEachProtocol runs test as a parallel subtest for every protocol
+// version: what a Send does must not depend on which one carries it.
+func forEachProtocol(t *testing.T, test func(t *testing.T, v int)) {
+	t.Helper()
+	for v := 1; v <= ProtocolVersion; v++ {
+		t.Run(fmt.Sprintf("protocol %d", v), func(t *testing.T) {
+			t.Parallel()
+			test(t, v)
+		})
+	}
 }
 
 func TestSendCarriesEveryFieldBothWays(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testSendCarriesEveryFieldBothWays)
+}
+
+func testSendCarriesEveryFieldBothWays(t *testing.T, v int) {
 	deadline := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
 	msg := Message{
 		DeliveryID: "dlv_0123456789abcdef0123456789abcdef",
@@ -127,7 +147,7 @@ func TestSendCarriesEveryFieldBothWays(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{outcome: tt.out}
-			c, _ := connect(t, rec)
+			c, _ := connect(t, rec, v)
 
 			got, err := c.SendRPC(context.Background(), msg)
 			if err != nil {
@@ -162,8 +182,12 @@ func TestSendCarriesEveryFieldBothWays(t *testing.T) {
 
 func TestSendWithoutMessageDeadlineSendsTheContextDeadline(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testSendWithoutMessageDeadlineSendsTheContextDeadline)
+}
+
+func testSendWithoutMessageDeadlineSendsTheContextDeadline(t *testing.T, v int) {
 	rec := &recorder{outcome: Delivered(200)}
-	c, _ := connect(t, rec)
+	c, _ := connect(t, rec, v)
 	want := time.Now().Add(10 * time.Minute)
 	ctx, cancel := context.WithDeadline(context.Background(), want)
 	defer cancel()
@@ -184,13 +208,17 @@ func TestSendWithoutMessageDeadlineSendsTheContextDeadline(t *testing.T) {
 
 func TestMessageDeadlineEndsThePluginContext(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testMessageDeadlineEndsThePluginContext)
+}
+
+func testMessageDeadlineEndsThePluginContext(t *testing.T, v int) {
 	rec := &recorder{
 		block:   true,
 		started: make(chan struct{}),
 		ended:   make(chan error, 1),
 		outcome: Retryable(0, "no answer before the deadline"),
 	}
-	c, _ := connect(t, rec)
+	c, _ := connect(t, rec, v)
 
 	// The host's own context has no deadline: only the message's can end
 	// the plugin's context.
@@ -208,13 +236,17 @@ func TestMessageDeadlineEndsThePluginContext(t *testing.T) {
 
 func TestCancellationReachesThePlugin(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testCancellationReachesThePlugin)
+}
+
+func testCancellationReachesThePlugin(t *testing.T, v int) {
 	rec := &recorder{
 		block:   true,
 		started: make(chan struct{}),
 		ended:   make(chan error, 1),
 		outcome: Delivered(200),
 	}
-	c, _ := connect(t, rec)
+	c, _ := connect(t, rec, v)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-rec.started
@@ -239,9 +271,13 @@ func TestCancellationReachesThePlugin(t *testing.T) {
 // context.DeadlineExceeded and can tell a hang from a crash.
 func TestCallPastItsDeadlineIsDeadlineExceeded(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testCallPastItsDeadlineIsDeadlineExceeded)
+}
+
+func testCallPastItsDeadlineIsDeadlineExceeded(t *testing.T, v int) {
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
-	c, _ := connect(t, &recorder{hang: hang, outcome: Delivered(200)})
+	c, _ := connect(t, &recorder{hang: hang, outcome: Delivered(200)}, v)
 	for range 5 {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_, err := c.SendRPC(ctx, Message{DeliveryID: "d"})
@@ -269,7 +305,7 @@ func TestConfigureAndValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{configureErr: tt.err, validateErr: tt.err}
-			c, _ := connect(t, rec)
+			c, _ := connect(t, rec, ProtocolVersion)
 			settings := Settings{"read_timeout": "3s", "allowed_networks": "127.0.0.0/8"}
 			endpoint := Endpoint{URL: "https://r.example/", Config: map[string]string{"k": "v"}}
 
@@ -312,6 +348,10 @@ func TestConfigureAndValidate(t *testing.T) {
 
 func TestOutcomesThePluginGetsWrongAreMadeSafe(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testOutcomesThePluginGetsWrongAreMadeSafe)
+}
+
+func testOutcomesThePluginGetsWrongAreMadeSafe(t *testing.T, v int) {
 	tests := []struct {
 		name      string
 		out       Outcome
@@ -327,7 +367,7 @@ func TestOutcomesThePluginGetsWrongAreMadeSafe(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c, _ := connect(t, &recorder{outcome: tt.out})
+			c, _ := connect(t, &recorder{outcome: tt.out}, v)
 			got, err := c.SendRPC(context.Background(), Message{DeliveryID: "d"})
 			if err != nil {
 				t.Fatalf("SendRPC: %v", err)
@@ -365,7 +405,11 @@ func TestHostSideBoundsWhatAnyPluginSends(t *testing.T) {
 
 func TestLostConnectionIsUnavailable(t *testing.T) {
 	t.Parallel()
-	c, server := connect(t, &recorder{outcome: Delivered(200)})
+	forEachProtocol(t, testLostConnectionIsUnavailable)
+}
+
+func testLostConnectionIsUnavailable(t *testing.T, v int) {
+	c, server := connect(t, &recorder{outcome: Delivered(200)}, v)
 	server.Stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

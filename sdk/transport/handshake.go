@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 )
 
@@ -19,7 +20,16 @@ const PluginName = "transport"
 // speaks. A change old plugins cannot ignore gets a new number and a new
 // entry in VersionedPlugins, so hosts keep serving plugins built against
 // an older SDK.
-const ProtocolVersion = 1
+//
+// Version 1 sends every attempt as its own unary Send call. Version 2 adds
+// SendStream, which carries every attempt of a host on one long-lived
+// stream per plugin process; it is what a host and a plugin both built
+// against this SDK speak. Either side built against an older SDK gets
+// version 1, from the same binary.
+const ProtocolVersion = 2
+
+// tracerScope is the instrumentation scope of the spans this package makes.
+const tracerScope = "github.com/hymical/hymical/sdk/transport"
 
 // The magic cookie tells a plugin binary that it was started by a Hymical
 // host. It is a UX guard, not security: it only lets a binary run by hand
@@ -32,7 +42,9 @@ const (
 )
 
 // Handshake is the configuration host and plugin must agree on before any
-// call. It is a function so no caller can change the shared value.
+// call. It is a function so no caller can change the shared value. Its
+// ProtocolVersion is only go-plugin's fallback for a peer that does not
+// negotiate; VersionedPlugins is what the two sides agree a version from.
 func Handshake() plugin.HandshakeConfig {
 	return plugin.HandshakeConfig{
 		ProtocolVersion:  ProtocolVersion,
@@ -42,11 +54,26 @@ func Handshake() plugin.HandshakeConfig {
 }
 
 // VersionedPlugins is the plugin set for every protocol version this SDK
-// speaks. A plugin passes its implementation; the host passes nil.
+// speaks. A plugin passes its implementation; a host passes nil, or uses
+// HostPlugins to have the sends on a stream traced.
 func VersionedPlugins(impl Transport) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		1: {PluginName: &Plugin{Impl: impl}},
+	return versionedPlugins(impl, nil)
+}
+
+// HostPlugins is VersionedPlugins for a host: each Send carried on a
+// stream gets a client span from tp (nil means none; the caller's trace
+// context crosses either way). Dial with HostDialOptions(tp) too, for the
+// unary calls.
+func HostPlugins(tp trace.TracerProvider) map[int]plugin.PluginSet {
+	return versionedPlugins(nil, tp)
+}
+
+func versionedPlugins(impl Transport, tp trace.TracerProvider) map[int]plugin.PluginSet {
+	sets := make(map[int]plugin.PluginSet, ProtocolVersion)
+	for v := 1; v <= ProtocolVersion; v++ {
+		sets[v] = plugin.PluginSet{PluginName: &Plugin{Impl: impl, Protocol: v, TracerProvider: tp}}
 	}
+	return sets
 }
 
 // Serve runs impl as a transport plugin. Call it from the plugin's main; it
@@ -72,9 +99,9 @@ func Serve(impl Transport) {
 	}
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake(),
-		VersionedPlugins: VersionedPlugins(impl),
+		VersionedPlugins: versionedPlugins(impl, tp),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, traceServerOption(tp))...)
+			return grpc.NewServer(append(opts, serverOptions(tp)...)...)
 		},
 	})
 	if shutdown != nil {

@@ -61,11 +61,14 @@ const (
 const flushTimeout = time.Second
 
 // TraceDialOption is the gRPC option a host adds to its connections to
-// plugins. Every Configure, Validate and Send call gets a client span from
-// tp (nil means none), and the trace context of the call's context goes to
-// the plugin in the call's metadata as W3C traceparent, where Serve picks it
+// plugins (HostDialOptions includes it). Every unary call (Configure,
+// Validate, and Send under protocol 1) gets a client span from tp (nil
+// means none), and the trace context of the call's context goes to the
+// plugin in the call's metadata as W3C traceparent, where Serve picks it
 // up: the plugin's spans, and whatever it sends onwards, join the caller's
-// trace. go-plugin's own streams on the same connection get no spans.
+// trace. go-plugin's own streams on the same connection get no spans, and
+// neither does SendStream itself: each send on it is traced by the
+// client's WithTracerProvider, its trace context in the request.
 func TraceDialOption(tp trace.TracerProvider) grpc.DialOption {
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
@@ -76,6 +79,37 @@ func TraceDialOption(tp trace.TracerProvider) grpc.DialOption {
 		otelgrpc.WithPropagators(propagation.TraceContext{}),
 		otelgrpc.WithFilter(transportCall),
 	))
+}
+
+// flowWindow is the HTTP/2 flow-control window, per stream and per
+// connection, on both sides of a plugin connection. Setting it turns off
+// gRPC's bandwidth estimation, which otherwise sends a ping for nearly
+// every message received while it tries to size the window: on a stream
+// that carries one small message per send, that doubled the frames on the
+// wire. A fixed window is right for a connection over the loopback: its
+// bandwidth-delay product is tiny, and 4 MiB keeps a large body, or many
+// sends at once, from waiting on window updates.
+const flowWindow = 4 << 20
+
+// HostDialOptions are the gRPC options a host adds to its connections to
+// plugins: TraceDialOption(tp), and the flow-control window Serve uses on
+// the plugin's side.
+func HostDialOptions(tp trace.TracerProvider) []grpc.DialOption {
+	return []grpc.DialOption{
+		TraceDialOption(tp),
+		grpc.WithInitialWindowSize(flowWindow),
+		grpc.WithInitialConnWindowSize(flowWindow),
+	}
+}
+
+// serverOptions are the plugin side's gRPC options: tracing from tp and
+// the flow-control window.
+func serverOptions(tp trace.TracerProvider) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		traceServerOption(tp),
+		grpc.InitialWindowSize(flowWindow),
+		grpc.InitialConnWindowSize(flowWindow),
+	}
 }
 
 // traceServerOption is the plugin side of TraceDialOption: it reads the
@@ -91,10 +125,13 @@ func traceServerOption(tp trace.TracerProvider) grpc.ServerOption {
 	))
 }
 
-// transportCall picks the calls of the Transport service out of everything
-// go-plugin carries on the connection (stdio, broker, controller).
+// transportCall picks the unary calls of the Transport service out of
+// everything go-plugin carries on the connection (stdio, broker,
+// controller). SendStream is left out: it lives as long as the plugin, and
+// each send on it gets its own spans from the stream's code instead.
 func transportCall(info *stats.RPCTagInfo) bool {
-	return strings.HasPrefix(info.FullMethodName, "/"+transportpb.Transport_ServiceDesc.ServiceName+"/")
+	return strings.HasPrefix(info.FullMethodName, "/"+transportpb.Transport_ServiceDesc.ServiceName+"/") &&
+		info.FullMethodName != transportpb.Transport_SendStream_FullMethodName
 }
 
 // pluginTracing builds the plugin process's TracerProvider from the

@@ -39,15 +39,16 @@ func (s *spanSeer) Send(ctx context.Context, _ Message) Outcome {
 }
 
 // connectTraced serves impl over real gRPC on loopback, with the plugin side's
-// tracing on pluginTP, and dials it the way a host does, with hostTP.
-func connectTraced(t *testing.T, impl Transport, hostTP, pluginTP trace.TracerProvider) *GRPCClient {
+// tracing on pluginTP as Serve sets it up, and dials it the way a host
+// does, with hostTP, speaking protocol version v.
+func connectTraced(t *testing.T, impl Transport, hostTP, pluginTP trace.TracerProvider, v int) *GRPCClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(traceServerOption(pluginTP))
-	transportpb.RegisterTransportServer(srv, &grpcServer{impl: impl})
+	transportpb.RegisterTransportServer(srv, newGRPCServer(impl, pluginTP))
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), TraceDialOption(hostTP))
@@ -55,16 +56,22 @@ func connectTraced(t *testing.T, impl Transport, hostTP, pluginTP trace.TracerPr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return NewGRPCClient(conn)
+	return NewGRPCClient(conn, WithProtocol(v), WithTracerProvider(hostTP))
 }
 
+// Both protocols carry the trace: in the unary call's metadata, and in the
+// stream's request message.
 func TestTraceContextCrossesTheBoundary(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testTraceContextCrossesTheBoundary)
+}
+
+func testTraceContextCrossesTheBoundary(t *testing.T, v int) {
 	hostSpans, pluginSpans := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
 	hostTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(hostSpans))
 	pluginTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(pluginSpans))
 	seer := &spanSeer{}
-	client := connectTraced(t, seer, hostTP, pluginTP)
+	client := connectTraced(t, seer, hostTP, pluginTP, v)
 
 	ctx, attempt := hostTP.Tracer("test").Start(t.Context(), "attempt")
 	if _, err := client.SendRPC(ctx, Message{DeliveryID: "dlv_1", Deadline: time.Now().Add(5 * time.Second)}); err != nil {
@@ -97,10 +104,14 @@ func TestTraceContextCrossesTheBoundary(t *testing.T) {
 
 func TestTraceContextCrossesWithoutPluginTracing(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testTraceContextCrossesWithoutPluginTracing)
+}
+
+func testTraceContextCrossesWithoutPluginTracing(t *testing.T, v int) {
 	hostSpans := tracetest.NewInMemoryExporter()
 	hostTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(hostSpans))
 	seer := &spanSeer{}
-	client := connectTraced(t, seer, hostTP, tracenoop.NewTracerProvider())
+	client := connectTraced(t, seer, hostTP, tracenoop.NewTracerProvider(), v)
 	ctx, attempt := hostTP.Tracer("test").Start(t.Context(), "attempt")
 	if _, err := client.SendRPC(ctx, Message{DeliveryID: "dlv_1", Deadline: time.Now().Add(5 * time.Second)}); err != nil {
 		t.Fatal(err)
@@ -118,12 +129,13 @@ func TestTraceContextCrossesWithoutPluginTracing(t *testing.T) {
 func TestOnlyTransportCallsAreTraced(t *testing.T) {
 	t.Parallel()
 	for method, want := range map[string]bool{
-		transportpb.Transport_Send_FullMethodName:      true,
-		transportpb.Transport_Validate_FullMethodName:  true,
-		transportpb.Transport_Configure_FullMethodName: true,
-		"/plugin.GRPCStdio/StreamStdio":                false,
-		"/plugin.GRPCBroker/StartStream":               false,
-		"/plugin.GRPCController/Shutdown":              false,
+		transportpb.Transport_Send_FullMethodName:       true,
+		transportpb.Transport_Validate_FullMethodName:   true,
+		transportpb.Transport_Configure_FullMethodName:  true,
+		transportpb.Transport_SendStream_FullMethodName: false,
+		"/plugin.GRPCStdio/StreamStdio":                 false,
+		"/plugin.GRPCBroker/StartStream":                false,
+		"/plugin.GRPCController/Shutdown":               false,
 	} {
 		if got := transportCall(&stats.RPCTagInfo{FullMethodName: method}); got != want {
 			t.Errorf("transportCall(%s) = %v, want %v", method, got, want)

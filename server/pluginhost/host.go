@@ -13,13 +13,20 @@
 // Config.PluginEnv.
 //
 // Every call carries the caller's trace context to the plugin (W3C
-// traceparent in the gRPC metadata), with a client span when
-// Config.TracerProvider is set; a restart is noted as an event on the
-// caller's span.
+// traceparent, in the send's request on the stream or in a unary call's
+// gRPC metadata), with a client span when Config.TracerProvider is set; a
+// restart is noted as an event on the caller's span.
+//
+// Sends go to a plugin over one long-lived gRPC stream per process
+// (protocol 2), each request tagged with an id its reply carries back, so
+// any number of sends are in flight at once for the cost of one message
+// each way. A plugin built against an SDK from before that speaks protocol
+// 1, a unary call per send, with the same guarantees.
 //
 // A plugin that crashes, or does not answer by the deadline plus a grace,
 // costs that attempt a retryable outcome; the host kills the process and
-// starts a new one, configured again, for the next send.
+// starts a new one, configured again, for the next send. A crash ends the
+// stream, and every send waiting on it gets its retryable outcome at once.
 package pluginhost
 
 import (
@@ -68,7 +75,7 @@ type Config struct {
 	ValidateTimeout time.Duration `koanf:"validate_timeout"`
 	// TracerProvider makes a client span for every call to a plugin; nil
 	// means none. Either way the trace context of the caller's context
-	// crosses to the plugin in the call's metadata.
+	// crosses to the plugin.
 	TracerProvider trace.TracerProvider `koanf:"-"`
 	// PluginEnv, when set, is the extra environment each plugin gets,
 	// by plugin name: the plugin's own tracing set-up
@@ -157,9 +164,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 		h.slots[sp.name] = s
 		h.names = append(h.names, sp.name)
 		if sp.sum == nil {
-			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path)
+			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path, "protocol", inst.protocol)
 		} else {
-			logger.Info("transport plugin started", "plugin", sp.name, "path", sp.path)
+			logger.Info("transport plugin started", "plugin", sp.name, "path", sp.path, "protocol", inst.protocol)
 		}
 	}
 	return h, nil
@@ -243,18 +250,8 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	}
 	msg.Deadline = deadline
 
-	// The call runs to the attempt's deadline plus the grace whatever
-	// ctx's deadline says: were ctx's deadline to end it, a plugin that
-	// hangs would look like a caller that gave up, and never be restarted.
-	// ctx's values (trace context) and its cancellation still apply.
-	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(h.grace))
+	callCtx, cancel := callContext(ctx, deadline.Add(h.grace))
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			cancel()
-		}
-	})
-	defer stop()
 
 	out, err := inst.rpc.SendRPC(callCtx, msg)
 	if err == nil {
@@ -272,6 +269,30 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	h.replace(s, inst, fmt.Sprintf("%s: %v", what, err))
 	restarted(ctx, name, what)
 	return transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
+}
+
+// callContext is the context of a send that may run until limit. The call
+// runs to the limit whatever ctx's deadline says: were ctx's deadline to end
+// it, a plugin that hangs would look like a caller that gave up, and never
+// be restarted. ctx's values (trace context) and its cancellation still
+// apply.
+func callContext(ctx context.Context, limit time.Time) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); !ok || !d.Before(limit) {
+		// ctx cannot end the call before the limit, except by being
+		// canceled: one context does it. This is the worker pool's case,
+		// and it saves a second context and a callback per send.
+		return context.WithDeadline(ctx, limit)
+	}
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), limit)
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	return callCtx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // callerDeadlineFirst reports whether ctx's own deadline comes before the

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 
 	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -21,6 +20,10 @@ type instance struct {
 	client *plugin.Client
 	proc   *os.Process
 	rpc    *transport.GRPCClient
+	// protocol is the version negotiated with the plugin: 2 carries the
+	// sends on a stream, 1 (a plugin built against an older SDK) makes
+	// each its own call.
+	protocol int
 }
 
 func (i *instance) exited() bool { return i.client.Exited() }
@@ -60,10 +63,10 @@ func (h *Host) launch(ctx context.Context, sp spec) (*instance, error) {
 	logger := h.logger.With("plugin", sp.name)
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  transport.Handshake(),
-		VersionedPlugins: transport.VersionedPlugins(nil),
+		VersionedPlugins: transport.HostPlugins(h.tracer),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		GRPCDialOptions:  []grpc.DialOption{transport.TraceDialOption(h.tracer)},
+		GRPCDialOptions:  transport.HostDialOptions(h.tracer),
 		AutoMTLS:         true,
 		SkipHostEnv:      true,
 		StartTimeout:     h.startTimeout,
@@ -108,7 +111,7 @@ func (h *Host) connect(ctx context.Context, client *plugin.Client, cmd *exec.Cmd
 	if err := rpc.Configure(cctx, sp.settings); err != nil {
 		return nil, fmt.Errorf("configuring transport plugin %q (%s): %w", sp.name, sp.path, err)
 	}
-	return &instance{client: client, proc: cmd.Process, rpc: rpc}, nil
+	return &instance{client: client, proc: cmd.Process, rpc: rpc, protocol: rpc.Protocol()}, nil
 }
 
 // fileSum is the SHA-256 of the file at path, for the mismatch error only:

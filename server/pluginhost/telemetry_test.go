@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -42,9 +43,19 @@ func TestPluginsGetTheirTracingEnvironmentAndNothingMore(t *testing.T) {
 
 func TestACrashIsAnEventOnTheCallersSpan(t *testing.T) {
 	t.Parallel()
+	// Under protocol 2 the host makes the call's span itself; under
+	// protocol 1 the gRPC instrumentation does. They must look the same.
+	for name, config := range map[string]func(map[string]string) Config{"protocol 2": misbehaveConfig, "protocol 1": v1Config} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testACrashIsAnEventOnTheCallersSpan(t, config(nil))
+		})
+	}
+}
+
+func testACrashIsAnEventOnTheCallersSpan(t *testing.T, cfg Config) {
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	cfg := misbehaveConfig(nil)
 	cfg.TracerProvider = tp
 	h, _ := newHost(t, cfg)
 	ctx, attempt := tp.Tracer("test").Start(context.Background(), "attempt")
@@ -76,8 +87,8 @@ func TestACrashIsAnEventOnTheCallersSpan(t *testing.T) {
 	if !restartedEvent {
 		t.Errorf("the caller's span has no %s event naming the plugin: %+v", telemetry.EventPluginRestarted, got.Events)
 	}
-	if call.SpanKind != trace.SpanKindClient || call.Parent.SpanID() != attempt.SpanContext().SpanID() {
-		t.Errorf("the call's span %+v is not a client span under the caller's", call)
+	if call.SpanKind != trace.SpanKindClient || call.Parent.SpanID() != attempt.SpanContext().SpanID() || call.Status.Code != codes.Error {
+		t.Errorf("the call's span %+v is not a failed client span under the caller's", call)
 	}
 }
 

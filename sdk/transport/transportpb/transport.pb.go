@@ -380,10 +380,18 @@ type SendRequest struct {
 	Headers []*Header `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty"`
 	// body is the exact signed payload.
 	Body []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
-	// deadline is when the host stops waiting for this attempt. The call's
-	// gRPC deadline is a little later, so the plugin can still report a
-	// timeout as an outcome.
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// deadline is when the attempt must be over; the plugin's work for it
+	// ends then. The host waits a grace past it for the answer, so the
+	// plugin can still report a timeout as an outcome: a unary Send's gRPC
+	// deadline is that much later, and on SendStream the host cancels the
+	// attempt (and counts the plugin as hung) only after the grace.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// traceparent and tracestate are the attempt's W3C trace context, set on
+	// SendStream only (a unary Send carries it in the call's metadata). The
+	// plugin's work for the attempt is a child of traceparent; both are empty
+	// when the attempt is not traced.
+	Traceparent   string `protobuf:"bytes,14,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,15,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +468,137 @@ func (x *SendRequest) GetDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *SendRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *SendRequest) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
+type SendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the attempt on this stream until its reply; the host never
+	// reuses an id on one stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// send is the attempt to perform; unset when cancel is set.
+	Send *SendRequest `protobuf:"bytes,2,opt,name=send,proto3" json:"send,omitempty"`
+	// cancel asks the plugin to cancel the context of attempt id.
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStreamRequest) Reset() {
+	*x = SendStreamRequest{}
+	mi := &file_transport_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStreamRequest) ProtoMessage() {}
+
+func (x *SendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStreamRequest.ProtoReflect.Descriptor instead.
+func (*SendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SendStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SendStreamRequest) GetSend() *SendRequest {
+	if x != nil {
+		return x.Send
+	}
+	return nil
+}
+
+func (x *SendStreamRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type SendStreamReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the id of the request this answers.
+	Id            uint64   `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Outcome       *Outcome `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStreamReply) Reset() {
+	*x = SendStreamReply{}
+	mi := &file_transport_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStreamReply) ProtoMessage() {}
+
+func (x *SendStreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStreamReply.ProtoReflect.Descriptor instead.
+func (*SendStreamReply) Descriptor() ([]byte, []int) {
+	return file_transport_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SendStreamReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SendStreamReply) GetOutcome() *Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
 type Outcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Kind  OutcomeKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=hymical.transport.v1.OutcomeKind" json:"kind,omitempty"`
@@ -478,7 +617,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +629,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_transport_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +642,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{7}
+	return file_transport_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Outcome) GetKind() OutcomeKind {
@@ -558,7 +697,7 @@ const file_transport_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\x88\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xca\x02\n" +
 	"\vSendRequest\x12\x1f\n" +
 	"\vdelivery_id\x18\x01 \x01(\tR\n" +
 	"deliveryId\x12\x18\n" +
@@ -566,7 +705,18 @@ const file_transport_proto_rawDesc = "" +
 	"\bendpoint\x18\x03 \x01(\v2\x1e.hymical.transport.v1.EndpointR\bendpoint\x126\n" +
 	"\aheaders\x18\x04 \x03(\v2\x1c.hymical.transport.v1.HeaderR\aheaders\x12\x12\n" +
 	"\x04body\x18\x05 \x01(\fR\x04body\x126\n" +
-	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xb3\x01\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12 \n" +
+	"\vtraceparent\x18\x0e \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x0f \x01(\tR\n" +
+	"tracestate\"r\n" +
+	"\x11SendStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
+	"\x04send\x18\x02 \x01(\v2!.hymical.transport.v1.SendRequestR\x04send\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"Z\n" +
+	"\x0fSendStreamReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\aoutcome\x18\x02 \x01(\v2\x1d.hymical.transport.v1.OutcomeR\aoutcome\"\xb3\x01\n" +
 	"\aOutcome\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.hymical.transport.v1.OutcomeKindR\x04kind\x12\x1f\n" +
 	"\vstatus_code\x18\x02 \x01(\rR\n" +
@@ -578,11 +728,13 @@ const file_transport_proto_rawDesc = "" +
 	"\x18OUTCOME_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16OUTCOME_KIND_DELIVERED\x10\x01\x12\x1a\n" +
 	"\x16OUTCOME_KIND_RETRYABLE\x10\x02\x12\x1a\n" +
-	"\x16OUTCOME_KIND_PERMANENT\x10\x032\x8e\x02\n" +
+	"\x16OUTCOME_KIND_PERMANENT\x10\x032\xf0\x02\n" +
 	"\tTransport\x12\\\n" +
 	"\tConfigure\x12&.hymical.transport.v1.ConfigureRequest\x1a'.hymical.transport.v1.ConfigureResponse\x12Y\n" +
 	"\bValidate\x12%.hymical.transport.v1.ValidateRequest\x1a&.hymical.transport.v1.ValidateResponse\x12H\n" +
-	"\x04Send\x12!.hymical.transport.v1.SendRequest\x1a\x1d.hymical.transport.v1.OutcomeB6Z4github.com/hymical/hymical/sdk/transport/transportpbb\x06proto3"
+	"\x04Send\x12!.hymical.transport.v1.SendRequest\x1a\x1d.hymical.transport.v1.Outcome\x12`\n" +
+	"\n" +
+	"SendStream\x12'.hymical.transport.v1.SendStreamRequest\x1a%.hymical.transport.v1.SendStreamReply(\x010\x01B6Z4github.com/hymical/hymical/sdk/transport/transportpbb\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
@@ -597,7 +749,7 @@ func file_transport_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_transport_proto_goTypes = []any{
 	(OutcomeKind)(0),              // 0: hymical.transport.v1.OutcomeKind
 	(*ConfigureRequest)(nil),      // 1: hymical.transport.v1.ConfigureRequest
@@ -607,32 +759,38 @@ var file_transport_proto_goTypes = []any{
 	(*ValidateResponse)(nil),      // 5: hymical.transport.v1.ValidateResponse
 	(*Header)(nil),                // 6: hymical.transport.v1.Header
 	(*SendRequest)(nil),           // 7: hymical.transport.v1.SendRequest
-	(*Outcome)(nil),               // 8: hymical.transport.v1.Outcome
-	nil,                           // 9: hymical.transport.v1.ConfigureRequest.SettingsEntry
-	nil,                           // 10: hymical.transport.v1.Endpoint.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*SendStreamRequest)(nil),     // 8: hymical.transport.v1.SendStreamRequest
+	(*SendStreamReply)(nil),       // 9: hymical.transport.v1.SendStreamReply
+	(*Outcome)(nil),               // 10: hymical.transport.v1.Outcome
+	nil,                           // 11: hymical.transport.v1.ConfigureRequest.SettingsEntry
+	nil,                           // 12: hymical.transport.v1.Endpoint.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
 }
 var file_transport_proto_depIdxs = []int32{
-	9,  // 0: hymical.transport.v1.ConfigureRequest.settings:type_name -> hymical.transport.v1.ConfigureRequest.SettingsEntry
-	10, // 1: hymical.transport.v1.Endpoint.config:type_name -> hymical.transport.v1.Endpoint.ConfigEntry
+	11, // 0: hymical.transport.v1.ConfigureRequest.settings:type_name -> hymical.transport.v1.ConfigureRequest.SettingsEntry
+	12, // 1: hymical.transport.v1.Endpoint.config:type_name -> hymical.transport.v1.Endpoint.ConfigEntry
 	3,  // 2: hymical.transport.v1.ValidateRequest.endpoint:type_name -> hymical.transport.v1.Endpoint
 	3,  // 3: hymical.transport.v1.SendRequest.endpoint:type_name -> hymical.transport.v1.Endpoint
 	6,  // 4: hymical.transport.v1.SendRequest.headers:type_name -> hymical.transport.v1.Header
-	11, // 5: hymical.transport.v1.SendRequest.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 6: hymical.transport.v1.Outcome.kind:type_name -> hymical.transport.v1.OutcomeKind
-	12, // 7: hymical.transport.v1.Outcome.retry_after:type_name -> google.protobuf.Duration
-	1,  // 8: hymical.transport.v1.Transport.Configure:input_type -> hymical.transport.v1.ConfigureRequest
-	4,  // 9: hymical.transport.v1.Transport.Validate:input_type -> hymical.transport.v1.ValidateRequest
-	7,  // 10: hymical.transport.v1.Transport.Send:input_type -> hymical.transport.v1.SendRequest
-	2,  // 11: hymical.transport.v1.Transport.Configure:output_type -> hymical.transport.v1.ConfigureResponse
-	5,  // 12: hymical.transport.v1.Transport.Validate:output_type -> hymical.transport.v1.ValidateResponse
-	8,  // 13: hymical.transport.v1.Transport.Send:output_type -> hymical.transport.v1.Outcome
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 5: hymical.transport.v1.SendRequest.deadline:type_name -> google.protobuf.Timestamp
+	7,  // 6: hymical.transport.v1.SendStreamRequest.send:type_name -> hymical.transport.v1.SendRequest
+	10, // 7: hymical.transport.v1.SendStreamReply.outcome:type_name -> hymical.transport.v1.Outcome
+	0,  // 8: hymical.transport.v1.Outcome.kind:type_name -> hymical.transport.v1.OutcomeKind
+	14, // 9: hymical.transport.v1.Outcome.retry_after:type_name -> google.protobuf.Duration
+	1,  // 10: hymical.transport.v1.Transport.Configure:input_type -> hymical.transport.v1.ConfigureRequest
+	4,  // 11: hymical.transport.v1.Transport.Validate:input_type -> hymical.transport.v1.ValidateRequest
+	7,  // 12: hymical.transport.v1.Transport.Send:input_type -> hymical.transport.v1.SendRequest
+	8,  // 13: hymical.transport.v1.Transport.SendStream:input_type -> hymical.transport.v1.SendStreamRequest
+	2,  // 14: hymical.transport.v1.Transport.Configure:output_type -> hymical.transport.v1.ConfigureResponse
+	5,  // 15: hymical.transport.v1.Transport.Validate:output_type -> hymical.transport.v1.ValidateResponse
+	10, // 16: hymical.transport.v1.Transport.Send:output_type -> hymical.transport.v1.Outcome
+	9,  // 17: hymical.transport.v1.Transport.SendStream:output_type -> hymical.transport.v1.SendStreamReply
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_init() }
@@ -646,7 +804,7 @@ func file_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Transport_Configure_FullMethodName = "/hymical.transport.v1.Transport/Configure"
-	Transport_Validate_FullMethodName  = "/hymical.transport.v1.Transport/Validate"
-	Transport_Send_FullMethodName      = "/hymical.transport.v1.Transport/Send"
+	Transport_Configure_FullMethodName  = "/hymical.transport.v1.Transport/Configure"
+	Transport_Validate_FullMethodName   = "/hymical.transport.v1.Transport/Validate"
+	Transport_Send_FullMethodName       = "/hymical.transport.v1.Transport/Send"
+	Transport_SendStream_FullMethodName = "/hymical.transport.v1.Transport/SendStream"
 )
 
 // TransportClient is the client API for Transport service.
@@ -35,17 +36,20 @@ const (
 // secret or delivery state, and nothing it returns can move a delivery other
 // than through the Outcome the core reads.
 //
-// Compatibility: this is protocol version 1 (see Handshake in
-// sdk/transport). Add fields, never renumber or reuse one; a change that old
-// plugins cannot ignore is a new protocol version negotiated through
-// go-plugin's VersionedPlugins.
+// Compatibility: this file describes protocol versions 1 and 2 (see
+// Handshake in sdk/transport), negotiated through go-plugin's
+// VersionedPlugins. Version 1 sends every attempt as its own Send call;
+// version 2 adds SendStream, which carries many attempts on one long-lived
+// stream, and a host speaking version 2 uses it instead of Send. A plugin
+// that serves version 2 must serve Send as well, for hosts that speak only
+// version 1. Add fields, never renumber or reuse one; a change that old
+// plugins cannot ignore is a new protocol version.
 //
-// Trace context: every call carries the caller's context, so W3C trace
-// context travels in gRPC metadata (traceparent, tracestate) the way
-// OpenTelemetry's gRPC instrumentation propagates it; no message field is
-// needed for it. Field numbers 14 and 15 of SendRequest are kept free in case
-// trace context ever has to travel in the message itself; do not use them
-// for anything else.
+// Trace context: a unary call (Configure, Validate, Send) carries W3C trace
+// context in its gRPC metadata (traceparent, tracestate) the way
+// OpenTelemetry's gRPC instrumentation propagates it. One SendStream carries
+// many attempts, each of its own trace, so there it travels in the message:
+// SendRequest's traceparent and tracestate (fields 14 and 15).
 type TransportClient interface {
 	// Configure hands over the plugin-wide settings from the operator's
 	// config. The host calls it once after every launch, before any other
@@ -58,6 +62,15 @@ type TransportClient interface {
 	// Send performs one attempt. A plugin always answers with an Outcome; a
 	// failed call (crash, hang, lost connection) is the host's to classify.
 	Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (*Outcome, error)
+	// SendStream (protocol 2) performs many attempts over one stream, which
+	// the host opens once per plugin process and keeps. Each request carries
+	// a host-chosen id; the plugin runs the attempts concurrently and answers
+	// each with a reply carrying the same id, in whatever order they finish.
+	// A request with cancel set asks the plugin to cancel the attempt with
+	// that id (the host stopped waiting for it); the plugin still answers it,
+	// and the host ignores that answer. When the stream ends, every attempt
+	// still running on it is canceled: the host counts them as failed.
+	SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendStreamRequest, SendStreamReply], error)
 }
 
 type transportClient struct {
@@ -98,6 +111,19 @@ func (c *transportClient) Send(ctx context.Context, in *SendRequest, opts ...grp
 	return out, nil
 }
 
+func (c *transportClient) SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendStreamRequest, SendStreamReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Transport_ServiceDesc.Streams[0], Transport_SendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SendStreamRequest, SendStreamReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Transport_SendStreamClient = grpc.BidiStreamingClient[SendStreamRequest, SendStreamReply]
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -109,17 +135,20 @@ func (c *transportClient) Send(ctx context.Context, in *SendRequest, opts ...grp
 // secret or delivery state, and nothing it returns can move a delivery other
 // than through the Outcome the core reads.
 //
-// Compatibility: this is protocol version 1 (see Handshake in
-// sdk/transport). Add fields, never renumber or reuse one; a change that old
-// plugins cannot ignore is a new protocol version negotiated through
-// go-plugin's VersionedPlugins.
+// Compatibility: this file describes protocol versions 1 and 2 (see
+// Handshake in sdk/transport), negotiated through go-plugin's
+// VersionedPlugins. Version 1 sends every attempt as its own Send call;
+// version 2 adds SendStream, which carries many attempts on one long-lived
+// stream, and a host speaking version 2 uses it instead of Send. A plugin
+// that serves version 2 must serve Send as well, for hosts that speak only
+// version 1. Add fields, never renumber or reuse one; a change that old
+// plugins cannot ignore is a new protocol version.
 //
-// Trace context: every call carries the caller's context, so W3C trace
-// context travels in gRPC metadata (traceparent, tracestate) the way
-// OpenTelemetry's gRPC instrumentation propagates it; no message field is
-// needed for it. Field numbers 14 and 15 of SendRequest are kept free in case
-// trace context ever has to travel in the message itself; do not use them
-// for anything else.
+// Trace context: a unary call (Configure, Validate, Send) carries W3C trace
+// context in its gRPC metadata (traceparent, tracestate) the way
+// OpenTelemetry's gRPC instrumentation propagates it. One SendStream carries
+// many attempts, each of its own trace, so there it travels in the message:
+// SendRequest's traceparent and tracestate (fields 14 and 15).
 type TransportServer interface {
 	// Configure hands over the plugin-wide settings from the operator's
 	// config. The host calls it once after every launch, before any other
@@ -132,6 +161,15 @@ type TransportServer interface {
 	// Send performs one attempt. A plugin always answers with an Outcome; a
 	// failed call (crash, hang, lost connection) is the host's to classify.
 	Send(context.Context, *SendRequest) (*Outcome, error)
+	// SendStream (protocol 2) performs many attempts over one stream, which
+	// the host opens once per plugin process and keeps. Each request carries
+	// a host-chosen id; the plugin runs the attempts concurrently and answers
+	// each with a reply carrying the same id, in whatever order they finish.
+	// A request with cancel set asks the plugin to cancel the attempt with
+	// that id (the host stopped waiting for it); the plugin still answers it,
+	// and the host ignores that answer. When the stream ends, every attempt
+	// still running on it is canceled: the host counts them as failed.
+	SendStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamReply]) error
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -150,6 +188,9 @@ func (UnimplementedTransportServer) Validate(context.Context, *ValidateRequest) 
 }
 func (UnimplementedTransportServer) Send(context.Context, *SendRequest) (*Outcome, error) {
 	return nil, status.Error(codes.Unimplemented, "method Send not implemented")
+}
+func (UnimplementedTransportServer) SendStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamReply]) error {
+	return status.Error(codes.Unimplemented, "method SendStream not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -226,6 +267,13 @@ func _Transport_Send_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_SendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TransportServer).SendStream(&grpc.GenericServerStream[SendStreamRequest, SendStreamReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Transport_SendStreamServer = grpc.BidiStreamingServer[SendStreamRequest, SendStreamReply]
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -246,6 +294,13 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Transport_Send_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SendStream",
+			Handler:       _Transport_SendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "transport.proto",
 }

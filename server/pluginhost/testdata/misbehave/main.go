@@ -11,12 +11,23 @@
 //	log         writes a line to stderr, then delivered
 //	slow        waits for the context to end, then retryable
 //	hang        never answers, whatever the context says
+//	log_hang    writes "misbehave hangs on ID" to stderr, then as hang
 //	exit        exits the process mid-send
 //	sigkill     SIGKILLs itself mid-send
 //	panic       panics mid-send
 //
 // A "validate" config of "hang" makes Validate never answer. A
 // "fail_configure" setting makes Configure refuse with its value.
+//
+// A "late" mode answers delivered only after its deadline has passed, by
+// half the "late_by" setting's duration (so within the host's grace when
+// late_by is the grace), ignoring its context. A "slow_ok" mode answers
+// delivered after its endpoint config's "delay", ignoring its context.
+//
+// With MISBEHAVE_PROTOCOL=1 in its environment it serves protocol version 1
+// only, as a plugin built against an SDK from before protocol 2 does. With
+// MISBEHAVE_CPUPROFILE=path it writes a CPU profile of its whole run there,
+// for profiling the plugin's side of the boundary (see BenchmarkSend).
 package main
 
 import (
@@ -24,9 +35,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/go-plugin"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -50,7 +64,7 @@ func (m *misbehave) Validate(_ context.Context, e transport.Endpoint) error {
 	if e.Config["validate"] == "hang" {
 		select {}
 	}
-	modes := []string{"ok", "configured", "deadline", "env", "log", "slow", "hang", "exit", "sigkill", "panic"}
+	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic"}
 	for _, mode := range modes {
 		if e.Config["mode"] == mode {
 			return nil
@@ -79,10 +93,23 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 	case "log":
 		fmt.Fprintln(os.Stderr, "misbehave says hello for", msg.DeliveryID)
 		return transport.Delivered(200)
+	case "late":
+		m.mu.Lock()
+		lateBy, _ := time.ParseDuration(m.settings["late_by"])
+		m.mu.Unlock()
+		time.Sleep(time.Until(msg.Deadline.Add(lateBy / 2)))
+		return transport.Delivered(200)
+	case "slow_ok":
+		delay, _ := time.ParseDuration(msg.Endpoint.Config["delay"])
+		time.Sleep(delay)
+		return transport.Outcome{Kind: transport.OutcomeDelivered, StatusCode: 200, Error: msg.DeliveryID}
 	case "slow":
 		<-ctx.Done()
 		return transport.Retryable(0, "gave up: "+ctx.Err().Error())
 	case "hang":
+		select {}
+	case "log_hang":
+		fmt.Fprintln(os.Stderr, "misbehave hangs on", msg.DeliveryID)
 		select {}
 	case "exit":
 		os.Exit(3)
@@ -99,5 +126,32 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 }
 
 func main() {
+	if path := os.Getenv("MISBEHAVE_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "misbehave: no profile:", err)
+		} else if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "misbehave: no profile:", err)
+		} else {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if os.Getenv("MISBEHAVE_PROTOCOL") == "1" {
+		serveV1(&misbehave{})
+		return
+	}
 	transport.Serve(&misbehave{})
+}
+
+// serveV1 serves protocol 1 only, as transport.Serve did before protocol 2:
+// a host must negotiate it and send every attempt as its own call.
+func serveV1(impl transport.Transport) {
+	hs := transport.Handshake()
+	hs.ProtocolVersion = 1
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  hs,
+		VersionedPlugins: map[int]plugin.PluginSet{1: transport.VersionedPlugins(impl)[1]},
+		GRPCServer:       plugin.DefaultGRPCServer,
+	})
 }
