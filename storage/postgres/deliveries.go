@@ -167,8 +167,7 @@ func (s *Store) DeliveryComplete(ctx context.Context, p storage.DeliveryComplete
 }
 
 // DeliveryCompleteBatch completes many claims in one round trip: the
-// locks, the fenced update with its attempts, and the existence check that
-// tells a lost claim from an unknown id go as one pipeline, which
+// locks and the fenced update with its attempts go as one pipeline, which
 // PostgreSQL runs as one implicit transaction.
 func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.DeliveryCompleteParams) ([]storage.DeliveryCompleteResult, error) {
 	const op = "delivery complete batch"
@@ -195,7 +194,6 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 	b.Queue(lockBatchSQL, in.ids)
 	b.Queue(completeBatchSQL, in.ids, in.tokens, in.outcomes, in.allowances, in.nows, in.delays,
 		in.statuses, in.errors, in.started, in.finished, in.traces)
-	b.Queue(`SELECT id FROM webhook_deliveries WHERE id = ANY($1::text[])`, in.ids)
 	br := s.pool.SendBatch(ctx, b)
 	done := map[string]bool{}
 	err = func() error {
@@ -223,23 +221,7 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 			done[d.ID] = true
 			return struct{}{}, nil
 		})
-		if err != nil {
-			return err
-		}
-		rows, err = br.Query()
-		if err != nil {
-			return err
-		}
-		existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		for _, id := range existing {
-			if !done[id] {
-				out[index[id]].Err = storage.ErrClaimLost
-			}
-		}
-		return nil
+		return err
 	}()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -247,10 +229,32 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 	if err != nil {
 		return nil, mapErr(op, err)
 	}
+	if len(done) == len(in.ids) {
+		return out, nil
+	}
+	// Some entries missed their fence, which is rare: a lost claim or an
+	// unknown id. Whether the row exists tells them apart; it is read after
+	// the transaction, which only matters for a row that retention removed
+	// in between, and either answer means nothing was written.
+	var missed []string
 	for _, id := range in.ids {
-		if i := index[id]; !done[id] && out[i].Err == nil {
-			out[i].Err = storage.ErrNotFound
+		if !done[id] {
+			missed = append(missed, id)
 		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id FROM webhook_deliveries WHERE id = ANY($1::text[])`, missed)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	for _, id := range missed {
+		out[index[id]].Err = storage.ErrNotFound
+	}
+	for _, id := range existing {
+		out[index[id]].Err = storage.ErrClaimLost
 	}
 	return out, nil
 }
