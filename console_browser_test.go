@@ -19,7 +19,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hymical/hymical/internal/e2etest"
-	"github.com/hymical/hymical/internal/syncbuf"
 )
 
 // TestConsoleInABrowser runs `hymical serve` with the real http plugin and
@@ -64,33 +63,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	}))
 	defer recv.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, logs syncbuf.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve",
-			"--database.url=sqlite:" + filepath.Join(dir, "hymical.db"),
-			"--plugins.dir=" + dir,
-			"--server.listen=127.0.0.1:0",
-			"--webhook.allowed_networks=127.0.0.0/8",
-			"--worker.poll_interval=20ms",
-			// Real trace ids on every attempt, linked to a trace UI.
-			"--telemetry.exporter=stdout",
-			"--console.trace_url_template=https://jaeger.example.com/trace/{trace_id}",
-		}, &out, &logs)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("serve did not stop after its context ended")
-		}
-	}()
-	base := waitListening(t, &out, &logs, done)
+	ctx := t.Context()
+	base, out, logs := startServe(t, dir,
+		// Real trace ids on every attempt, linked to a trace UI.
+		"--telemetry.exporter=stdout",
+		"--console.trace_url_template=https://jaeger.example.com/trace/{trace_id}",
+	)
 	if !strings.Contains(out.String(), "console "+base+"/console/") {
 		t.Errorf("serve does not say where the console is:\n%s", out.String())
 	}

@@ -55,36 +55,15 @@ func TestServeTracesAndMetrics(t *testing.T) {
 	}))
 	defer recv.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, logs syncbuf.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve",
-			"--database.url=sqlite:" + filepath.Join(dir, "hymical.db"),
-			"--plugins.dir=" + dir,
-			"--server.listen=127.0.0.1:0",
-			"--webhook.allowed_networks=127.0.0.0/8",
-			"--worker.poll_interval=20ms",
-			"--worker.retry_delays=50ms",
-			"--telemetry.exporter=otlp-grpc",
-			"--telemetry.endpoint=" + collector.Endpoint(),
-			"--telemetry.service_name=hymical-e2e",
-			"--telemetry.resource_attributes=deployment.environment=test",
-			"--telemetry.metrics",
-		}, &out, &logs)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("serve did not stop after its context ended")
-		}
-	}()
-	base := waitListening(t, &out, &logs, done)
+	ctx := t.Context()
+	base, out, logs := startServe(t, dir,
+		"--worker.retry_delays=50ms",
+		"--telemetry.exporter=otlp-grpc",
+		"--telemetry.endpoint="+collector.Endpoint(),
+		"--telemetry.service_name=hymical-e2e",
+		"--telemetry.resource_attributes=deployment.environment=test",
+		"--telemetry.metrics",
+	)
 	if !strings.Contains(out.String(), "telemetry: traces otlp-grpc, metrics on /metrics (admin token)") {
 		t.Errorf("the start-up banner does not say telemetry is on:\n%s", out.String())
 	}
@@ -213,6 +192,37 @@ func TestServeTracesAndMetrics(t *testing.T) {
 	if strings.Contains(out.String()+logs.String()+metrics, token) {
 		t.Error("the admin token appeared in the server's output or metrics")
 	}
+}
+
+// startServe runs `hymical serve` in this process on a SQLite file in dir,
+// with the plugins in dir, on a free loopback port, sending to loopback
+// receivers, with flags added to those. It stops the server when the test
+// ends and returns the API's base URL and what serve printed and logged.
+func startServe(t *testing.T, dir string, flags ...string) (base string, out, logs *syncbuf.Buffer) {
+	t.Helper()
+	out, logs = new(syncbuf.Buffer), new(syncbuf.Buffer)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	args := append([]string{"serve",
+		"--database.url=sqlite:" + filepath.Join(dir, "hymical.db"),
+		"--plugins.dir=" + dir,
+		"--server.listen=127.0.0.1:0",
+		"--webhook.allowed_networks=127.0.0.0/8",
+		"--worker.poll_interval=20ms",
+	}, flags...)
+	go func() { done <- run(ctx, args, out, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop after its context ended")
+		}
+	})
+	return waitListening(t, out, logs, done), out, logs
 }
 
 // waitListening waits for serve to say where it listens and returns the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -42,32 +41,10 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	}))
 	defer recv.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, logs syncbuf.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve",
-			"--database.url=sqlite:" + filepath.Join(dir, "hymical.db"),
-			"--plugins.dir=" + dir,
-			"--server.listen=127.0.0.1:0",
-			"--webhook.allowed_networks=127.0.0.0/8",
-			"--worker.poll_interval=20ms",
-			"--worker.retry_delays=50ms",
-		}, &out, &logs)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("serve did not stop after its context ended")
-		}
-	}()
-
-	base := waitListening(t, &out, &logs, done)
+	ctx := t.Context()
+	base, out, logs := startServe(t, dir,
+		"--worker.retry_delays=50ms",
+	)
 	if strings.Contains(out.String()+logs.String(), "test-admin-token-0123456789") {
 		t.Fatal("the admin token appeared in the server's output")
 	}

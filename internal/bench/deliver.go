@@ -218,8 +218,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // waitDelivered returns once every delivery is recorded delivered. It
 // watches the receiver's count, which costs nothing, and asks the store
-// only near the end and every few seconds, so the waiting does not load
-// the database it measures.
+// only near the end and every storeCheckEvery, so the waiting does not load
+// the database it measures: counting by state reads the whole index, which
+// on a table of a million rows costs a good part of a second.
+// storeCheckEvery is how often waitDelivered asks the store, for failed
+// deliveries, before the receiver has seen every delivery.
+const storeCheckEvery = 20 * time.Second
+
 func (r *runner) waitDelivered(ctx context.Context, s storage.Store, name string, total int, produced <-chan error) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -243,7 +248,7 @@ func (r *runner) waitDelivered(ctx context.Context, s storage.Store, name string
 			lastReport = time.Now()
 			r.progress("%s: %d of %d at the receiver", name, got, total)
 		}
-		if got < int64(total) && time.Since(lastCheck) < 3*time.Second {
+		if got < int64(total) && time.Since(lastCheck) < storeCheckEvery {
 			continue
 		}
 		lastCheck = time.Now()

@@ -101,10 +101,7 @@ type handler struct {
 	metrics    http.Handler
 	metricsWho access
 	mux        *http.ServeMux
-	// endpoints serialises read-modify-write of one endpoint within this
-	// process, so a rotation and a concurrent PATCH cannot drop each
-	// other's change.
-	now func() time.Time
+	now        func() time.Time
 }
 
 // New checks opts and returns the API's handler.

@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/hymical/hymical/internal/boundtext"
 	"github.com/hymical/hymical/server"
 )
 
@@ -146,14 +146,4 @@ func operatorActor(header string) string {
 }
 
 // clip shortens a caller's value for quoting in an error message.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clip(s string) string { return boundtext.Bound(s, 64) }

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/hymical/hymical/internal/boundtext"
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/storage"
 )
@@ -492,14 +492,4 @@ func plural(n int, one, many string) string {
 }
 
 // clip shortens a value for quoting in a message.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clip(s string) string { return boundtext.Bound(s, 64) }

@@ -230,7 +230,6 @@ func benchCompleteBatch(b *testing.B, backend Backend, n int) {
 	s := benchStore(b, backend, 16)
 	seedDeliveries(b, s, b.N*n, 16)
 	claims := claimAll(b, s, b.N*n)
-	ctx := context.Background()
 	ps := make([]storage.DeliveryCompleteParams, n)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -238,18 +237,24 @@ func benchCompleteBatch(b *testing.B, backend Backend, n int) {
 		for j := range n {
 			ps[j] = delivered(claims[i*n+j])
 		}
-		res, err := s.DeliveryCompleteBatch(ctx, ps)
-		if err != nil {
-			b.Fatalf("DeliveryCompleteBatch: %v", err)
-		}
-		for _, r := range res {
-			if r.Err != nil {
-				b.Fatalf("DeliveryCompleteBatch entry: %v", r.Err)
-			}
-		}
+		completeBatch(b, s, ps)
 	}
 	b.StopTimer()
 	perSecond(b, int64(b.N*n), "deliveries")
+}
+
+// completeBatch completes ps in one batch and requires every entry to
+// succeed.
+func completeBatch(b *testing.B, s storage.Store, ps []storage.DeliveryCompleteParams) {
+	res, err := s.DeliveryCompleteBatch(context.Background(), ps)
+	if err != nil {
+		b.Fatalf("DeliveryCompleteBatch: %v", err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			b.Fatalf("DeliveryCompleteBatch entry: %v", r.Err)
+		}
+	}
 }
 
 // One claim of a batch and its completions in one batch: the store's share
@@ -273,15 +278,7 @@ func benchCycle(b *testing.B, backend Backend, batch, due int) {
 		for i, c := range cs {
 			ps[i] = delivered(c)
 		}
-		res, err := s.DeliveryCompleteBatch(ctx, ps)
-		if err != nil {
-			b.Fatalf("DeliveryCompleteBatch: %v", err)
-		}
-		for _, r := range res {
-			if r.Err != nil {
-				b.Fatalf("DeliveryCompleteBatch entry: %v", r.Err)
-			}
-		}
+		completeBatch(b, s, ps)
 	}
 	b.StopTimer()
 	perSecond(b, int64(b.N*batch), "deliveries")
