@@ -174,9 +174,9 @@ func isNoop(tp trace.TracerProvider) bool {
 	return noop
 }
 
-// claimed is one claim waiting for a sender, with the claim's span context
+// queued is one claim waiting for a sender, with the claim's span context
 // and when it was claimed.
-type claimed struct {
+type queued struct {
 	ctx   context.Context
 	claim storage.Claim
 	at    time.Time
@@ -195,7 +195,7 @@ type claimed struct {
 // records whatever outcomes have arrived in one fenced batch, one
 // transaction for many attempts.
 func (p *Pool) Run(ctx context.Context) error {
-	queue := make(chan claimed, p.cfg.BatchSize)
+	queue := make(chan queued, p.cfg.BatchSize)
 	// taken wakes the claimer when a sender takes a claim off the queue.
 	taken := make(chan struct{}, 1)
 	rec := &recorder{done: make(chan completion), slots: make(chan struct{}, 2*p.cfg.Concurrency)}
@@ -263,7 +263,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		for _, c := range claims {
 			// The queue has room for every claim: n was its free space and
 			// only this loop adds to it.
-			queue <- claimed{ctx: claimCtx, claim: c, at: at}
+			queue <- queued{ctx: claimCtx, claim: c, at: at}
 		}
 		if len(claims) < n && !sleep(ctx, p.cfg.PollInterval) {
 			return nil
