@@ -276,8 +276,10 @@ func (m *modelRun) randomStep(eff effect) {
 	switch {
 	case r < 24:
 		m.claim(w, eff)
-	case r < 48 && len(w.held) > 0:
+	case r < 40 && len(w.held) > 0:
 		m.complete(w, m.rng.IntN(len(w.held)), eff)
+	case r >= 40 && r < 48 && len(w.held) > 1:
+		m.completeBatch(w, eff)
 	case r >= 48 && r < 53 && len(w.held) > 0:
 		m.release(w, m.rng.IntN(len(w.held)), eff)
 	case r >= 53 && r < 56 && len(w.held) > 0:
@@ -472,16 +474,63 @@ func (m *modelRun) takeHeld(w *simWorker, i int) storage.Claim {
 // is then recorded as a late attempt, the way the worker pool does it.
 func (m *modelRun) complete(w *simWorker, i int, eff effect) {
 	c := m.takeHeld(w, i)
-	md := m.byID[c.Delivery.ID]
+	p := m.completeParams(c)
+	d, a, err := w.store.DeliveryComplete(m.ctx, p)
+	m.completed(w, c, p, d, a, err, eff)
+}
+
+// completeBatch is a worker finishing several requests in one
+// DeliveryCompleteBatch, as the pool's completer does: each entry must come
+// out exactly as it would have alone. Claims on one delivery (an old and a
+// new one of the same worker) go in separate batches.
+func (m *modelRun) completeBatch(w *simWorker, eff effect) {
+	want := 2 + m.rng.IntN(4)
+	var cs []storage.Claim
+	var ps []storage.DeliveryCompleteParams
+	seen := map[string]bool{}
+	for i := 0; i < len(w.held) && len(cs) < want; {
+		c := w.held[i]
+		if seen[c.Delivery.ID] {
+			i++
+			continue
+		}
+		seen[c.Delivery.ID] = true
+		cs = append(cs, m.takeHeld(w, i))
+		ps = append(ps, m.completeParams(c))
+	}
+	res, err := w.store.DeliveryCompleteBatch(m.ctx, ps)
+	if err != nil {
+		m.fail("batch completion of %d: %v", len(ps), err)
+		return
+	}
+	if len(res) != len(ps) {
+		m.fail("batch completion of %d returned %d results", len(ps), len(res))
+		return
+	}
+	m.logf("%s completes %d claims in one batch", w.name, len(ps))
+	m.counts["batch"]++
+	for i, c := range cs {
+		m.completed(w, c, ps[i], res[i].Delivery, res[i].Attempt, res[i].Err, eff)
+	}
+}
+
+// completeParams is a random outcome of a request made under c.
+func (m *modelRun) completeParams(c storage.Claim) storage.DeliveryCompleteParams {
 	outcome, status, errText := m.randomOutcome()
 	delay := []time.Duration{0, 3 * time.Second, 10 * time.Second, 40 * time.Second}[m.rng.IntN(4)]
 	started := m.now.Add(-time.Duration(m.rng.IntN(2_000_000)) * time.Microsecond)
-	p := storage.DeliveryCompleteParams{
-		DeliveryID: md.id, Token: c.Token, Outcome: outcome, HTTPStatus: status, Error: errText,
+	return storage.DeliveryCompleteParams{
+		DeliveryID: c.Delivery.ID, Token: c.Token, Outcome: outcome, HTTPStatus: status, Error: errText,
 		StartedAt: started, FinishedAt: m.now, TraceID: fmt.Sprintf("%032x", m.step),
 		RetryDelay: delay, MaxCycleAttempts: m.allowance, Now: m.now,
 	}
-	d, a, err := w.store.DeliveryComplete(m.ctx, p)
+}
+
+// completed checks what the store answered to the completion p of c
+// against the model, and moves the model on.
+func (m *modelRun) completed(w *simWorker, c storage.Claim, p storage.DeliveryCompleteParams, d storage.Delivery, a storage.Attempt, err error, eff effect) {
+	md := m.byID[c.Delivery.ID]
+	outcome, status, errText, started, delay := p.Outcome, p.HTTPStatus, p.Error, p.StartedAt, p.RetryDelay
 	if c.Token != md.token {
 		m.logf("%s completes %s %s/%d under a superseded claim", w.name, md.name, outcome, status)
 		if !errors.Is(err, storage.ErrClaimLost) {
