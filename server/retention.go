@@ -28,10 +28,11 @@ func RunRetention(ctx context.Context, store Pruner, maxAge, interval time.Durat
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if n, err := PruneDelivered(ctx, store, time.Now().Add(-maxAge)); err != nil && ctx.Err() == nil {
+		cutoff := time.Now().Add(-maxAge)
+		if n, err := PruneDelivered(ctx, store, cutoff); err != nil && ctx.Err() == nil {
 			log.Warn("retention: removing old delivered deliveries failed; trying again at the next run", "removed", n, "error", err, "next_run_in", interval)
 		} else if n > 0 {
-			log.Info("retention: removed old delivered deliveries", "removed", n, "delivered_before", time.Now().Add(-maxAge).UTC().Format(time.RFC3339))
+			log.Info("retention: removed old delivered deliveries", "removed", n, "delivered_before", cutoff.UTC().Format(time.RFC3339))
 		}
 		select {
 		case <-t.C:

@@ -206,18 +206,12 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		}
 		_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
 			var d storage.Delivery
-			var a storage.Attempt
-			var status *int
-			err := r.Scan(append(deliveryDest(&d), &a.DeliveryID, &a.Number, &a.Outcome, &status, &a.Error, &a.Late,
-				&a.StartedAt, &a.FinishedAt, &a.TraceID)...)
-			if err != nil {
+			var a attemptScan
+			if err := r.Scan(append(deliveryDest(&d), a.dest()...)...); err != nil {
 				return struct{}{}, err
 			}
-			if status != nil {
-				a.HTTPStatus = *status
-			}
 			i := index[d.ID]
-			out[i].Delivery, out[i].Attempt = d, a
+			out[i].Delivery, out[i].Attempt = d, a.attempt()
 			done[d.ID] = true
 			return struct{}{}, nil
 		})

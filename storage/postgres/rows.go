@@ -69,15 +69,30 @@ func scanEvent(row pgx.Row) (storage.Event, error) {
 const attemptColumns = `a.delivery_id, a.number, a.outcome, a.http_status, a.error, a.late,
 	a.started_at, a.finished_at, a.trace_id`
 
-func scanAttempt(row pgx.Row) (storage.Attempt, error) {
-	var a storage.Attempt
-	var status *int
-	err := row.Scan(&a.DeliveryID, &a.Number, &a.Outcome, &status, &a.Error, &a.Late,
-		&a.StartedAt, &a.FinishedAt, &a.TraceID)
-	if status != nil {
-		a.HTTPStatus = *status
+// attemptScan holds the column that needs converting after the scan.
+type attemptScan struct {
+	a      storage.Attempt
+	status *int
+}
+
+func (s *attemptScan) dest() []any {
+	a := &s.a
+	return []any{&a.DeliveryID, &a.Number, &a.Outcome, &s.status, &a.Error, &a.Late,
+		&a.StartedAt, &a.FinishedAt, &a.TraceID}
+}
+
+func (s *attemptScan) attempt() storage.Attempt {
+	a := s.a
+	if s.status != nil {
+		a.HTTPStatus = *s.status
 	}
-	return a, err
+	return a
+}
+
+func scanAttempt(row pgx.Row) (storage.Attempt, error) {
+	var s attemptScan
+	err := row.Scan(s.dest()...)
+	return s.attempt(), err
 }
 
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,

@@ -55,8 +55,13 @@ func collectDeliveries(rows *sql.Rows) ([]storage.Delivery, error) {
 
 // deliveryExists tells ErrNotFound apart from a fence that did not match.
 func deliveryExists(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
+	return rowExists(tx.QueryRowContext(ctx, deliveryExistsSQL, id))
+}
+
+// rowExists reads the answer of deliveryExistsSQL.
+func rowExists(r *sql.Row) (bool, error) {
 	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM webhook_deliveries WHERE id = ?`, id).Scan(&one)
+	err := r.Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -307,13 +312,12 @@ func completeOne(ctx context.Context, now time.Time, p storage.DeliveryCompleteP
 		sql.Named("id", p.DeliveryID),
 		sql.Named("token", p.Token)))
 	if errors.Is(err, sql.ErrNoRows) {
-		var one int
-		err := exists.QueryRowContext(ctx, p.DeliveryID).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return d, a, storage.ErrNotFound
-		}
-		if err != nil {
+		ok, err := rowExists(exists.QueryRowContext(ctx, p.DeliveryID))
+		switch {
+		case err != nil:
 			return d, a, err
+		case !ok:
+			return d, a, storage.ErrNotFound
 		}
 		return d, a, storage.ErrClaimLost
 	}
@@ -321,8 +325,7 @@ func completeOne(ctx context.Context, now time.Time, p storage.DeliveryCompleteP
 		return d, a, err
 	}
 	a.Number = d.Attempts
-	_, err = insert.ExecContext(ctx, a.DeliveryID, a.Number, string(a.Outcome), nullStatus(a.HTTPStatus), a.Error,
-		boolInt(a.Late), micros(a.StartedAt), micros(a.FinishedAt), a.TraceID)
+	_, err = insert.ExecContext(ctx, attemptArgs(a)...)
 	return d, a, err
 }
 
@@ -335,10 +338,14 @@ func orNow(t, now time.Time) time.Time {
 }
 
 func insertAttempt(ctx context.Context, tx *sql.Tx, a storage.Attempt) error {
-	_, err := tx.ExecContext(ctx, insertAttemptSQL,
-		a.DeliveryID, a.Number, string(a.Outcome), nullStatus(a.HTTPStatus), a.Error, boolInt(a.Late),
-		micros(a.StartedAt), micros(a.FinishedAt), a.TraceID)
+	_, err := tx.ExecContext(ctx, insertAttemptSQL, attemptArgs(a)...)
 	return err
+}
+
+// attemptArgs are insertAttemptSQL's arguments for a.
+func attemptArgs(a storage.Attempt) []any {
+	return []any{a.DeliveryID, a.Number, string(a.Outcome), nullStatus(a.HTTPStatus), a.Error, boolInt(a.Late),
+		micros(a.StartedAt), micros(a.FinishedAt), a.TraceID}
 }
 
 // AttemptRecordLate records a request made under a superseded claim. It
