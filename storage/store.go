@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"time"
 )
 
@@ -123,19 +124,67 @@ type Endpoint struct {
 	// Secrets sign every message; during a rotation more than one is active.
 	Secrets     []Secret
 	Description string
-	// DisabledAt, when set, stops new events fanning out to the endpoint.
+	// DisabledAt, when set, pauses the endpoint: nothing is sent to it, and
+	// its pending deliveries, those of events that arrive meanwhile
+	// included, are held until it is enabled again.
 	DisabledAt *time.Time
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// DisabledReason says who or what disabled it: one of the Disabled*
+	// reasons. Empty while enabled.
+	DisabledReason string
+	// FailingSince is when the current run of failed attempts to the
+	// endpoint began; nil once an attempt is delivered. The store keeps it
+	// as attempts complete; writes of the field through EndpointUpdate are
+	// ignored.
+	FailingSince *time.Time
+	// RateLimit is the most sends per second to the endpoint, across every
+	// process sharing the store; 0 means no limit.
+	RateLimit float64
+	// RateBurst is how many sends may go at once after a quiet spell; 0
+	// means the default, RateLimit rounded up (at least 1).
+	RateBurst int
+	// MaxInFlight is the most sends to the endpoint under way at once,
+	// across every process; 0 means no limit.
+	MaxInFlight int
+	// Ordered makes deliveries go one at a time in the order they were
+	// queued: a delivery is not claimed while an earlier one to the
+	// endpoint is pending or processing.
+	Ordered bool
+	// RetrySchedule is the delay before each retry, overriding the
+	// server's; its length plus one is the retry allowance. Empty means the
+	// server's schedule.
+	RetrySchedule []time.Duration
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
+
+// The reasons an endpoint is disabled.
+const (
+	// DisabledByOperator: an operator disabled it through the API, CLI or console.
+	DisabledByOperator = "operator"
+	// DisabledGone: the receiver answered 410 Gone.
+	DisabledGone = "gone"
+	// DisabledFailing: every attempt to it failed for longer than the
+	// configured span.
+	DisabledFailing = "failing"
+)
+
+// Burst is the burst in force: RateBurst, or RateLimit rounded up.
+func (e Endpoint) Burst() int {
+	if e.RateBurst > 0 {
+		return e.RateBurst
+	}
+	return max(1, int(math.Ceil(e.RateLimit)))
+}
+
+// Limited reports whether claims of the endpoint's deliveries must be
+// admitted against a shared rate or in-flight budget.
+func (e Endpoint) Limited() bool { return e.RateLimit > 0 || e.MaxInFlight > 0 }
 
 // Matches reports whether an event of eventType for formID fans out to e.
 // An empty formID (an event not about a form) matches only endpoints that
-// name no forms.
+// name no forms. A disabled endpoint still matches: its delivery is created
+// held, so nothing is lost while it is paused.
 func (e Endpoint) Matches(eventType, formID string) bool {
-	if e.DisabledAt != nil {
-		return false
-	}
 	if len(e.EventTypes) > 0 && !contains(e.EventTypes, eventType) {
 		return false
 	}
@@ -172,7 +221,10 @@ type Event struct {
 	// TraceParent is the W3C trace context of the request that created the
 	// event, so attempts hours later can link back to it.
 	TraceParent string
-	CreatedAt   time.Time
+	// EndpointID, when set, sends the event to that endpoint only, whatever
+	// the subscriptions of the others: operator notifications use it.
+	EndpointID string
+	CreatedAt  time.Time
 }
 
 // Delivery is one event on its way to one endpoint.
@@ -186,7 +238,11 @@ type Delivery struct {
 	Attempts int
 	// CycleAttempts counts the owner's requests since the delivery last
 	// entered the queue; the retry allowance is measured against it.
-	CycleAttempts  int
+	CycleAttempts int
+	// Held marks a pending delivery that is not claimable for now: its
+	// endpoint is disabled, or it waits behind an earlier delivery to an
+	// ordered endpoint.
+	Held           bool
 	NextAttemptAt  time.Time
 	ClaimExpiresAt *time.Time
 	CreatedAt      time.Time
