@@ -42,7 +42,7 @@ func TestMigrateReportsWhatItDid(t *testing.T) {
 	if err := run(context.Background(), []string{"migrate", "--database", db}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "from schema version 2 to 5, applied: 0003_cycle_attempts, 0004_workers, 0005_claim_order_indexes") {
+	if !strings.Contains(out.String(), "from schema version 2 to 6, applied: 0003_cycle_attempts, 0004_workers, 0005_claim_order_indexes, 0006_endpoint_controls") {
 		t.Fatalf("second run: %s", out.String())
 	}
 	out.Reset()

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -198,7 +199,103 @@ func (e Endpoint) Validate() error {
 			return fmt.Errorf("%w: endpoint signing secret is empty", ErrInvalid)
 		}
 	}
+	switch {
+	case math.IsNaN(e.RateLimit) || math.IsInf(e.RateLimit, 0) || e.RateLimit < 0:
+		return fmt.Errorf("%w: endpoint rate limit %v must be 0 (none) or a positive number of sends per second", ErrInvalid, e.RateLimit)
+	case e.RateLimit > MaxRateLimit:
+		return fmt.Errorf("%w: endpoint rate limit %v is above the most this server spaces sends for, %d per second; use 0 for no limit", ErrInvalid, e.RateLimit, MaxRateLimit)
+	case e.RateBurst < 0 || e.RateBurst > MaxRateBurst:
+		return fmt.Errorf("%w: endpoint rate burst %d must be between 0 (the rate, rounded up) and %d", ErrInvalid, e.RateBurst, MaxRateBurst)
+	case e.RateBurst > 0 && e.RateLimit == 0:
+		return fmt.Errorf("%w: endpoint rate burst %d needs a rate limit", ErrInvalid, e.RateBurst)
+	case e.MaxInFlight < 0 || e.MaxInFlight > MaxInFlightCap:
+		return fmt.Errorf("%w: endpoint max in flight %d must be between 0 (no cap) and %d", ErrInvalid, e.MaxInFlight, MaxInFlightCap)
+	case len(e.RetrySchedule) > MaxRetrySchedule:
+		return fmt.Errorf("%w: endpoint retry schedule has %d delays, at most %d are allowed", ErrInvalid, len(e.RetrySchedule), MaxRetrySchedule)
+	}
+	for i, d := range e.RetrySchedule {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: endpoint retry delay %d is %s, want at least 1ms", ErrInvalid, i+1, d)
+		}
+	}
+	if e.DisabledAt != nil && e.DisabledReason != "" && !validDisabledReason(e.DisabledReason) {
+		return fmt.Errorf("%w: endpoint disabled reason %q is not %s, %s or %s", ErrInvalid, e.DisabledReason,
+			DisabledByOperator, DisabledGone, DisabledFailing)
+	}
 	return nil
+}
+
+// Bounds of the endpoint controls the store accepts; the server may set
+// tighter ones.
+const (
+	MaxRateLimit     = 1_000_000
+	MaxRateBurst     = 1_000_000
+	MaxInFlightCap   = 100_000
+	MaxRetrySchedule = 100
+)
+
+func validDisabledReason(r string) bool {
+	return r == DisabledByOperator || r == DisabledGone || r == DisabledFailing
+}
+
+// NormalizeControls is how every store writes an endpoint's state fields: a
+// disabled endpoint without a reason was disabled by an operator, an
+// enabled one has none.
+func (e *Endpoint) NormalizeControls() {
+	switch {
+	case e.DisabledAt == nil:
+		e.DisabledReason = ""
+	case e.DisabledReason == "":
+		e.DisabledReason = DisabledByOperator
+	}
+}
+
+// EncodeRetrySchedule is the one encoding of a retry schedule in a column:
+// a JSON array of whole microseconds.
+func EncodeRetrySchedule(delays []time.Duration) string {
+	us := make([]int64, len(delays))
+	for i, d := range delays {
+		us[i] = d.Microseconds()
+	}
+	b, _ := json.Marshal(us) // an []int64 always marshals
+	return string(b)
+}
+
+// DecodeRetrySchedule reads what EncodeRetrySchedule wrote; nil for none.
+func DecodeRetrySchedule(s string) ([]time.Duration, error) {
+	var us []int64
+	if err := json.Unmarshal([]byte(s), &us); err != nil {
+		return nil, fmt.Errorf("decode retry schedule: %w", err)
+	}
+	if len(us) == 0 {
+		return nil, nil
+	}
+	out := make([]time.Duration, len(us))
+	for i, v := range us {
+		out[i] = time.Duration(v) * time.Microsecond
+	}
+	return out, nil
+}
+
+// FanOut picks the endpoints, from all of them, that an event goes to: the
+// one it names, or every one whose subscriptions match.
+func FanOut(endpoints []Endpoint, ev Event) ([]Endpoint, error) {
+	if ev.EndpointID != "" {
+		for _, e := range endpoints {
+			if e.ID == ev.EndpointID {
+				return []Endpoint{e}, nil
+			}
+		}
+		return nil, fmt.Errorf("%w: the event is addressed to endpoint %s, which does not exist; create the endpoint or leave the event unaddressed",
+			ErrInvalid, ev.EndpointID)
+	}
+	var out []Endpoint
+	for _, e := range endpoints {
+		if e.Matches(ev.Type, ev.FormID) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // Validate checks an event before it is written.

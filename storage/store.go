@@ -416,6 +416,10 @@ type DeliveryStats struct {
 	ByState map[DeliveryState]int64
 	// Due counts deliveries claimable now.
 	Due int64
+	// Held counts pending deliveries that are not claimable however due
+	// they are: their endpoint is disabled, or they wait their turn at an
+	// ordered endpoint.
+	Held int64
 }
 
 // MigrateParams says how far to migrate.

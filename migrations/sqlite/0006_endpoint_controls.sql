@@ -27,10 +27,11 @@ ALTER TABLE webhook_deliveries ADD COLUMN held INTEGER NOT NULL DEFAULT 0 CHECK 
 DROP INDEX webhook_deliveries_pending_order;
 CREATE INDEX webhook_deliveries_pending_order ON webhook_deliveries (next_attempt_at, id)
     WHERE state = 'pending' AND held = 0;
--- The open deliveries of one endpoint, in order: the head of an ordered
--- endpoint, and the rows to hold or release when an endpoint is disabled or
--- enabled.
-CREATE INDEX webhook_deliveries_open ON webhook_deliveries (endpoint_id, id)
+-- The open deliveries of one endpoint, unheld apart from held, each in queue
+-- order: whether an ordered endpoint has one under way or due, which one is
+-- next, and the rows to hold or release when an endpoint is disabled or
+-- enabled. Only pending rows are ever held.
+CREATE INDEX webhook_deliveries_open ON webhook_deliveries (endpoint_id, held, created_at, id)
     WHERE state IN ('pending', 'processing');
 -- The sends under way to one endpoint, counted against its in-flight cap
 -- without reading its pending backlog.

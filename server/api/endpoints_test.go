@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -98,7 +99,7 @@ func TestEndpointLifecycle(t *testing.T) {
 			}
 		})
 
-		t.Run("disable stops fan-out and enable restarts it; both are idempotent", func(t *testing.T) {
+		t.Run("disable holds new deliveries and enable releases them; both are idempotent", func(t *testing.T) {
 			d1 := f.admin("POST", "/v1/endpoints/"+id+"/disable", nil).must(t, http.StatusOK)
 			if d1.body["disabled"] != true || d1.str("disabled_at") == "" {
 				t.Fatalf("disable: %s", d1.raw)
@@ -107,14 +108,22 @@ func TestEndpointLifecycle(t *testing.T) {
 			if d2.str("disabled_at") != d1.str("disabled_at") {
 				t.Fatal("disabling again moved disabled_at")
 			}
-			if r := f.submit("contact", map[string]any{"a": 1}).must(t, http.StatusAccepted); len(r.list("deliveries")) != 0 {
-				t.Fatalf("a disabled endpoint got a delivery: %s", r.raw)
+			r := f.submit("contact", map[string]any{"a": 1}).must(t, http.StatusAccepted)
+			if len(r.list("deliveries")) != 1 {
+				t.Fatalf("a disabled endpoint's delivery was not kept: %s", r.raw)
+			}
+			held := fmt.Sprint(r.list("deliveries")[0])
+			if d, err := f.store.DeliveryGet(context.Background(), held); err != nil || !d.Held {
+				t.Fatalf("delivery %s to a disabled endpoint: %+v, %v; want it held", held, d, err)
 			}
 			e := f.admin("POST", "/v1/endpoints/"+id+"/enable", nil).must(t, http.StatusOK)
 			if e.body["disabled"] != false || e.body["disabled_at"] != nil {
 				t.Fatalf("enable: %s", e.raw)
 			}
 			f.admin("POST", "/v1/endpoints/"+id+"/enable", nil).must(t, http.StatusOK)
+			if d, err := f.store.DeliveryGet(context.Background(), held); err != nil || d.Held {
+				t.Fatalf("delivery %s after enabling: %+v, %v; want it released", held, d, err)
+			}
 			if r := f.submit("contact", map[string]any{"a": 2}).must(t, http.StatusAccepted); len(r.list("deliveries")) != 1 {
 				t.Fatalf("an enabled endpoint got no delivery: %s", r.raw)
 			}

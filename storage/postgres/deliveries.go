@@ -24,7 +24,7 @@ import (
 const claimSQL = `
 WITH pending AS (
 	SELECT id, next_attempt_at FROM webhook_deliveries
-	WHERE state = 'pending' AND next_attempt_at <= coalesce($1::timestamptz, now())
+	WHERE state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
@@ -54,7 +54,8 @@ JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
 ORDER BY d.next_attempt_at, d.id`
 
 // DeliveryClaim claims up to p.Limit claimable deliveries, oldest due first,
-// each with a fresh random token, the event it carries and its endpoint.
+// each with a fresh random token, the event it carries and its endpoint,
+// and returns those the endpoints' controls admit (see admitClaims).
 func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
 	const op = "delivery claim"
 	if err := p.Validate(); err != nil {
@@ -92,6 +93,11 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	if claims == nil {
 		claims = []storage.Claim{}
 	}
+	if needsAdmission(claims) {
+		if claims, err = s.admitClaims(ctx, claims, p.Now); err != nil {
+			return nil, mapErr(op, err)
+		}
+	}
 	return claims, nil
 }
 
@@ -125,6 +131,8 @@ WITH input AS (
 			WHEN i.outcome = 'retryable' AND d.cycle_attempts + 1 < i.allowance THEN NULL
 			ELSE coalesce(i.now, now())
 		END,
+		held = i.outcome = 'retryable' AND d.cycle_attempts + 1 < i.allowance AND EXISTS (
+			SELECT 1 FROM webhook_endpoints AS ep WHERE ep.id = d.endpoint_id AND ep.disabled_at IS NOT NULL),
 		claim_token = NULL,
 		claim_expires_at = NULL
 	FROM input AS i
@@ -132,6 +140,26 @@ WITH input AS (
 	RETURNING d.*, i.outcome AS a_outcome, i.status AS a_status, i.error AS a_error,
 		coalesce(i.started_at, i.now, now()) AS a_started, coalesce(i.finished_at, i.now, now()) AS a_finished,
 		i.trace_id AS a_trace
+), run AS (
+	-- What the batch says about each endpoint's run of failures: when it
+	-- last delivered, and the first failure after that.
+	SELECT endpoint_id, last_delivered,
+		min(a_finished) FILTER (WHERE a_outcome <> 'delivered'
+			AND (last_delivered IS NULL OR a_finished > last_delivered)) AS first_failure
+	FROM (SELECT endpoint_id, a_outcome, a_finished,
+			max(a_finished) FILTER (WHERE a_outcome = 'delivered') OVER (PARTITION BY endpoint_id) AS last_delivered
+		FROM done) AS o
+	GROUP BY endpoint_id, last_delivered
+), failing AS (
+	-- A delivered attempt ends the run, a failure starts one unless one is
+	-- under way. Only a change is written, so a healthy endpoint's row is
+	-- neither written nor locked here.
+	UPDATE webhook_endpoints AS ep
+	SET failing_since = r.first_failure
+	FROM run AS r
+	WHERE ep.id = r.endpoint_id AND (
+		(r.last_delivered IS NOT NULL AND ep.failing_since IS DISTINCT FROM r.first_failure)
+		OR (r.last_delivered IS NULL AND ep.failing_since IS NULL AND r.first_failure IS NOT NULL))
 ), attempt AS (
 	INSERT INTO webhook_delivery_attempts AS a (delivery_id, number, outcome, http_status, error, late,
 		started_at, finished_at, trace_id)
@@ -190,15 +218,22 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		return out, nil
 	}
 
+	// Ordered endpoints are locked first, like every change to what may
+	// go next to one; after the update, the next delivery of each that has
+	// nothing under way any more is let go.
 	b := &pgx.Batch{}
+	b.Queue(lockOrderedOfSQL, in.ids)
 	b.Queue(lockBatchSQL, in.ids)
 	b.Queue(completeBatchSQL, in.ids, in.tokens, in.outcomes, in.allowances, in.nows, in.delays,
 		in.statuses, in.errors, in.started, in.finished, in.traces)
+	b.Queue(promoteOfSQL, in.ids)
 	br := s.pool.SendBatch(ctx, b)
 	done := map[string]bool{}
 	err = func() error {
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -215,6 +250,10 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 			done[d.ID] = true
 			return struct{}{}, nil
 		})
+		if err != nil {
+			return err
+		}
+		_, err = br.Exec()
 		return err
 	}()
 	if cerr := br.Close(); err == nil {
@@ -351,7 +390,9 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 			SET state = 'pending',
 				next_attempt_at = coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond',
 				claim_token = NULL,
-				claim_expires_at = NULL
+				claim_expires_at = NULL,
+				held = EXISTS (SELECT 1 FROM webhook_endpoints AS ep
+					WHERE ep.id = d.endpoint_id AND ep.disabled_at IS NOT NULL)
 			WHERE d.id = $1 AND d.claim_token = $2
 			RETURNING `+deliveryColumns,
 			p.DeliveryID, p.Token, dbNow(p.Now), p.Delay.Microseconds()))
@@ -374,7 +415,8 @@ const replaySet = `
 		cycle_attempts = 0,
 		completed_at = NULL,
 		claim_token = NULL,
-		claim_expires_at = NULL`
+		claim_expires_at = NULL,
+		held = false`
 
 // DeliveryReplay moves one terminal delivery back to pending and writes who
 // did it. storage.ErrNotTerminal for a pending or processing delivery.
@@ -386,7 +428,12 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	var d storage.Delivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Lock first, so two operators replaying at once cannot both see
-		// the terminal state: the second waits and then sees pending.
+		// the terminal state: the second waits and then sees pending. An
+		// ordered endpoint is locked before the delivery, as everywhere.
+		ids := []string{p.DeliveryID}
+		if _, err := tx.Exec(ctx, lockOrderedOfSQL, ids); err != nil {
+			return err
+		}
 		var prev storage.DeliveryState
 		err := tx.QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, p.DeliveryID).Scan(&prev)
 		if err != nil {
@@ -395,15 +442,21 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 		if !prev.Terminal() {
 			return fmt.Errorf("%w (it is %s)", storage.ErrNotTerminal, prev)
 		}
-		d, err = scanDelivery(tx.QueryRow(ctx, `UPDATE webhook_deliveries AS d`+replaySet+`
-			WHERE d.id = $1 RETURNING `+deliveryColumns, p.DeliveryID, dbNow(p.Now)))
-		if err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries AS d`+replaySet+` WHERE d.id = $1`,
+			p.DeliveryID, dbNow(p.Now)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `
+		if err := requeued(ctx, tx, ids); err != nil {
+			return err
+		}
+		if _, err = tx.Exec(ctx, `
 			INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
 			VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))`,
-			p.DeliveryID, p.Actor, string(prev), dbNow(p.Now))
+			p.DeliveryID, p.Actor, string(prev), dbNow(p.Now)); err != nil {
+			return err
+		}
+		d, err = scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
+			WHERE d.id = $1`, p.DeliveryID))
 		return err
 	})
 	if err != nil {
@@ -435,14 +488,31 @@ WITH picked AS (
 	FROM picked
 	WHERE d.id = picked.id AND picked.state IN ('delivered', 'failed')
 	RETURNING d.id, picked.state AS previous_state
+), audit AS (
+	INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+	SELECT id, $1, previous_state, coalesce($2::timestamptz, now()) FROM replayed
 )
-INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
-SELECT id, $1, previous_state, coalesce($2::timestamptz, now()) FROM replayed`
-	tag, err := s.pool.Exec(ctx, sql, w.args...)
+SELECT id FROM replayed`
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sql, w.args...)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		n = len(ids)
+		// The replayed rows are locked already; a lock of their endpoints
+		// taken now cannot wait on anything that waits on them, since
+		// nothing else touches a terminal row.
+		return requeued(ctx, tx, ids)
+	})
 	if err != nil {
 		return 0, mapErr(op, err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 // DeliveryPrune removes delivered deliveries completed before the cutoff,

@@ -33,12 +33,12 @@ func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.Even
 		// still a unique violation, which mapErr reports as ErrConflict.
 		row := tx.QueryRow(ctx, `
 			INSERT INTO webhook_events AS e (id, type, form_id, submission_id, payload,
-				idempotency_key, trace_parent, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()))
+				idempotency_key, trace_parent, created_at, endpoint_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()), $9)
 			ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 			RETURNING `+eventColumns,
 			ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload),
-			nullText(ev.IdempotencyKey), ev.TraceParent, dbNow(ev.CreatedAt))
+			nullText(ev.IdempotencyKey), ev.TraceParent, dbNow(ev.CreatedAt), ev.EndpointID)
 		created, err := scanEvent(row)
 		if errors.Is(err, pgx.ErrNoRows) {
 			res, err = existingEvent(ctx, tx, ev.IdempotencyKey)
@@ -77,42 +77,72 @@ func existingEvent(ctx context.Context, tx pgx.Tx, key string) (storage.EventCre
 	return storage.EventCreateResult{Event: ev, Deliveries: ds, Duplicate: true}, nil
 }
 
-// fanOut inserts one pending delivery of ev for every matching endpoint.
-// Matching is storage.Endpoint.Matches, so both backends agree on it.
+// fanOut inserts one pending delivery of ev for every endpoint
+// storage.FanOut picks, so both backends agree on it. A delivery to a
+// disabled or ordered endpoint starts held; an ordered endpoint with
+// nothing under way then lets its next one go.
 func fanOut(ctx context.Context, tx pgx.Tx, ev storage.Event) ([]storage.Delivery, error) {
-	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at FROM webhook_endpoints ORDER BY id`)
+	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	var ep storage.Endpoint
-	var ids, endpointIDs []string
-	_, err = pgx.ForEachRow(rows, []any{&ep.ID, &ep.EventTypes, &ep.FormIDs, &ep.DisabledAt}, func() error {
-		if ep.Matches(ev.Type, ev.FormID) {
-			ids = append(ids, storage.NewID("dlv"))
-			endpointIDs = append(endpointIDs, ep.ID)
-		}
+	var all []storage.Endpoint
+	_, err = pgx.ForEachRow(rows, []any{&ep.ID, &ep.EventTypes, &ep.FormIDs, &ep.DisabledAt, &ep.Ordered}, func() error {
+		all = append(all, ep)
 		ep = storage.Endpoint{}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read endpoints to fan out to: %w", err)
 	}
-	if len(ids) == 0 {
+	targets, err := storage.FanOut(all, ev)
+	if err != nil {
+		return nil, err
+	}
+	if len(targets) == 0 {
 		return []storage.Delivery{}, nil
+	}
+	var ids, endpointIDs, ordered []string
+	var held []bool
+	for _, t := range targets {
+		ids = append(ids, storage.NewID("dlv"))
+		endpointIDs = append(endpointIDs, t.ID)
+		held = append(held, t.DisabledAt != nil || t.Ordered)
+		if t.Ordered {
+			ordered = append(ordered, t.ID)
+		}
+	}
+	if len(ordered) > 0 {
+		if _, err := tx.Exec(ctx, lockOrderedSQL, ordered); err != nil {
+			return nil, err
+		}
 	}
 	rows, err = tx.Query(ctx, `
 		INSERT INTO webhook_deliveries AS d (id, endpoint_id, event_id, state, attempts, cycle_attempts,
-			next_attempt_at, created_at)
-		SELECT x.id, x.endpoint_id, $3, 'pending', 0, 0, $4, $4
-		FROM unnest($1::text[], $2::text[]) AS x (id, endpoint_id)
+			next_attempt_at, created_at, held)
+		SELECT x.id, x.endpoint_id, $3, 'pending', 0, 0, $4, $4, x.held
+		FROM unnest($1::text[], $2::text[], $5::boolean[]) AS x (id, endpoint_id, held)
 		RETURNING `+deliveryColumns,
-		ids, endpointIDs, ev.ID, ev.CreatedAt)
+		ids, endpointIDs, ev.ID, ev.CreatedAt, held)
 	if err != nil {
 		return nil, err
 	}
 	ds, err := collectDeliveries(rows)
 	if err != nil {
 		return nil, err
+	}
+	if len(ordered) > 0 {
+		if _, err := tx.Exec(ctx, promoteSQL, ordered); err != nil {
+			return nil, err
+		}
+		if rows, err = tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
+			WHERE d.id = ANY($1::text[])`, ids); err != nil {
+			return nil, err
+		}
+		if ds, err = collectDeliveries(rows); err != nil {
+			return nil, err
+		}
 	}
 	// RETURNING has no order; match the order a duplicate create reads back.
 	sort.Slice(ds, func(i, j int) bool { return ds[i].EndpointID < ds[j].EndpointID })

@@ -100,7 +100,7 @@ func (s *Store) DeliveryList(ctx context.Context, p storage.DeliveryListParams) 
 // DeliveryStats counts deliveries in each of the four states, and those
 // claimable at now (the database clock when zero), in one snapshot.
 func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error) {
-	var pending, processing, delivered, failed, due int64
+	var pending, processing, delivered, failed, due, held int64
 	err := s.pool.QueryRow(ctx, `
 		SELECT
 			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
@@ -108,9 +108,10 @@ func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.Deliv
 			(SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'),
 			(SELECT count(*) FROM webhook_deliveries WHERE state = 'failed'),
 			(SELECT count(*) FROM webhook_deliveries
-			 WHERE (state = 'pending' AND next_attempt_at <= coalesce($1::timestamptz, now()))
-			    OR (state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())))`,
-		dbNow(now)).Scan(&pending, &processing, &delivered, &failed, &due)
+			 WHERE (state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now()))
+			    OR (state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now()))),
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND held)`,
+		dbNow(now)).Scan(&pending, &processing, &delivered, &failed, &due, &held)
 	if err != nil {
 		return storage.DeliveryStats{}, mapErr("delivery stats", err)
 	}
@@ -121,7 +122,8 @@ func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.Deliv
 			storage.StateDelivered:  delivered,
 			storage.StateFailed:     failed,
 		},
-		Due: due,
+		Due:  due,
+		Held: held,
 	}, nil
 }
 

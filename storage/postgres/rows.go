@@ -13,11 +13,11 @@ import (
 // (d deliveries, e events, a attempts), and scanned by the matching function.
 
 const deliveryColumns = `d.id, d.endpoint_id, d.event_id, d.state, d.attempts, d.cycle_attempts,
-	d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at`
+	d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at, d.held`
 
 func deliveryDest(d *storage.Delivery) []any {
 	return []any{&d.ID, &d.EndpointID, &d.EventID, &d.State, &d.Attempts, &d.CycleAttempts,
-		&d.NextAttemptAt, &d.ClaimExpiresAt, &d.CreatedAt, &d.CompletedAt}
+		&d.NextAttemptAt, &d.ClaimExpiresAt, &d.CreatedAt, &d.CompletedAt, &d.Held}
 }
 
 func scanDelivery(row pgx.Row) (storage.Delivery, error) {
@@ -35,7 +35,7 @@ func collectDeliveries(rows pgx.Rows) ([]storage.Delivery, error) {
 }
 
 const eventColumns = `e.id, e.type, e.form_id, e.submission_id, e.payload, e.idempotency_key,
-	e.trace_parent, e.created_at`
+	e.trace_parent, e.created_at, e.endpoint_id`
 
 // eventScan holds the columns that need converting after the scan.
 type eventScan struct {
@@ -46,7 +46,7 @@ type eventScan struct {
 
 func (s *eventScan) dest() []any {
 	return []any{&s.ev.ID, &s.ev.Type, &s.ev.FormID, &s.ev.SubmissionID, &s.payload, &s.key,
-		&s.ev.TraceParent, &s.ev.CreatedAt}
+		&s.ev.TraceParent, &s.ev.CreatedAt, &s.ev.EndpointID}
 }
 
 func (s *eventScan) event() storage.Event {
@@ -96,23 +96,26 @@ func scanAttempt(row pgx.Row) (storage.Attempt, error) {
 }
 
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
-	disabled_at, created_at, updated_at`
+	disabled_at, created_at, updated_at, disabled_reason, failing_since, rate_limit, rate_burst,
+	max_in_flight, ordered, retry_schedule`
 
 // epEndpointColumns is endpointColumns read through the alias ep, for
 // queries that read an endpoint beside other tables.
 const epEndpointColumns = `ep.id, ep.transport, ep.url, ep.config, ep.event_types, ep.form_ids,
-	ep.secrets, ep.description, ep.disabled_at, ep.created_at, ep.updated_at`
+	ep.secrets, ep.description, ep.disabled_at, ep.created_at, ep.updated_at, ep.disabled_reason,
+	ep.failing_since, ep.rate_limit, ep.rate_burst, ep.max_in_flight, ep.ordered, ep.retry_schedule`
 
 // endpointScan holds the columns that need converting after the scan.
 type endpointScan struct {
-	e       storage.Endpoint
-	secrets string
+	e                      storage.Endpoint
+	secrets, retrySchedule string
 }
 
 func (s *endpointScan) dest() []any {
 	e := &s.e
 	return []any{&e.ID, &e.Transport, &e.URL, &e.Config, &e.EventTypes, &e.FormIDs, &s.secrets,
-		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt}
+		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt, &e.DisabledReason, &e.FailingSince,
+		&e.RateLimit, &e.RateBurst, &e.MaxInFlight, &e.Ordered, &s.retrySchedule}
 }
 
 func (s *endpointScan) endpoint() (storage.Endpoint, error) {
@@ -121,6 +124,9 @@ func (s *endpointScan) endpoint() (storage.Endpoint, error) {
 	e.Secrets, err = storage.DecodeSecrets(s.secrets)
 	if err != nil {
 		// The decode error never carries the secret text itself.
+		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+	}
+	if e.RetrySchedule, err = storage.DecodeRetrySchedule(s.retrySchedule); err != nil {
 		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
 	}
 	return normalizeEndpoint(e), nil
@@ -156,5 +162,10 @@ func normalizeEndpoint(e storage.Endpoint) storage.Endpoint {
 		secrets[i] = s
 	}
 	e.Secrets = secrets
+	if e.FailingSince != nil {
+		t := e.FailingSince.UTC()
+		e.FailingSince = &t
+	}
+	e.NormalizeControls()
 	return e
 }

@@ -14,10 +14,10 @@ import (
 )
 
 const deliveryColumns = `id, endpoint_id, event_id, state, attempts, cycle_attempts,
-	next_attempt_at, claim_expires_at, created_at, completed_at`
+	next_attempt_at, claim_expires_at, created_at, completed_at, held`
 
 // claimable is the one definition of a claimable row, over :now.
-const claimable = `((state = 'pending' AND next_attempt_at <= :now)
+const claimable = `((state = 'pending' AND held = 0 AND next_attempt_at <= :now)
 	OR (state = 'processing' AND claim_expires_at < :now))`
 
 func scanDelivery(r rowScanner, extra ...any) (storage.Delivery, error) {
@@ -26,9 +26,10 @@ func scanDelivery(r rowScanner, extra ...any) (storage.Delivery, error) {
 		state                  string
 		next, created          int64
 		claimExpires, complete sql.NullInt64
+		held                   int64
 	)
 	dest := append([]any{&d.ID, &d.EndpointID, &d.EventID, &state, &d.Attempts, &d.CycleAttempts,
-		&next, &claimExpires, &created, &complete}, extra...)
+		&next, &claimExpires, &created, &complete, &held}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return storage.Delivery{}, err
 	}
@@ -37,6 +38,7 @@ func scanDelivery(r rowScanner, extra ...any) (storage.Delivery, error) {
 	d.ClaimExpiresAt = fromNullMicros(claimExpires)
 	d.CreatedAt = fromMicros(created)
 	d.CompletedAt = fromNullMicros(complete)
+	d.Held = held != 0
 	return d, nil
 }
 
@@ -102,7 +104,7 @@ const claimSQL = `
 		SELECT id FROM (
 			SELECT id, next_attempt_at FROM (
 				SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
-				WHERE state = 'pending' AND next_attempt_at <= :now
+				WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
 				ORDER BY next_attempt_at, id LIMIT :limit)
 			UNION ALL
 			SELECT id, next_attempt_at FROM (
@@ -116,9 +118,11 @@ const endpointsByIDSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
 	WHERE id IN (SELECT value FROM json_each(?))`
 
 // DeliveryClaim claims up to p.Limit claimable deliveries in one writer
-// transaction, each with its event and its endpoint. The single writer
-// connection (and, across processes, SQLite's write lock) is what keeps two
-// claimers from picking the same row.
+// transaction, each with its event and its endpoint, and returns those the
+// endpoints' controls admit (see admitClaims). The single writer connection
+// (and, across processes, SQLite's write lock) is what keeps two claimers
+// from picking the same row and two processes from overspending one
+// endpoint's budget.
 func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
 	const op = "claim deliveries"
 	if err := p.Validate(); err != nil {
@@ -128,7 +132,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	if err != nil {
 		return nil, s.mapErr(op, err)
 	}
-	now := micros(s.now(p.Now))
+	nowTime := s.now(p.Now)
+	now := micros(nowTime)
 	claims := []storage.Claim{}
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		rows, err := tx.StmtContext(ctx, st[0]).QueryContext(ctx,
@@ -183,7 +188,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 				return fmt.Errorf("endpoint %s of delivery %s is missing", c.Delivery.EndpointID, c.Delivery.ID)
 			}
 		}
-		return nil
+		claims, err = admitClaims(ctx, tx, claims, nowTime)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -228,6 +234,10 @@ const completeSQL = `
 		completed_at = CASE
 			WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN NULL
 			ELSE :now END,
+		held = CASE
+			WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN
+				(SELECT disabled_at IS NOT NULL FROM webhook_endpoints AS ep WHERE ep.id = endpoint_id)
+			ELSE 0 END,
 		claim_token = NULL,
 		claim_expires_at = NULL
 	WHERE id = :id AND claim_token = :token
@@ -255,7 +265,9 @@ func (s *Store) DeliveryComplete(ctx context.Context, p storage.DeliveryComplete
 }
 
 // DeliveryCompleteBatch completes many claims in one writer transaction,
-// each entry fenced on its own token as DeliveryComplete is.
+// each entry fenced on its own token as DeliveryComplete is. It keeps the
+// endpoints' FailingSince and lets an ordered endpoint's next delivery go
+// once the one under way is done.
 func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.DeliveryCompleteParams) ([]storage.DeliveryCompleteResult, error) {
 	const op = "complete deliveries"
 	errs, err := storage.ValidateCompleteBatch(ps)
@@ -270,6 +282,7 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		out = make([]storage.DeliveryCompleteResult, len(ps))
 		update, insert, exists := tx.StmtContext(ctx, st[0]), tx.StmtContext(ctx, st[1]), tx.StmtContext(ctx, st[2])
+		failing := map[string]*failingUpdate{}
 		for i, p := range ps {
 			if errs[i] != nil {
 				out[i].Err = errs[i]
@@ -283,9 +296,29 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 				return err
 			default:
 				out[i].Delivery, out[i].Attempt = d, a
+				f := failing[d.EndpointID]
+				if f == nil {
+					f = &failingUpdate{}
+					failing[d.EndpointID] = f
+				}
+				f.add(a)
 			}
 		}
-		return nil
+		if len(failing) == 0 {
+			return nil
+		}
+		if err := recordFailing(ctx, tx, failing); err != nil {
+			return err
+		}
+		ids := make([]string, 0, len(failing))
+		for id := range failing {
+			ids = append(ids, id)
+		}
+		controls, err := endpointControls(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		return promoteAll(ctx, tx, controls)
 	})
 	if err != nil {
 		return nil, err
@@ -404,7 +437,8 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 		var err error
 		d, err = scanDelivery(tx.QueryRowContext(ctx, `
 			UPDATE webhook_deliveries
-			SET state = 'pending', next_attempt_at = ?, claim_token = NULL, claim_expires_at = NULL
+			SET state = 'pending', next_attempt_at = ?, claim_token = NULL, claim_expires_at = NULL,
+				held = (SELECT disabled_at IS NOT NULL FROM webhook_endpoints AS ep WHERE ep.id = endpoint_id)
 			WHERE id = ? AND claim_token = ?
 			RETURNING `+deliveryColumns,
 			now+p.Delay.Microseconds(), p.DeliveryID, p.Token))
@@ -428,7 +462,41 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 
 // replaySet is the one definition of what replay does to a row.
 const replaySet = `SET state = 'pending', next_attempt_at = :now, cycle_attempts = 0,
-	completed_at = NULL, claim_token = NULL, claim_expires_at = NULL`
+	completed_at = NULL, claim_token = NULL, claim_expires_at = NULL, held = 0`
+
+// requeued holds the deliveries in ids that just re-entered the queue if
+// their endpoint is disabled or ordered, and lets each ordered endpoint's
+// next delivery go if none of it is under way or due.
+func requeued(ctx context.Context, tx *sql.Tx, ids []string) error {
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT endpoint_id FROM webhook_deliveries
+		WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
+	if err != nil {
+		return err
+	}
+	endpointIDs, err := collectStrings(rows)
+	if err != nil {
+		return err
+	}
+	controls, err := endpointControls(ctx, tx, endpointIDs)
+	if err != nil {
+		return err
+	}
+	var holdable []string
+	for id, c := range controls {
+		if c.holdable() {
+			holdable = append(holdable, id)
+		}
+	}
+	if len(holdable) == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET held = 1
+		WHERE id IN (SELECT value FROM json_each(?)) AND endpoint_id IN (SELECT value FROM json_each(?))`,
+		jsonList(ids), jsonList(holdable)); err != nil {
+		return err
+	}
+	return promoteAll(ctx, tx, controls)
+}
 
 // DeliveryReplay puts one terminal delivery back in the queue and writes the
 // audit record.
@@ -450,17 +518,19 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 			return fmt.Errorf("%w: it is %s", storage.ErrNotTerminal, prev)
 		}
 		var err error
-		d, err = scanDelivery(tx.QueryRowContext(ctx, `
-			UPDATE webhook_deliveries `+replaySet+`
-			WHERE id = :id
-			RETURNING `+deliveryColumns,
-			sql.Named("now", now), sql.Named("id", p.DeliveryID)))
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries `+replaySet+` WHERE id = :id`,
+			sql.Named("now", now), sql.Named("id", p.DeliveryID)); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `
+		if err := requeued(ctx, tx, []string{p.DeliveryID}); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
-			VALUES (?, ?, ?, ?)`, p.DeliveryID, p.Actor, prev, now)
+			VALUES (?, ?, ?, ?)`, p.DeliveryID, p.Actor, prev, now); err != nil {
+			return err
+		}
+		d, err = scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
 		return err
 	})
 	if err != nil {
@@ -518,7 +588,7 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 			return err
 		}
 		n = int(updated)
-		return nil
+		return requeued(ctx, tx, ids)
 	})
 	if err != nil {
 		return 0, err
@@ -606,16 +676,17 @@ func (s *Store) DeliveryList(ctx context.Context, p storage.DeliveryListParams) 
 // DeliveryStats counts deliveries by state, every state present, and how
 // many are claimable at now (the Go clock when zero), in one snapshot.
 func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error) {
-	var pending, processing, delivered, failed, due int64
+	var pending, processing, delivered, failed, due, held int64
 	err := s.reader.QueryRowContext(ctx, `
 		SELECT
 			coalesce(sum(state = 'pending'), 0),
 			coalesce(sum(state = 'processing'), 0),
 			coalesce(sum(state = 'delivered'), 0),
 			coalesce(sum(state = 'failed'), 0),
-			coalesce(sum(`+claimable+`), 0)
+			coalesce(sum(`+claimable+`), 0),
+			coalesce(sum(state = 'pending' AND held = 1), 0)
 		FROM webhook_deliveries`, sql.Named("now", micros(s.now(now)))).
-		Scan(&pending, &processing, &delivered, &failed, &due)
+		Scan(&pending, &processing, &delivered, &failed, &due, &held)
 	if err != nil {
 		return storage.DeliveryStats{}, s.mapErr("delivery stats", err)
 	}
@@ -626,7 +697,8 @@ func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.Deliv
 			storage.StateDelivered:  delivered,
 			storage.StateFailed:     failed,
 		},
-		Due: due,
+		Due:  due,
+		Held: held,
 	}, nil
 }
 

@@ -12,11 +12,12 @@ import (
 )
 
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
-	disabled_at, created_at, updated_at`
+	disabled_at, created_at, updated_at, disabled_reason, failing_since, rate_limit, rate_burst,
+	max_in_flight, ordered, retry_schedule`
 
 // endpointRow is an endpoint in its column encoding.
 type endpointRow struct {
-	config, eventTypes, formIDs, secrets string
+	config, eventTypes, formIDs, secrets, retrySchedule string
 }
 
 func encodeEndpoint(e storage.Endpoint) (endpointRow, error) {
@@ -45,7 +46,8 @@ func encodeEndpoint(e storage.Endpoint) (endpointRow, error) {
 	if err != nil {
 		return endpointRow{}, fmt.Errorf("encode endpoint secrets: %w", err)
 	}
-	return endpointRow{config: string(cfg), eventTypes: jsonList(types), formIDs: jsonList(forms), secrets: enc}, nil
+	return endpointRow{config: string(cfg), eventTypes: jsonList(types), formIDs: jsonList(forms), secrets: enc,
+		retrySchedule: storage.EncodeRetrySchedule(e.RetrySchedule)}, nil
 }
 
 func normTime(t *time.Time) *time.Time {
@@ -58,15 +60,24 @@ func normTime(t *time.Time) *time.Time {
 
 func scanEndpoint(r rowScanner) (storage.Endpoint, error) {
 	var (
-		e                storage.Endpoint
-		row              endpointRow
-		disabled         sql.NullInt64
-		created, updated int64
+		e                 storage.Endpoint
+		row               endpointRow
+		disabled, failing sql.NullInt64
+		created, updated  int64
+		ordered           int64
 	)
 	if err := r.Scan(&e.ID, &e.Transport, &e.URL, &row.config, &row.eventTypes, &row.formIDs, &row.secrets,
-		&e.Description, &disabled, &created, &updated); err != nil {
+		&e.Description, &disabled, &created, &updated, &e.DisabledReason, &failing, &e.RateLimit, &e.RateBurst,
+		&e.MaxInFlight, &ordered, &row.retrySchedule); err != nil {
 		return storage.Endpoint{}, err
 	}
+	e.Ordered = ordered != 0
+	e.FailingSince = fromNullMicros(failing)
+	schedule, err := storage.DecodeRetrySchedule(row.retrySchedule)
+	if err != nil {
+		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+	}
+	e.RetrySchedule = schedule
 	if err := json.Unmarshal([]byte(row.config), &e.Config); err != nil {
 		return storage.Endpoint{}, fmt.Errorf("decode config of endpoint %s: %w", e.ID, err)
 	}
@@ -131,6 +142,7 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 	if e.UpdatedAt.IsZero() {
 		e.UpdatedAt = e.CreatedAt
 	}
+	e.NormalizeControls()
 	row, err := encodeEndpoint(e)
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
@@ -140,10 +152,11 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 		var err error
 		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
 			INSERT INTO webhook_endpoints (`+endpointColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)
 			RETURNING `+endpointColumns,
 			e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
-			nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(s.now(e.UpdatedAt))))
+			nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(s.now(e.UpdatedAt)), e.DisabledReason,
+			e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule))
 		return err
 	})
 	if err != nil {
@@ -172,7 +185,9 @@ func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 }
 
 // EndpointUpdate replaces every mutable field of endpoint e.ID and sets
-// updated_at to the Go clock. ID and CreatedAt are kept.
+// updated_at to the Go clock. ID, CreatedAt and FailingSince are kept. When
+// the endpoint is disabled, enabled, or its ordering changes, its pending
+// deliveries are held or released to match in the same transaction.
 func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
 	op := "update endpoint " + e.ID
 	if e.ID == "" {
@@ -181,6 +196,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	if err := e.Validate(); err != nil {
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	e.NormalizeControls()
 	row, err := encodeEndpoint(e)
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
@@ -191,17 +207,31 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	}
 	var out storage.Endpoint
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
+		before, err := endpointControls(ctx, tx, []string{e.ID})
+		if err != nil {
+			return err
+		}
 		// updated_at is the version the optimistic check compares, so
 		// every update moves it forward, even two within one clock tick.
 		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
 			UPDATE webhook_endpoints
 			SET transport = ?, url = ?, config = ?, event_types = ?, form_ids = ?, secrets = ?,
-				description = ?, disabled_at = ?, updated_at = max(?, updated_at + 1)
+				description = ?, disabled_at = ?, updated_at = max(?, updated_at + 1),
+				disabled_reason = ?, rate_limit = ?, rate_burst = ?, max_in_flight = ?, ordered = ?,
+				retry_schedule = ?
 			WHERE id = ? AND (? IS NULL OR updated_at = ?)
 			RETURNING `+endpointColumns,
 			e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
-			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})), e.ID, readAt, readAt))
+			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})),
+			e.DisabledReason, e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule,
+			e.ID, readAt, readAt))
+		if err == nil {
+			after := endpointControl{disabled: out.DisabledAt != nil, ordered: out.Ordered}
+			if after != before[e.ID] {
+				return refreshHolds(ctx, tx, e.ID, after)
+			}
+			return nil
+		}
 		if errors.Is(err, sql.ErrNoRows) && readAt != nil {
 			var n int
 			if cerr := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE id = ?`, e.ID).Scan(&n); cerr == nil && n == 1 {

@@ -11,7 +11,8 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
-const eventColumns = `id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at`
+const eventColumns = `id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at,
+	endpoint_id`
 
 // querier is what *sql.DB and *sql.Tx share, so reads can run inside a
 // writer transaction or on the reader pool.
@@ -27,7 +28,7 @@ func scanEvent(r rowScanner) (storage.Event, error) {
 		key     sql.NullString
 		created int64
 	)
-	if err := r.Scan(&ev.ID, &ev.Type, &ev.FormID, &ev.SubmissionID, &payload, &key, &ev.TraceParent, &created); err != nil {
+	if err := r.Scan(&ev.ID, &ev.Type, &ev.FormID, &ev.SubmissionID, &payload, &key, &ev.TraceParent, &created, &ev.EndpointID); err != nil {
 		return storage.Event{}, err
 	}
 	ev.Payload = payload
@@ -59,17 +60,17 @@ func eventsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]sto
 }
 
 const insertEventSQL = `INSERT INTO webhook_events (` + eventColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 const insertDeliverySQL = `
 	INSERT INTO webhook_deliveries
-		(id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at)
-	VALUES (?, ?, ?, 'pending', 0, 0, ?, ?)
+		(id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at, held)
+	VALUES (?, ?, ?, 'pending', 0, 0, ?, ?, ?)
 	RETURNING ` + deliveryColumns
 
 // fanOutEndpointsSQL reads only what matching needs: decoding every
 // endpoint's config and secrets for every event cost more than the insert.
-const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at FROM webhook_endpoints ORDER BY id`
+const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`
 
 // fanOutEndpoints reads the endpoints with what Endpoint.Matches looks at.
 func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, error) {
@@ -83,7 +84,7 @@ func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, err
 		var e storage.Endpoint
 		var types, forms string
 		var disabled sql.NullInt64
-		if err := rows.Scan(&e.ID, &types, &forms, &disabled); err != nil {
+		if err := rows.Scan(&e.ID, &types, &forms, &disabled, &e.Ordered); err != nil {
 			return nil, err
 		}
 		if err := json.Unmarshal([]byte(types), &e.EventTypes); err != nil {
@@ -99,9 +100,11 @@ func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, err
 }
 
 // EventCreate inserts the event and one pending delivery, due at the event's
-// CreatedAt (the Go clock when zero), for every endpoint that matches it.
-// With an idempotency key already seen it writes nothing and returns the
-// first event and its deliveries, marked Duplicate.
+// CreatedAt (the Go clock when zero), for every endpoint that matches it, or
+// for ev.EndpointID alone when it names one. A delivery to a disabled or
+// ordered endpoint starts held. With an idempotency key already seen it
+// writes nothing and returns the first event and its deliveries, marked
+// Duplicate.
 func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
 	const op = "create event"
 	if err := ev.Validate(); err != nil {
@@ -144,25 +147,45 @@ func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.Even
 		}
 		if _, err := tx.StmtContext(ctx, st[0]).ExecContext(ctx,
 			ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload), nullString(ev.IdempotencyKey),
-			ev.TraceParent, now); err != nil {
+			ev.TraceParent, now, ev.EndpointID); err != nil {
 			return err
 		}
 		endpoints, err := fanOutEndpoints(ctx, tx.StmtContext(ctx, st[1]))
 		if err != nil {
 			return err
 		}
+		targets, err := storage.FanOut(endpoints, ev)
+		if err != nil {
+			return err
+		}
 		insertDelivery := tx.StmtContext(ctx, st[2])
 		ds := []storage.Delivery{}
-		for _, ep := range endpoints {
-			if !ep.Matches(ev.Type, ev.FormID) {
-				continue
-			}
+		ordered := map[string]endpointControl{}
+		for _, ep := range targets {
+			c := endpointControl{disabled: ep.DisabledAt != nil, ordered: ep.Ordered}
 			d, err := scanDelivery(insertDelivery.QueryRowContext(ctx,
-				storage.NewID("dlv"), ep.ID, ev.ID, now, now))
+				storage.NewID("dlv"), ep.ID, ev.ID, now, now, boolInt(c.holdable())))
 			if err != nil {
 				return err
 			}
+			if c.ordered {
+				ordered[ep.ID] = c
+			}
 			ds = append(ds, d)
+		}
+		if len(ordered) > 0 {
+			if err := promoteAll(ctx, tx, ordered); err != nil {
+				return err
+			}
+			for i, d := range ds {
+				if _, ok := ordered[d.EndpointID]; !ok {
+					continue
+				}
+				if ds[i], err = scanDelivery(tx.QueryRowContext(ctx,
+					`SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, d.ID)); err != nil {
+					return err
+				}
+			}
 		}
 		// The same order a duplicate create reads them back in.
 		sort.Slice(ds, func(i, j int) bool { return ds[i].ID < ds[j].ID })

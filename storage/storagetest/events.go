@@ -131,7 +131,7 @@ func testEndpoints(t *testing.T, b Backend) {
 }
 
 func testEvents(t *testing.T, b Backend) {
-	t.Run("an event fans out to every enabled endpoint that matches its type and form", func(t *testing.T) {
+	t.Run("an event fans out to every endpoint that matches its type and form, held for a disabled one", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
 		all := f.endpoint()
@@ -140,7 +140,7 @@ func testEvents(t *testing.T, b Backend) {
 		typed := f.endpoint(func(e *storage.Endpoint) { e.EventTypes = []string{"submission.received"} })
 		f.endpoint(func(e *storage.Endpoint) { e.EventTypes = []string{"form.deleted"} })
 		off := time.Now().UTC()
-		f.endpoint(func(e *storage.Endpoint) { e.DisabledAt = &off })
+		paused := f.endpoint(func(e *storage.Endpoint) { e.DisabledAt = &off })
 
 		res := f.event("form_a")
 		if res.Duplicate {
@@ -150,6 +150,9 @@ func testEvents(t *testing.T, b Backend) {
 		for _, d := range res.Deliveries {
 			got[d.EndpointID] = true
 			wantState(t, d, storage.StatePending, 0, 0)
+			if d.Held != (d.EndpointID == paused.ID) {
+				t.Fatalf("delivery to %s held = %v, want held only for the disabled endpoint %s", d.EndpointID, d.Held, paused.ID)
+			}
 			if d.EventID != res.Event.ID || d.ClaimExpiresAt != nil || d.CompletedAt != nil || d.ID == "" {
 				t.Fatalf("new delivery = %+v", d)
 			}
@@ -158,7 +161,7 @@ func testEvents(t *testing.T, b Backend) {
 				t.Fatalf("stored delivery differs from returned:\nstored %+v\nreturned %+v", stored, d)
 			}
 		}
-		want := []string{all.ID, formA.ID, typed.ID}
+		want := []string{all.ID, formA.ID, typed.ID, paused.ID}
 		if len(got) != len(want) || len(res.Deliveries) != len(want) {
 			t.Fatalf("fanned out to %v, want exactly %v", got, want)
 		}

@@ -1,0 +1,204 @@
+package postgres
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// The per-endpoint controls: holding the deliveries of a disabled endpoint,
+// keeping an ordered endpoint to one delivery at a time, and admitting
+// claims against an endpoint's rate and in-flight budget, which every
+// process sharing the database draws on.
+//
+// Locks: whatever changes which delivery of an ordered endpoint may go
+// (creating, completing, replaying, changing the endpoint) first locks the
+// endpoint row, in id order, and only then reads, each in a statement of its
+// own so that it reads what the previous holder committed. The limiter's
+// state is a row per endpoint in webhook_endpoint_throttles, locked by the
+// claim that admits against it.
+
+// control is what the controls need to know of an endpoint.
+type control struct {
+	disabled, ordered bool
+}
+
+// lockOrderedSQL locks the ordered endpoints among $1, in id order.
+const lockOrderedSQL = `SELECT id FROM webhook_endpoints
+	WHERE id = ANY($1::text[]) AND ordered ORDER BY id FOR NO KEY UPDATE`
+
+// lockOrderedOfSQL locks the ordered endpoints of the deliveries $1.
+const lockOrderedOfSQL = `SELECT ep.id FROM webhook_endpoints AS ep
+	WHERE ep.ordered AND ep.id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[]))
+	ORDER BY ep.id FOR NO KEY UPDATE OF ep`
+
+// promoteSQL lets the next delivery of each ordered, enabled endpoint among
+// $1 go when nothing of it is under way or due: its oldest held one, in
+// queue order. The caller holds the endpoints' locks.
+const promoteSQL = `
+UPDATE webhook_deliveries AS d SET held = false
+FROM (
+	SELECT (SELECT h.id FROM webhook_deliveries AS h
+		WHERE h.endpoint_id = ep.id AND h.held AND h.state = 'pending'
+		ORDER BY h.created_at, h.id LIMIT 1) AS id
+	FROM webhook_endpoints AS ep
+	WHERE ep.id = ANY($1::text[]) AND ep.ordered AND ep.disabled_at IS NULL
+	  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS o
+		WHERE o.endpoint_id = ep.id AND NOT o.held AND o.state IN ('pending', 'processing'))
+) AS head
+WHERE d.id = head.id`
+
+// promoteOfSQL is promoteSQL for the endpoints of the deliveries $1.
+const promoteOfSQL = `
+UPDATE webhook_deliveries AS d SET held = false
+FROM (
+	SELECT (SELECT h.id FROM webhook_deliveries AS h
+		WHERE h.endpoint_id = ep.id AND h.held AND h.state = 'pending'
+		ORDER BY h.created_at, h.id LIMIT 1) AS id
+	FROM webhook_endpoints AS ep
+	WHERE ep.id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[]))
+	  AND ep.ordered AND ep.disabled_at IS NULL
+	  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS o
+		WHERE o.endpoint_id = ep.id AND NOT o.held AND o.state IN ('pending', 'processing'))
+) AS head
+WHERE d.id = head.id`
+
+// holdRequeuedSQL holds the deliveries $1, just back in the queue, whose
+// endpoint is disabled or ordered.
+const holdRequeuedSQL = `
+UPDATE webhook_deliveries AS d SET held = true
+FROM webhook_endpoints AS ep
+WHERE d.id = ANY($1::text[]) AND ep.id = d.endpoint_id AND (ep.disabled_at IS NOT NULL OR ep.ordered)`
+
+// requeued is what follows a replay of the deliveries ids: each is held if
+// its endpoint is disabled or ordered, and an ordered endpoint with nothing
+// under way lets its next one go.
+func requeued(ctx context.Context, tx pgx.Tx, ids []string) error {
+	if _, err := tx.Exec(ctx, lockOrderedOfSQL, ids); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, holdRequeuedSQL, ids); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, promoteOfSQL, ids)
+	return err
+}
+
+// refreshHolds makes an endpoint's pending deliveries agree with its
+// controls after an operator changed them: all held while it is disabled,
+// none while it is enabled and unordered, and one at a time when ordered.
+// The caller holds the endpoint's lock.
+func refreshHolds(ctx context.Context, tx pgx.Tx, endpointID string, c control) error {
+	if c.disabled || c.ordered {
+		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = true
+			WHERE endpoint_id = $1 AND NOT held AND state = 'pending'`, endpointID); err != nil {
+			return err
+		}
+		if c.disabled {
+			return nil
+		}
+		_, err := tx.Exec(ctx, promoteSQL, []string{endpointID})
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = false
+		WHERE endpoint_id = $1 AND held AND state = 'pending'`, endpointID)
+	return err
+}
+
+// needsAdmission reports whether any claim is subject to its endpoint's
+// controls; most batches are not, and cost nothing more.
+func needsAdmission(claims []storage.Claim) bool {
+	for _, c := range claims {
+		if c.Endpoint.DisabledAt != nil || c.Endpoint.Limited() {
+			return true
+		}
+	}
+	return false
+}
+
+// admitClaims applies the endpoints' controls to claims just taken and
+// committed: a delivery of an endpoint disabled meanwhile goes back held,
+// those over an endpoint's rate or in-flight budget go back pending, due
+// when the budget allows. Neither spends an attempt; each write is fenced on
+// the claim's token. It returns the claims that may be sent, in order.
+//
+// The claims are visible as processing to other processes until this
+// commits, so they count against the in-flight cap of a concurrent
+// admission: that can defer more than needed for a moment, never admit more
+// than the cap.
+func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time.Time) ([]storage.Claim, error) {
+	keep := make([]bool, len(claims))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		byEndpoint := map[string][]int{}
+		var limited []string
+		for i, c := range claims {
+			keep[i] = true
+			switch ep := c.Endpoint; {
+			case ep.DisabledAt != nil:
+				keep[i] = false
+				if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries
+					SET state = 'pending', held = true, claim_token = NULL, claim_expires_at = NULL
+					WHERE id = $1 AND claim_token = $2`, c.Delivery.ID, c.Token); err != nil {
+					return err
+				}
+			case ep.Limited():
+				if _, seen := byEndpoint[ep.ID]; !seen {
+					limited = append(limited, ep.ID)
+				}
+				byEndpoint[ep.ID] = append(byEndpoint[ep.ID], i)
+			}
+		}
+		// In id order, so two admissions never wait on each other in turn.
+		sort.Strings(limited)
+		for _, id := range limited {
+			idx := byEndpoint[id]
+			var st storage.Throttle
+			err := tx.QueryRow(ctx, `
+				INSERT INTO webhook_endpoint_throttles (endpoint_id, tat, deferred_until)
+				VALUES ($1, to_timestamp(0), to_timestamp(0))
+				ON CONFLICT (endpoint_id) DO UPDATE SET endpoint_id = excluded.endpoint_id
+				RETURNING tat, deferred_until`, id).Scan(&st.TAT, &st.DeferredUntil)
+			if err != nil {
+				return err
+			}
+			// A statement of its own, after the lock: it must see the
+			// sends of every admission that held the lock before.
+			var inFlight int
+			var now time.Time
+			if err := tx.QueryRow(ctx, `SELECT count(*), coalesce($2::timestamptz, now()) FROM webhook_deliveries
+				WHERE endpoint_id = $1 AND state = 'processing' AND claim_expires_at >= coalesce($2::timestamptz, now())`,
+				id, dbNow(at)).Scan(&inFlight, &now); err != nil {
+				return err
+			}
+			adm := storage.Admit(claims[idx[0]].Endpoint, st, max(0, inFlight-len(idx)), len(idx), now)
+			for j, due := range adm.Due {
+				i := idx[adm.Admitted+j]
+				keep[i] = false
+				if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries
+					SET state = 'pending', next_attempt_at = $3, claim_token = NULL, claim_expires_at = NULL
+					WHERE id = $1 AND claim_token = $2`, claims[i].Delivery.ID, claims[i].Token, due); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoint_throttles SET tat = $2, deferred_until = $3
+				WHERE endpoint_id = $1`, id, adm.Next.TAT, adm.Next.DeferredUntil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := claims[:0]
+	for i, c := range claims {
+		if keep[i] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
