@@ -132,64 +132,95 @@ func needsAdmission(claims []storage.Claim) bool {
 // than the cap.
 func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time.Time) ([]storage.Claim, error) {
 	keep := make([]bool, len(claims))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		byEndpoint := map[string][]int{}
-		var limited []string
-		for i, c := range claims {
-			keep[i] = true
-			switch ep := c.Endpoint; {
-			case ep.DisabledAt != nil:
-				keep[i] = false
-				if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries
-					SET state = 'pending', held = true, claim_token = NULL, claim_expires_at = NULL
-					WHERE id = $1 AND claim_token = $2`, c.Delivery.ID, c.Token); err != nil {
-					return err
-				}
-			case ep.Limited():
-				if _, seen := byEndpoint[ep.ID]; !seen {
-					limited = append(limited, ep.ID)
-				}
-				byEndpoint[ep.ID] = append(byEndpoint[ep.ID], i)
+	var putBack putBack
+	byEndpoint := map[string][]int{}
+	var limited []string
+	for i, c := range claims {
+		keep[i] = true
+		switch ep := c.Endpoint; {
+		case ep.DisabledAt != nil:
+			keep[i] = false
+			putBack.add(c, time.Time{}, true)
+		case ep.Limited():
+			if _, seen := byEndpoint[ep.ID]; !seen {
+				limited = append(limited, ep.ID)
 			}
+			byEndpoint[ep.ID] = append(byEndpoint[ep.ID], i)
 		}
-		// In id order, so two admissions never wait on each other in turn.
-		sort.Strings(limited)
-		for _, id := range limited {
-			idx := byEndpoint[id]
-			var st storage.Throttle
-			err := tx.QueryRow(ctx, `
-				INSERT INTO webhook_endpoint_throttles (endpoint_id, tat, deferred_until)
-				VALUES ($1, to_timestamp(0), to_timestamp(0))
+	}
+	// In id order, so two admissions take the limiter rows in one order
+	// and never wait on each other in turn.
+	sort.Strings(limited)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		throttles := map[string]storage.Throttle{}
+		inFlight := map[string]int{}
+		var now time.Time
+		if len(limited) > 0 {
+			rows, err := tx.Query(ctx, `
+				INSERT INTO webhook_endpoint_throttles AS t (endpoint_id, tat, deferred_until)
+				SELECT id, to_timestamp(0), to_timestamp(0) FROM unnest($1::text[]) AS id ORDER BY id
 				ON CONFLICT (endpoint_id) DO UPDATE SET endpoint_id = excluded.endpoint_id
-				RETURNING tat, deferred_until`, id).Scan(&st.TAT, &st.DeferredUntil)
+				RETURNING t.endpoint_id, t.tat, t.deferred_until`, limited)
 			if err != nil {
 				return err
 			}
-			// A statement of its own, after the lock: it must see the
-			// sends of every admission that held the lock before.
-			var inFlight int
-			var now time.Time
-			if err := tx.QueryRow(ctx, `SELECT count(*), coalesce($2::timestamptz, now()) FROM webhook_deliveries
-				WHERE endpoint_id = $1 AND state = 'processing' AND claim_expires_at >= coalesce($2::timestamptz, now())`,
-				id, dbNow(at)).Scan(&inFlight, &now); err != nil {
+			var id string
+			var st storage.Throttle
+			if _, err := pgx.ForEachRow(rows, []any{&id, &st.TAT, &st.DeferredUntil}, func() error {
+				throttles[id] = st
+				return nil
+			}); err != nil {
 				return err
 			}
-			adm := storage.Admit(claims[idx[0]].Endpoint, st, max(0, inFlight-len(idx)), len(idx), now)
-			for j, due := range adm.Due {
-				i := idx[adm.Admitted+j]
-				keep[i] = false
-				if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries
-					SET state = 'pending', next_attempt_at = $3, claim_token = NULL, claim_expires_at = NULL
-					WHERE id = $1 AND claim_token = $2`, claims[i].Delivery.ID, claims[i].Token, due); err != nil {
-					return err
-				}
+			// A statement of its own, after the locks: it must see the
+			// sends of every admission that held them before.
+			rows, err = tx.Query(ctx, `
+				SELECT ep.id, coalesce($2::timestamptz, now()),
+					(SELECT count(*) FROM webhook_deliveries AS d
+					 WHERE d.endpoint_id = ep.id AND d.state = 'processing'
+					   AND d.claim_expires_at >= coalesce($2::timestamptz, now()))
+				FROM unnest($1::text[]) AS ep (id)`, limited, dbNow(at))
+			if err != nil {
+				return err
 			}
-			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoint_throttles SET tat = $2, deferred_until = $3
-				WHERE endpoint_id = $1`, id, adm.Next.TAT, adm.Next.DeferredUntil); err != nil {
+			var n int
+			if _, err := pgx.ForEachRow(rows, []any{&id, &now, &n}, func() error {
+				inFlight[id] = n
+				return nil
+			}); err != nil {
 				return err
 			}
 		}
-		return nil
+		var next throttleUpdate
+		for _, id := range limited {
+			idx := byEndpoint[id]
+			// The claims just taken are processing with a fresh lease, so
+			// they are in the count: take them out again.
+			adm := storage.Admit(claims[idx[0]].Endpoint, throttles[id], max(0, inFlight[id]-len(idx)), len(idx), now)
+			for j, due := range adm.Due {
+				i := idx[adm.Admitted+j]
+				keep[i] = false
+				putBack.add(claims[i], due, false)
+			}
+			next.add(id, adm.Next)
+		}
+		b := &pgx.Batch{}
+		if len(putBack.ids) > 0 {
+			b.Queue(`
+				UPDATE webhook_deliveries AS d
+				SET state = 'pending', claim_token = NULL, claim_expires_at = NULL,
+					held = x.held, next_attempt_at = coalesce(x.due, d.next_attempt_at)
+				FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::boolean[]) AS x (id, token, due, held)
+				WHERE d.id = x.id AND d.claim_token = x.token`,
+				putBack.ids, putBack.tokens, putBack.due, putBack.held)
+		}
+		if len(next.ids) > 0 {
+			b.Queue(`
+				UPDATE webhook_endpoint_throttles AS t SET tat = x.tat, deferred_until = x.deferred_until
+				FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS x (id, tat, deferred_until)
+				WHERE t.endpoint_id = x.id`, next.ids, next.tat, next.deferredUntil)
+		}
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return nil, err
@@ -201,4 +232,31 @@ func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time
 		}
 	}
 	return out, nil
+}
+
+// putBack is the claims an admission gives back, as the arrays its update
+// unnests: due again at due (nil: when they were due), held or not.
+type putBack struct {
+	ids, tokens []string
+	due         []*time.Time
+	held        []bool
+}
+
+func (p *putBack) add(c storage.Claim, due time.Time, held bool) {
+	p.ids = append(p.ids, c.Delivery.ID)
+	p.tokens = append(p.tokens, c.Token)
+	p.due = append(p.due, timeOrNull(due))
+	p.held = append(p.held, held)
+}
+
+// throttleUpdate is the limiter states an admission writes back.
+type throttleUpdate struct {
+	ids                []string
+	tat, deferredUntil []time.Time
+}
+
+func (u *throttleUpdate) add(id string, t storage.Throttle) {
+	u.ids = append(u.ids, id)
+	u.tat = append(u.tat, t.TAT)
+	u.deferredUntil = append(u.deferredUntil, t.DeferredUntil)
 }

@@ -35,6 +35,18 @@ func Bench(b *testing.B, backend Backend) {
 	for _, c := range []struct{ batch, due int }{{16, 1000}, {64, 1000}, {16, 20000}} {
 		b.Run(fmt.Sprintf("ClaimComplete/batch=%d/due=%d", c.batch, c.due), func(b *testing.B) { benchCycle(b, backend, c.batch, c.due) })
 	}
+	// What the endpoint controls cost the same loop. limited: every
+	// endpoint has an in-flight cap too high to bite, so each claim pays
+	// for admission (the limiter row of each endpoint, the count of its
+	// sends) and admits everything. ordered: one endpoint, one delivery at a
+	// time, as ordering allows, against the same loop unordered.
+	b.Run("ClaimComplete/batch=16/due=1000/limited", func(b *testing.B) {
+		benchCycle(b, backend, 16, 1000, func(e *storage.Endpoint) { e.MaxInFlight = storage.MaxInFlightCap })
+	})
+	b.Run("ClaimComplete/batch=1/due=1000", func(b *testing.B) { benchCycle(b, backend, 1, 1000) })
+	b.Run("ClaimComplete/batch=1/due=1000/ordered", func(b *testing.B) {
+		benchCycle(b, backend, 1, 1000, func(e *storage.Endpoint) { e.Ordered = true })
+	})
 }
 
 // benchLease is long enough that nothing claimed in a benchmark expires.
@@ -42,7 +54,7 @@ const benchLease = time.Hour
 
 // benchStore opens a fresh store and endpoints of it: every event fans
 // out to all of them.
-func benchStore(b *testing.B, backend Backend, endpoints int) storage.Store {
+func benchStore(b *testing.B, backend Backend, endpoints int, mutate ...func(*storage.Endpoint)) storage.Store {
 	b.Helper()
 	if backend.NewBenchStore == nil {
 		b.Skipf("%s: Backend.NewBenchStore is not set, so there is no database to benchmark on", backend.Name)
@@ -53,11 +65,15 @@ func benchStore(b *testing.B, backend Backend, endpoints int) storage.Store {
 		b.Fatalf("%s: migrate: %v", backend.Name, err)
 	}
 	for i := range endpoints {
-		if _, err := s.EndpointCreate(ctx, storage.Endpoint{
+		e := storage.Endpoint{
 			Transport: "http",
 			URL:       fmt.Sprintf("https://receiver.example/hook/%d", i),
 			Secrets:   []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)},
-		}); err != nil {
+		}
+		for _, m := range mutate {
+			m(&e)
+		}
+		if _, err := s.EndpointCreate(ctx, e); err != nil {
 			b.Fatalf("EndpointCreate: %v", err)
 		}
 	}
@@ -259,8 +275,8 @@ func completeBatch(b *testing.B, s storage.Store, ps []storage.DeliveryCompleteP
 
 // One claim of a batch and its completions in one batch: the store's share
 // of the worker's loop for one batch.
-func benchCycle(b *testing.B, backend Backend, batch, due int) {
-	s := benchStore(b, backend, batch)
+func benchCycle(b *testing.B, backend Backend, batch, due int, mutate ...func(*storage.Endpoint)) {
+	s := benchStore(b, backend, batch, mutate...)
 	q := newQueue(b, s, batch, due, batch)
 	ctx := context.Background()
 	b.ReportAllocs()
