@@ -125,8 +125,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	health := &server.EndpointHealth{
+		Store:               store,
+		DisableAfterFailing: cfg.Endpoints.DisableAfterFailing,
+		Interval:            cfg.Endpoints.HealthInterval,
+		OperatorEndpoint:    cfg.Endpoints.OperatorEndpoint,
+		Disabled:            metrics.RecordEndpointDisabled,
+		Log:                 log.With("component", "endpoint-health"),
+	}
+	if err := checkOperatorEndpoint(ctx, store, cfg.Endpoints.OperatorEndpoint); err != nil {
+		return err
+	}
 	workerCfg := cfg.Worker()
-	workerCfg.TracerProvider, workerCfg.Metrics = tel.TracerProvider(), metrics
+	workerCfg.TracerProvider, workerCfg.Metrics, workerCfg.Disabler = tel.TracerProvider(), metrics, health
 	pool, err := worker.New(store, host, workerCfg, log.With("component", "worker"))
 	if err != nil {
 		return err
@@ -168,6 +179,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	})
 	wg.Go(func() { server.RunHeartbeat(runCtx, store, server.NewWorker(schema, time.Now()), log) })
+	wg.Go(func() { health.Run(runCtx) })
 	wg.Go(func() {
 		server.RunRetention(runCtx, store, cfg.Retention.DeliveredMaxAge, cfg.Retention.Interval, log.With("component", "retention"))
 	})
@@ -182,6 +194,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	wg.Wait()
 	close(errs)
 	return errors.Join(collect(errs)...)
+}
+
+// checkOperatorEndpoint refuses to start with an operator endpoint that
+// does not exist, rather than finding out when the first endpoint is
+// disabled and nobody is told.
+func checkOperatorEndpoint(ctx context.Context, store storage.Store, id string) error {
+	if id == "" {
+		return nil
+	}
+	if _, err := store.EndpointGet(ctx, id); err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return fmt.Errorf("endpoints.operator_endpoint %s does not exist in this database: create the endpoint first (POST /v1/endpoints) and give its id, or leave endpoints.operator_endpoint empty", id)
+		}
+		return fmt.Errorf("endpoints.operator_endpoint %s: %w", id, err)
+	}
+	return nil
 }
 
 // withConsole mounts the operator console at /console/ beside the API, on
@@ -245,16 +273,32 @@ func observe(tel *telemetry.Telemetry, store storage.Store, host *pluginhost.Hos
 	if err != nil {
 		return nil, err
 	}
-	_, err = telemetry.ObserveDeliveries(mp, func(ctx context.Context) (map[string]int64, int64, error) {
+	_, err = telemetry.ObserveDeliveries(mp, func(ctx context.Context) (telemetry.DeliveryGauges, error) {
 		st, err := store.DeliveryStats(ctx, time.Time{})
 		if err != nil {
-			return nil, 0, err
+			return telemetry.DeliveryGauges{}, err
 		}
 		byState := make(map[string]int64, len(st.ByState))
 		for s, n := range st.ByState {
 			byState[string(s)] = n
 		}
-		return byState, st.Due, nil
+		return telemetry.DeliveryGauges{ByState: byState, Due: st.Due, Held: st.Held}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = telemetry.ObserveDisabledEndpoints(mp, func(ctx context.Context) (map[string]int64, error) {
+		endpoints, err := store.EndpointList(ctx)
+		if err != nil {
+			return nil, err
+		}
+		byReason := map[string]int64{}
+		for _, e := range endpoints {
+			if e.DisabledAt != nil {
+				byReason[e.DisabledReason]++
+			}
+		}
+		return byReason, nil
 	})
 	if err != nil {
 		return nil, err

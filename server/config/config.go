@@ -44,6 +44,7 @@ type Config struct {
 	Webhook   WebhookConfig   `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
 	Plugins   PluginsConfig   `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
 	Log       LogConfig       `koanf:"log" doc:"The server's own log."`
+	Endpoints EndpointsConfig `koanf:"endpoints" doc:"Endpoint health: disabling endpoints that are gone or keep failing, telling an operator endpoint when that happens, and the bounds of the retry schedule an endpoint may set for itself."`
 	Retention RetentionConfig `koanf:"retention" doc:"Removing delivered deliveries once they are old, so the tables do not grow without end. Off by default: nothing is ever removed unless delivered_max_age is set."`
 	Console   ConsoleConfig   `koanf:"console" doc:"The operator console: web pages at /console on the API's listener to find, inspect and replay deliveries and to manage endpoints, behind the admin token."`
 	Telemetry TelemetryConfig `koanf:"telemetry" doc:"OpenTelemetry: a trace of every attempt, from the ingest request through the plugin to the receiver, and Prometheus metrics on /metrics. Both are off by default, at no cost. The standard OTEL_* variables (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and the rest) are honoured as well, and passed on to the plugins."`
@@ -97,6 +98,17 @@ type PluginConfig struct {
 	Path     string   `koanf:"path" doc:"The executable; empty means plugins.dir/hymical-plugin-NAME."`
 	SHA256   string   `koanf:"sha256" doc:"Hex SHA-256 the executable must have."`
 	Settings Settings `koanf:"settings" doc:"Handed to the plugin's Configure after every launch."`
+}
+
+// EndpointsConfig is endpoint health's, and the bounds of endpoints' own
+// retry schedules.
+type EndpointsConfig struct {
+	DisableAfterFailing time.Duration `koanf:"disable_after_failing" doc:"Disable an endpoint once every attempt to it has failed for this long, e.g. 120h; its deliveries are kept, held, until it is enabled again. 0 never disables for failing. A 410 Gone answer disables an endpoint at once, whatever this is."`
+	HealthInterval      time.Duration `koanf:"health_interval" doc:"How often each process looks for endpoints that have been failing for endpoints.disable_after_failing."`
+	OperatorEndpoint    string        `koanf:"operator_endpoint" doc:"Id of an endpoint (ep_...) that gets a signed hymical.endpoint.disabled event whenever the server disables an endpoint on its own (410 Gone or failing too long), delivered, retried and traced like any other. Empty tells no one; the log says it either way."`
+	RetryMinDelay       time.Duration `koanf:"retry_min_delay" doc:"Shortest delay an endpoint's own retry_schedule may have."`
+	RetryMaxDelay       time.Duration `koanf:"retry_max_delay" doc:"Longest delay an endpoint's own retry_schedule may have."`
+	RetryMaxAttempts    int           `koanf:"retry_max_attempts" doc:"Most requests per cycle an endpoint's own retry_schedule may give a delivery (its delays plus one)."`
 }
 
 // RetentionConfig is the retention job's.
@@ -199,7 +211,14 @@ func Default() Config {
 			SendGrace:    pluginhost.DefaultSendGrace,
 			StartTimeout: pluginhost.DefaultStartTimeout,
 		},
-		Log:       LogConfig{Level: "info", Format: "text"},
+		Log: LogConfig{Level: "info", Format: "text"},
+		Endpoints: EndpointsConfig{
+			DisableAfterFailing: 120 * time.Hour,
+			HealthInterval:      time.Minute,
+			RetryMinDelay:       w.EndpointRetry.MinDelay,
+			RetryMaxDelay:       w.EndpointRetry.MaxDelay,
+			RetryMaxAttempts:    w.EndpointRetry.MaxAttempts,
+		},
 		Retention: RetentionConfig{Interval: 10 * time.Minute},
 		Console:   ConsoleConfig{Enabled: true, SessionTTL: 12 * time.Hour},
 		Telemetry: TelemetryConfig{Exporter: string(telemetry.ExporterNone), ServiceName: telemetry.DefaultServiceName},
@@ -228,6 +247,11 @@ func (c Config) Worker() worker.Config {
 		SendTimeout:      c.Webhook.ConnectTimeout() + c.Webhook.ReadTimeout() + PluginHopMargin,
 		PollInterval:     c.Workers.PollInterval,
 		MaxCycleAttempts: c.Workers.MaxAttempts,
+		EndpointRetry: worker.EndpointRetryBounds{
+			MinDelay:    c.Endpoints.RetryMinDelay,
+			MaxDelay:    c.Endpoints.RetryMaxDelay,
+			MaxAttempts: c.Endpoints.RetryMaxAttempts,
+		},
 		Retry: worker.RetrySchedule{
 			Delays:        slices.Clone(c.Workers.RetryDelays),
 			Jitter:        c.Workers.RetryJitter,

@@ -38,6 +38,10 @@ webhook:
   read_timeout_seconds: 7
 plugins:
   send_grace: 9s
+endpoints:
+  retry_min_delay: 2s
+  retry_max_delay: 3h
+  retry_max_attempts: 12
 `, withToken())
 		want := worker.Config{
 			Concurrency: 3, BatchSize: 2, Lease: 45 * time.Second,
@@ -45,7 +49,8 @@ plugins:
 			// does not lengthen it.
 			SendTimeout:  12 * time.Second,
 			PollInterval: 250 * time.Millisecond, MaxCycleAttempts: 8,
-			Retry: worker.RetrySchedule{Delays: []time.Duration{time.Second, time.Minute}, Jitter: 0.1, MaxRetryAfter: 5 * time.Minute},
+			Retry:         worker.RetrySchedule{Delays: []time.Duration{time.Second, time.Minute}, Jitter: 0.1, MaxRetryAfter: 5 * time.Minute},
+			EndpointRetry: worker.EndpointRetryBounds{MinDelay: 2 * time.Second, MaxDelay: 3 * time.Hour, MaxAttempts: 12},
 		}
 		got := cfg.Worker()
 		if !reflect.DeepEqual(got, want) {

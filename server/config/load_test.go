@@ -119,6 +119,14 @@ var samples = []struct {
 	{"log.format", "json", func(c config.Config) bool { return c.Log.Format == "json" }},
 	{"retention.delivered_max_age", "168h", func(c config.Config) bool { return c.Retention.DeliveredMaxAge == 168*time.Hour }},
 	{"retention.interval", "1m", func(c config.Config) bool { return c.Retention.Interval == time.Minute }},
+	{"endpoints.disable_after_failing", "48h", func(c config.Config) bool { return c.Endpoints.DisableAfterFailing == 48*time.Hour }},
+	{"endpoints.health_interval", "30s", func(c config.Config) bool { return c.Endpoints.HealthInterval == 30*time.Second }},
+	{"endpoints.operator_endpoint", "ep_0123456789abcdef0123456789abcdef", func(c config.Config) bool {
+		return c.Endpoints.OperatorEndpoint == "ep_0123456789abcdef0123456789abcdef"
+	}},
+	{"endpoints.retry_min_delay", "5s", func(c config.Config) bool { return c.Endpoints.RetryMinDelay == 5*time.Second }},
+	{"endpoints.retry_max_delay", "6h", func(c config.Config) bool { return c.Endpoints.RetryMaxDelay == 6*time.Hour }},
+	{"endpoints.retry_max_attempts", "9", func(c config.Config) bool { return c.Endpoints.RetryMaxAttempts == 9 }},
 	{"telemetry.exporter", "OTLP-gRPC", func(c config.Config) bool { return c.Telemetry.Exporter == "otlp-grpc" }},
 	{"telemetry.endpoint", "collector.internal:4317", func(c config.Config) bool { return c.Telemetry.Endpoint == "collector.internal:4317" }},
 	{"telemetry.insecure", "true", func(c config.Config) bool { return c.Telemetry.Insecure }},
@@ -309,6 +317,8 @@ func TestHelpListsEveryKey(t *testing.T) {
 		"server.insecure_dev_mode": "false", "telemetry.exporter": "none", "telemetry.service_name": "hymical",
 		"telemetry.metrics": "false", "telemetry.insecure": "false", "telemetry.metrics_public": "false", "telemetry.endpoint": `""`,
 		"retention.delivered_max_age": "0s", "retention.interval": "10m",
+		"endpoints.disable_after_failing": "120h", "endpoints.health_interval": "1m", "endpoints.operator_endpoint": `""`,
+		"endpoints.retry_min_delay": "1s", "endpoints.retry_max_delay": "24h", "endpoints.retry_max_attempts": "20",
 		"console.enabled": "true", "console.trace_url_template": `""`, "console.session_ttl": "12h",
 	}
 	lines := strings.Split(help, "\n")

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/hex"
 	"fmt"
+	"github.com/hymical/hymical/storage"
 	"net"
 	"net/netip"
 	"net/url"
@@ -179,6 +180,7 @@ func (c *Config) check(r *report, src map[string]string) {
 	// telemetry
 	c.checkTelemetry(r, at)
 	c.checkRetention(r, at)
+	c.checkEndpoints(r, at)
 
 	// log
 	if !skip("log.level") {
@@ -210,6 +212,30 @@ func (c *Config) checkRetention(r *report, at func(string) string) {
 	}
 	if !r.bad["retention.interval"] && rc.Interval <= 0 {
 		r.invalid("retention.interval", "retention.interval%s is %s: it must be positive, e.g. 10m", at("retention.interval"), formatDuration(rc.Interval))
+	}
+}
+
+// checkEndpoints checks the endpoints section.
+func (c *Config) checkEndpoints(r *report, at func(string) string) {
+	ec, d := c.Endpoints, Default().Endpoints
+	if !r.bad["endpoints.disable_after_failing"] && ec.DisableAfterFailing != 0 && ec.DisableAfterFailing < time.Minute {
+		r.invalid("endpoints.disable_after_failing", "endpoints.disable_after_failing%s is %s: use 0 to never disable for failing, or at least 1m, e.g. 120h",
+			at("endpoints.disable_after_failing"), formatDuration(ec.DisableAfterFailing))
+	}
+	positiveDuration(r, "endpoints.health_interval", at, ec.HealthInterval, d.HealthInterval)
+	if id := ec.OperatorEndpoint; !r.bad["endpoints.operator_endpoint"] && id != "" && (strings.TrimSpace(id) != id || !strings.HasPrefix(id, "ep_")) {
+		r.invalid("endpoints.operator_endpoint", "endpoints.operator_endpoint%s %s is not an endpoint id: give the id the API answered when the endpoint was created, ep_ followed by 32 hex digits",
+			at("endpoints.operator_endpoint"), quote(id))
+	}
+	positiveDuration(r, "endpoints.retry_min_delay", at, ec.RetryMinDelay, d.RetryMinDelay)
+	positiveDuration(r, "endpoints.retry_max_delay", at, ec.RetryMaxDelay, d.RetryMaxDelay)
+	if !r.bad["endpoints.retry_min_delay"] && !r.bad["endpoints.retry_max_delay"] && ec.RetryMaxDelay < ec.RetryMinDelay {
+		r.invalid("endpoints.retry_max_delay", "endpoints.retry_max_delay%s (%s) is shorter than endpoints.retry_min_delay (%s): the longest delay allowed must be at least the shortest",
+			at("endpoints.retry_max_delay"), formatDuration(ec.RetryMaxDelay), formatDuration(ec.RetryMinDelay))
+	}
+	if !r.bad["endpoints.retry_max_attempts"] && (ec.RetryMaxAttempts < 2 || ec.RetryMaxAttempts > storage.MaxRetrySchedule+1) {
+		r.invalid("endpoints.retry_max_attempts", "endpoints.retry_max_attempts%s is %d: it must be between 2 and %d (the default is %d)",
+			at("endpoints.retry_max_attempts"), ec.RetryMaxAttempts, storage.MaxRetrySchedule+1, d.RetryMaxAttempts)
 	}
 }
 

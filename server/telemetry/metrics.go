@@ -17,6 +17,7 @@ type Metrics struct {
 	late         metric.Int64Counter
 	sendDuration metric.Float64Histogram
 	claimToSend  metric.Float64Histogram
+	disables     metric.Int64Counter
 }
 
 // NewMetrics creates the worker's instruments on mp.
@@ -43,6 +44,10 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Time from a delivery's claim to the start of its send, by transport."),
 		metric.WithExplicitBucketBoundaries(durationBuckets()...)); err != nil {
 		return nil, instrumentError(MetricClaimToSend, err)
+	}
+	if out.disables, err = m.Int64Counter(MetricEndpointDisables, metric.WithUnit("{endpoint}"),
+		metric.WithDescription("Endpoints this process disabled on its own, by reason: gone (410) or failing.")); err != nil {
+		return nil, instrumentError(MetricEndpointDisables, err)
 	}
 	return &out, nil
 }
@@ -72,10 +77,24 @@ func (m *Metrics) RecordClaimToSend(ctx context.Context, transport string, lag t
 	m.claimToSend.Record(ctx, max(lag, 0).Seconds(), metric.WithAttributes(MetricAttrTransport.String(transport)))
 }
 
-// DeliveryCounts reads the deliveries in each state, and how many are due
-// now, for the gauges. It runs on every collection (every scrape of
-// /metrics), with a context that bounds it.
-type DeliveryCounts func(ctx context.Context) (byState map[string]int64, due int64, err error)
+// RecordEndpointDisabled counts an endpoint this process disabled.
+func (m *Metrics) RecordEndpointDisabled(ctx context.Context, reason string) {
+	if m == nil {
+		return
+	}
+	m.disables.Add(ctx, 1, metric.WithAttributes(MetricAttrReason.String(reason)))
+}
+
+// DeliveryGauges are the delivery counts the gauges show.
+type DeliveryGauges struct {
+	ByState   map[string]int64
+	Due, Held int64
+}
+
+// DeliveryCounts reads the deliveries in each state, how many are due now
+// and how many are held, for the gauges. It runs on every collection (every
+// scrape of /metrics), with a context that bounds it.
+type DeliveryCounts func(ctx context.Context) (DeliveryGauges, error)
 
 // statsTimeout bounds one read of the delivery counts, so a slow database
 // makes a scrape miss the gauges rather than hang.
@@ -96,19 +115,48 @@ func ObserveDeliveries(mp metric.MeterProvider, counts DeliveryCounts) (metric.R
 	if err != nil {
 		return nil, instrumentError(MetricDeliveriesDue, err)
 	}
+	held, err := m.Int64ObservableGauge(MetricDeliveriesHeld, metric.WithUnit("{delivery}"),
+		metric.WithDescription("Pending deliveries held back: their endpoint is disabled, or they wait their turn at an ordered endpoint."))
+	if err != nil {
+		return nil, instrumentError(MetricDeliveriesHeld, err)
+	}
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 		defer cancel()
-		states, n, err := counts(ctx)
+		g, err := counts(ctx)
 		if err != nil {
 			return fmt.Errorf("telemetry: reading the delivery counts for %s: %w", MetricDeliveries, err)
 		}
-		for _, s := range slices.Sorted(maps.Keys(states)) {
-			o.ObserveInt64(byState, states[s], metric.WithAttributes(MetricAttrState.String(s)))
+		for _, s := range slices.Sorted(maps.Keys(g.ByState)) {
+			o.ObserveInt64(byState, g.ByState[s], metric.WithAttributes(MetricAttrState.String(s)))
 		}
-		o.ObserveInt64(due, n)
+		o.ObserveInt64(due, g.Due)
+		o.ObserveInt64(held, g.Held)
 		return nil
-	}, byState, due)
+	}, byState, due, held)
+}
+
+// ObserveDisabledEndpoints registers the MetricEndpointsDisabled gauge on
+// mp, read through count, which reports the disabled endpoints by reason.
+func ObserveDisabledEndpoints(mp metric.MeterProvider, count func(ctx context.Context) (map[string]int64, error)) (metric.Registration, error) {
+	m := mp.Meter(ScopeName)
+	disabled, err := m.Int64ObservableGauge(MetricEndpointsDisabled, metric.WithUnit("{endpoint}"),
+		metric.WithDescription("Disabled endpoints, by reason: operator, gone (410) or failing."))
+	if err != nil {
+		return nil, instrumentError(MetricEndpointsDisabled, err)
+	}
+	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+		defer cancel()
+		byReason, err := count(ctx)
+		if err != nil {
+			return fmt.Errorf("telemetry: counting disabled endpoints for %s: %w", MetricEndpointsDisabled, err)
+		}
+		for _, r := range slices.Sorted(maps.Keys(byReason)) {
+			o.ObserveInt64(disabled, byReason[r], metric.WithAttributes(MetricAttrReason.String(r)))
+		}
+		return nil
+	}, disabled)
 }
 
 // ObservePluginRestarts registers the MetricPluginRestarts counter on mp,

@@ -108,6 +108,16 @@ const (
 	// MetricPluginRestarts (counter, by MetricAttrPlugin) counts the
 	// restarts of each transport plugin after it crashed, hung or exited.
 	MetricPluginRestarts = "hymical.plugin.restarts"
+	// MetricDeliveriesHeld (gauge) counts the pending deliveries that are
+	// not claimable however due: their endpoint is disabled, or they wait
+	// their turn at an ordered endpoint.
+	MetricDeliveriesHeld = "hymical.deliveries.held"
+	// MetricEndpointsDisabled (gauge, by MetricAttrReason) counts the
+	// disabled endpoints, read when /metrics is scraped.
+	MetricEndpointsDisabled = "hymical.endpoints.disabled"
+	// MetricEndpointDisables (counter, by MetricAttrReason) counts the
+	// endpoints this process disabled on its own: gone or failing.
+	MetricEndpointDisables = "hymical.endpoint.disables"
 )
 
 // Metric attribute keys: short, since they become Prometheus labels.
@@ -116,6 +126,7 @@ const (
 	MetricAttrOutcome   = attribute.Key("outcome")
 	MetricAttrTransport = attribute.Key("transport")
 	MetricAttrPlugin    = attribute.Key("plugin")
+	MetricAttrReason    = attribute.Key("reason")
 )
 
 // durationBuckets are the histogram bounds, in seconds, of the send and

@@ -273,13 +273,19 @@ func TestMetricsExposition(t *testing.T) {
 
 	var statsErr error
 	var statsMu sync.Mutex
-	if _, err := telemetry.ObserveDeliveries(tel.MeterProvider(), func(context.Context) (map[string]int64, int64, error) {
+	if _, err := telemetry.ObserveDeliveries(tel.MeterProvider(), func(context.Context) (telemetry.DeliveryGauges, error) {
 		statsMu.Lock()
 		defer statsMu.Unlock()
-		return map[string]int64{"pending": 4, "processing": 1, "delivered": 7, "failed": 2}, 3, statsErr
+		return telemetry.DeliveryGauges{ByState: map[string]int64{"pending": 4, "processing": 1, "delivered": 7, "failed": 2}, Due: 3, Held: 1}, statsErr
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := telemetry.ObserveDisabledEndpoints(tel.MeterProvider(), func(context.Context) (map[string]int64, error) {
+		return map[string]int64{"gone": 1, "operator": 2}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.RecordEndpointDisabled(ctx, "failing")
 	if _, err := telemetry.ObservePluginRestarts(tel.MeterProvider(), func() map[string]int { return map[string]int{"http": 2, "nats": 0} }); err != nil {
 		t.Fatal(err)
 	}
@@ -295,6 +301,10 @@ func TestMetricsExposition(t *testing.T) {
 		`hymical_deliveries{state="pending"} 4`,
 		`hymical_deliveries{state="failed"} 2`,
 		`hymical_deliveries_due 3`,
+		`hymical_deliveries_held 1`,
+		`hymical_endpoints_disabled{reason="gone"} 1`,
+		`hymical_endpoints_disabled{reason="operator"} 2`,
+		`hymical_endpoint_disables_total{reason="failing"} 1`,
 		`hymical_plugin_restarts_total{plugin="http"} 2`,
 		`hymical_plugin_restarts_total{plugin="nats"} 0`,
 		`target_info{`,

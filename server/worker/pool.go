@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -69,6 +70,12 @@ type Config struct {
 	// MaxCycleAttempts is the retry allowance.
 	MaxCycleAttempts int
 	Retry            RetrySchedule
+	// EndpointRetry bounds the retry schedule an endpoint sets for itself.
+	EndpointRetry EndpointRetryBounds
+	// Disabler disables an endpoint whose receiver answered 410 Gone; nil
+	// leaves such endpoints enabled and records the 410 as a permanent
+	// failure, as any other 4xx.
+	Disabler EndpointDisabler
 
 	// TracerProvider makes the claim and attempt spans; nil means none.
 	TracerProvider trace.TracerProvider
@@ -89,6 +96,7 @@ func DefaultConfig() Config {
 		PollInterval:     500 * time.Millisecond,
 		MaxCycleAttempts: storage.DefaultMaxCycleAttempts,
 		Retry:            DefaultRetrySchedule(),
+		EndpointRetry:    DefaultEndpointRetryBounds(),
 	}
 }
 
@@ -115,6 +123,9 @@ func (c Config) withDefaults() Config {
 	if c.Retry.Delays == nil {
 		c.Retry = d.Retry
 	}
+	if c.EndpointRetry == (EndpointRetryBounds{}) {
+		c.EndpointRetry = d.EndpointRetry
+	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = tracenoop.NewTracerProvider()
 	}
@@ -136,6 +147,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
 	case c.MaxCycleAttempts < 1:
 		return fmt.Errorf("retry allowance must be at least 1, got %d", c.MaxCycleAttempts)
+	}
+	if err := c.EndpointRetry.Validate(); err != nil {
+		return err
 	}
 	return c.Retry.Validate()
 }
@@ -506,6 +520,15 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	if status < 100 || status > 599 {
 		status = 0
 	}
+	// 410 Gone says the endpoint is gone, not that this message was
+	// wrong: the endpoint is disabled and the delivery kept, held, for
+	// when an operator enables it again.
+	if status == http.StatusGone && kind != storage.OutcomeDelivered && p.cfg.Disabler != nil {
+		kind = storage.OutcomeRetryable
+		o.Error = "the receiver answered 410 Gone: the endpoint is disabled and its deliveries kept until it is enabled again"
+		defer p.endpointGone(ctx, log, c.Endpoint.ID)
+	}
+	schedule, allowance := p.retryFor(c.Endpoint)
 	traceID := telemetry.SampledTraceID(ctx)
 	params := storage.DeliveryCompleteParams{
 		DeliveryID:       c.Delivery.ID,
@@ -516,8 +539,8 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 		StartedAt:        start,
 		FinishedAt:       end,
 		TraceID:          traceID,
-		RetryDelay:       p.cfg.Retry.Delay(c.Delivery.CycleAttempts+1, o.RetryAfter),
-		MaxCycleAttempts: p.cfg.MaxCycleAttempts,
+		RetryDelay:       schedule.Delay(c.Delivery.CycleAttempts+1, o.RetryAfter),
+		MaxCycleAttempts: allowance,
 	}
 	outcomeSpan(span, kind, status, o.Error)
 	late := false
@@ -563,6 +586,14 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	if err != nil {
 		log.Error("recording the late attempt failed", "error", err)
 		span.RecordError(err)
+	}
+}
+
+// endpointGone disables the endpoint after its receiver answered 410 Gone.
+// Several sends may see the 410; the disabler writes only once.
+func (p *Pool) endpointGone(ctx context.Context, log deliveryLog, endpointID string) {
+	if err := p.cfg.Disabler.DisableEndpoint(ctx, endpointID, storage.DisabledGone); err != nil {
+		log.Error("the receiver answered 410 Gone but disabling the endpoint failed; the delivery will be retried", "error", err)
 	}
 }
 
