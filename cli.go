@@ -285,7 +285,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "list") {
-		return errors.New("usage: hymical endpoints add --url URL [--form ID]... [--endpoint-config KEY=VALUE]... | hymical endpoints list")
+		return errors.New("usage: hymical endpoints add --url URL [--form ID]... [--endpoint-config KEY=VALUE]... [--signature-scheme v1|v1a] | hymical endpoints list")
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("endpoints "+sub, flag.ContinueOnError)
@@ -294,6 +294,7 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	target := fs.String("url", "", "add: the receiver's URL")
 	transportName := fs.String("transport", "http", "add: the transport plugin")
 	description := fs.String("description", "", "add: a note for operators")
+	scheme := fs.String("signature-scheme", "v1", "add: v1 (HMAC-SHA256, a shared whsec_ secret) or v1a (Ed25519: receivers verify with a whpk_ public key)")
 	var forms, types, settings listFlag
 	fs.Var(&forms, "form", "add: a form id to subscribe to (repeat; none means every form)")
 	fs.Var(&types, "event-type", "add: an event type to subscribe to (repeat; none means every type)")
@@ -317,11 +318,14 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 			epConfig[k] = v
 		}
-		body := map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description, "config": epConfig}
+		body := map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description, "config": epConfig,
+			"signature_scheme": *scheme}
 		var created struct {
-			ID     string `json:"id"`
-			URL    string `json:"url"`
-			Secret string `json:"secret"`
+			ID         string   `json:"id"`
+			URL        string   `json:"url"`
+			Secret     string   `json:"secret"`
+			Scheme     string   `json:"signature_scheme"`
+			PublicKeys []string `json:"public_keys"`
 		}
 		if err := c.do(ctx, http.MethodPost, "/v1/endpoints", body, &created); err != nil {
 			return err
@@ -330,25 +334,35 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if target == "" {
 			target = "transport " + *transportName
 		}
-		fmt.Fprintf(stdout, "endpoint %s → %s\nsigning secret (shown once; give it to the receiver): %s\n", created.ID, target, created.Secret)
+		if len(created.PublicKeys) == 0 {
+			fmt.Fprintf(stdout, "endpoint %s → %s\nsigning secret (shown once; give it to the receiver): %s\n", created.ID, target, created.Secret)
+			return nil
+		}
+		// A v1a receiver needs only the public key, which stays on show;
+		// the signing key is printed once, like a secret, for safekeeping.
+		fmt.Fprintf(stdout, "endpoint %s → %s (signature scheme %s)\npublic key (give it to the receiver; `hymical endpoints list` shows it again): %s\nsigning key (shown once; the server signs with it, the receiver does not need it): %s\n",
+			created.ID, target, created.Scheme, strings.Join(created.PublicKeys, " "), created.Secret)
 		return nil
 	}
 	var list struct {
 		Endpoints []struct {
-			ID        string   `json:"id"`
-			URL       string   `json:"url"`
-			Transport string   `json:"transport"`
-			FormIDs   []string `json:"form_ids"`
-			Disabled  bool     `json:"disabled"`
+			ID         string   `json:"id"`
+			URL        string   `json:"url"`
+			Transport  string   `json:"transport"`
+			FormIDs    []string `json:"form_ids"`
+			Disabled   bool     `json:"disabled"`
+			Scheme     string   `json:"signature_scheme"`
+			PublicKeys []string `json:"public_keys"`
 		} `json:"endpoints"`
 	}
 	if err := c.do(ctx, http.MethodGet, "/v1/endpoints", nil, &list); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tFORMS\tDISABLED")
+	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tFORMS\tDISABLED\tSCHEME\tPUBLIC KEYS")
 	for _, e := range list.Endpoints {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", e.ID, e.Transport, e.URL, dash(strings.Join(e.FormIDs, ",")), e.Disabled)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", e.ID, e.Transport, e.URL, dash(strings.Join(e.FormIDs, ",")), e.Disabled,
+			dash(e.Scheme), dash(strings.Join(e.PublicKeys, " ")))
 	}
 	return tw.Flush()
 }

@@ -88,22 +88,32 @@ type Rotation struct {
 	PreviousSecretsExpireAt *time.Time
 }
 
-// RotateSecret gives the endpoint a new signing secret, which signs from
-// now on. Every secret that was active keeps signing beside it until
-// now + grace (or its own earlier expiry), so receivers can switch over
-// without dropping a message; secrets already past their expiry are
-// removed.
+// RotateSecret gives the endpoint a new signing secret of the same scheme
+// as its current one (a whsk_ key for a v1a endpoint, a whsec_ secret for a
+// v1 one), which signs from now on. Every secret that was active keeps
+// signing beside it until now + grace (or its own earlier expiry), so
+// receivers can switch over without dropping a message; secrets already
+// past their expiry are removed.
 func RotateSecret(ctx context.Context, store EndpointStore, id string, grace time.Duration, now time.Time) (Rotation, error) {
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		return Rotation{}, err
-	}
 	// Cut to what every backend stores, so the time shown is the time kept.
 	expiry := now.Add(grace).UTC().Truncate(time.Millisecond)
-	var kept bool
+	var (
+		kept   bool
+		secret string
+		minted webhook.Scheme
+	)
 	e, err := ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
-		// Reset on every try: a retry after a conflict starts over.
+		// Reset on every try: a retry after a conflict starts over. The
+		// scheme is only known once the endpoint is read.
 		kept = false
+		scheme := EndpointScheme(*e)
+		if secret == "" || scheme != minted {
+			var err error
+			if secret, err = scheme.NewKey(); err != nil {
+				return false, err
+			}
+			minted = scheme
+		}
 		next := []storage.Secret{storage.NewSecret(secret, nil)}
 		for _, s := range e.Secrets {
 			if !s.ActiveAt(now) {
@@ -127,6 +137,51 @@ func RotateSecret(ctx context.Context, store EndpointStore, id string, grace tim
 		r.PreviousSecretsExpireAt = &expiry
 	}
 	return r, nil
+}
+
+// EndpointScheme is the signature scheme of an endpoint: that of its current
+// secret, the one without an expiry (the first one, which rotation puts in
+// front, if all expire). The scheme is chosen when the endpoint is created
+// and kept by every rotation; an endpoint without secrets is v1.
+func EndpointScheme(e storage.Endpoint) webhook.Scheme {
+	if len(e.Secrets) == 0 {
+		return webhook.SchemeV1
+	}
+	current := e.Secrets[0]
+	for _, s := range e.Secrets {
+		if s.ExpiresAt == nil {
+			current = s
+			break
+		}
+	}
+	return webhook.KeyScheme(current.Reveal())
+}
+
+// PublicKey is the whpk_ public key of one of an endpoint's v1a secrets,
+// which receivers verify with and which may be shown anywhere.
+type PublicKey struct {
+	Key string
+	// ExpiresAt is set for a rotated-out key still signing in its grace.
+	ExpiresAt *time.Time
+}
+
+// PublicKeys returns the public key of every active v1a secret of e, in the
+// order they sign; none for a v1 endpoint, whose secrets have no public half.
+// A stored key that does not parse is left out: the worker refuses to sign
+// with it and says so in the attempt's error.
+func PublicKeys(e storage.Endpoint, now time.Time) []PublicKey {
+	var out []PublicKey
+	for _, s := range e.Secrets {
+		if !s.ActiveAt(now) || webhook.KeyScheme(s.Reveal()) != webhook.SchemeV1a {
+			continue
+		}
+		pk, err := webhook.PublicKey(s.Reveal())
+		if err != nil {
+			continue
+		}
+		out = append(out, PublicKey{Key: pk, ExpiresAt: s.ExpiresAt})
+	}
+	return out
 }
 
 // MaxOperatorBytes bounds an operator's name in a replay's audit record.

@@ -80,9 +80,10 @@ var (
 	ErrSchemaUnknown = errors.New("database schema version is newer than this build knows")
 )
 
-// Secret is an endpoint's signing secret, written "whsec_" + base64. Its
-// String and LogValue hide the value so it never reaches a log by accident;
-// Reveal is the one way to read it.
+// Secret is an endpoint's signing secret: a v1 HMAC secret written "whsec_"
+// + base64, or a v1a Ed25519 signing key written "whsk_" + base64; the
+// prefix says which. Its String and LogValue hide the value so it never
+// reaches a log by accident; Reveal is the one way to read it.
 type Secret struct {
 	value string
 	// ExpiresAt, when set, is when a rotated-out secret stops signing.
@@ -97,10 +98,16 @@ func NewSecret(value string, expiresAt *time.Time) Secret {
 // Reveal returns the secret value, for signing and for showing it once at creation.
 func (s Secret) Reveal() string { return s.value }
 
-func (s Secret) String() string { return "whsec_[redacted]" }
+// String keeps the prefix, which tells the scheme and is no secret.
+func (s Secret) String() string {
+	if len(s.value) >= len("whsk_") && s.value[:len("whsk_")] == "whsk_" {
+		return "whsk_[redacted]"
+	}
+	return "whsec_[redacted]"
+}
 
 // GoString keeps %#v from printing the value.
-func (s Secret) GoString() string { return "storage.Secret{whsec_[redacted]}" }
+func (s Secret) GoString() string { return "storage.Secret{" + s.String() + "}" }
 
 // MarshalJSON refuses to put the value into JSON by accident.
 func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }

@@ -5,7 +5,8 @@
 // codes the sender acts on.
 //
 // It owns the wire format of a signature (the three header names, the
-// "whsec_" secret format, the HMAC-SHA256 over
+// "whsec_" secret format and its HMAC-SHA256 ("v1"), the "whsk_" signing key
+// and "whpk_" public key formats and their Ed25519 ("v1a"), both over
 // msgID + "." + unixSeconds + "." + body, and the rules a receiver applies to
 // accept or reject a request) and the receiver-side helpers built on it. The
 // core server imports it to sign every attempt; receivers import it to
@@ -17,6 +18,9 @@
 // # Signing (the sender)
 //
 //	h, err := webhook.SignHeaders(deliveryID, time.Now(), body, secret)
+//
+// A whsk_ signing key (NewKeyPair) signs v1a instead; its whpk_ public key,
+// which need not be kept secret, is what the receiver verifies with.
 //
 // During a secret rotation pass both the new and the old secret; the
 // webhook-signature header then carries one signature per secret and a

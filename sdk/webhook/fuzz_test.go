@@ -83,3 +83,71 @@ func isVerifyError(err error) bool {
 	}
 	return false
 }
+
+// FuzzVerifyV1a is FuzzVerify for a receiver holding a v1a public key and a
+// v1 secret: arbitrary headers never panic, acceptance means the header
+// carries the genuine v1a or v1 signature, and a signed body altered fails.
+// Ed25519 signatures are deterministic, so the genuine one can be rebuilt.
+func FuzzVerifyV1a(f *testing.F) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	const signingKey = "whsk_6Xb/dCcHpPea21PS1N9VY/NZW723CEc77N4rJCubMbfVKIDij2HKpMKkioLlX0dRqSKJp4AJ6p9lMicMFs6Kvg=="
+	publicKey, err := webhook.PublicKey(signingKey)
+	if err != nil {
+		f.Fatalf("PublicKey: %v", err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	nowUnix := strconv.FormatInt(now.Unix(), 10)
+	sub := []byte(`{"type":"submission.received","submission":{"id":"sub_48984534f33749c49a88de2d59400dce"}}`)
+	validSig, err := webhook.Sign("del_1", now, sub, signingKey)
+	if err != nil {
+		f.Fatalf("Sign: %v", err)
+	}
+	hmacSig, err := webhook.Sign("del_1", now, sub, secret)
+	if err != nil {
+		f.Fatalf("Sign: %v", err)
+	}
+
+	f.Add("del_1", nowUnix, validSig, sub, append(bytes.Clone(sub), ' '))
+	f.Add("del_1", nowUnix, "v1,"+strings.TrimPrefix(validSig, "v1a,")+" "+hmacSig, sub, []byte{})
+	f.Add("del_1", nowUnix, strings.Repeat("v1a,"+strings.Repeat("A", 86)+"== ", 20)+validSig, sub, []byte("{}"))
+	f.Add("del_1", nowUnix, "v1a,"+validSig[4:90], sub, sub[:len(sub)-1])
+	f.Add("", "", "v1a", []byte(nil), []byte(nil))
+
+	v, err := webhook.NewVerifier([]string{publicKey, secret}, webhook.WithNow(func() time.Time { return now }))
+	if err != nil {
+		f.Fatalf("NewVerifier: %v", err)
+	}
+
+	f.Fuzz(func(t *testing.T, id, ts, sig string, body, altered []byte) {
+		h := http.Header{}
+		h.Set(webhook.HeaderID, id)
+		h.Set(webhook.HeaderTimestamp, ts)
+		h.Set(webhook.HeaderSignature, sig)
+		if err := v.Verify(h, body); err == nil {
+			want, signErr := webhook.Sign(strings.TrimSpace(id), now, body, signingKey, secret)
+			fields := strings.Fields(want)
+			if signErr != nil || len(fields) != 2 || (!strings.Contains(sig, fields[0]) && !strings.Contains(sig, fields[1])) {
+				t.Fatalf("Verify accepted id %q ts %q sig %q without a genuine signature", id, ts, sig)
+			}
+		} else if !isVerifyError(err) {
+			t.Fatalf("Verify returned an error outside the documented set: %v", err)
+		}
+
+		msgID := id
+		if _, err := webhook.Sign(msgID, now, nil, signingKey); err != nil {
+			msgID = "del_fuzz"
+		}
+		signed, err := webhook.SignHeaders(msgID, now, body, signingKey)
+		if err != nil {
+			t.Fatalf("SignHeaders(%q): %v", msgID, err)
+		}
+		if err := v.Verify(signed, body); err != nil {
+			t.Fatalf("Verify rejected the signed body: %v", err)
+		}
+		if !bytes.Equal(altered, body) {
+			if err := v.Verify(signed, altered); !errors.Is(err, webhook.ErrNoMatchingSignature) {
+				t.Fatalf("Verify of a body altered from %q to %q = %v, want ErrNoMatchingSignature", body, altered, err)
+			}
+		}
+	})
+}

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// SecretPrefix starts every secret this package writes.
+// SecretPrefix starts every v1 (HMAC-SHA256) secret this package writes.
 const SecretPrefix = "whsec_"
 
 // secretBytes is the length of a secret minted by NewSecret: the HMAC-SHA256
@@ -35,6 +35,9 @@ func NewSecret() (string, error) {
 // other Standard Webhooks libraries do, so a receiver can paste either form.
 // Surrounding white space, such as a trailing newline from a file, is ignored.
 func ParseSecret(s string) ([]byte, error) {
+	if KeyScheme(s) == SchemeV1a {
+		return nil, fmt.Errorf("%w: it is a %s (Ed25519) key, not a %s secret; use ParseSigningKey or ParsePublicKey", ErrInvalidSecret, SchemeV1a, SecretPrefix)
+	}
 	enc := strings.TrimPrefix(strings.TrimSpace(s), SecretPrefix)
 	if enc == "" {
 		return nil, fmt.Errorf("%w: it is empty; want %q followed by standard base64", ErrInvalidSecret, SecretPrefix)
@@ -54,23 +57,4 @@ func ParseSecret(s string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: it decodes to no bytes; want %q followed by standard base64", ErrInvalidSecret, SecretPrefix)
 	}
 	return key, nil
-}
-
-// parseSecrets parses every secret, naming a bad one by its position only.
-func parseSecrets(secrets []string) ([][]byte, error) {
-	if len(secrets) == 0 {
-		return nil, fmt.Errorf("%w: no secret given; pass at least one", ErrInvalidSecret)
-	}
-	keys := make([][]byte, len(secrets))
-	for i, s := range secrets {
-		k, err := ParseSecret(s)
-		if err != nil {
-			if len(secrets) == 1 {
-				return nil, err
-			}
-			return nil, fmt.Errorf("secret %d of %d: %w", i+1, len(secrets), err)
-		}
-		keys[i] = k
-	}
-	return keys, nil
 }

@@ -20,22 +20,21 @@ const (
 	HeaderSignature = "webhook-signature"
 )
 
-// signatureVersion is the only scheme this package writes or accepts.
-const signatureVersion = "v1"
-
 // ErrInvalidMessageID is returned (wrapped) by Sign for a message id that
 // could not survive the trip in a header and so could never be verified.
 var ErrInvalidMessageID = errors.New("webhook: invalid message id")
 
 // Sign returns the value of the webhook-signature header for one message:
-// "v1," + base64(HMAC-SHA256(key, msgID + "." + unixSeconds + "." + body))
-// for each secret, space separated, in the order given. Pass the new and the
-// old secret during a rotation. ts is truncated to whole seconds.
+// one signature per key, space separated, in the order given, each over
+// msgID + "." + unixSeconds + "." + body. The key's prefix picks the scheme:
+// a whsec_ secret (or bare base64) signs "v1," + base64(HMAC-SHA256), a
+// whsk_ signing key signs "v1a," + base64(Ed25519). Pass the new and the old
+// keys during a rotation. ts is truncated to whole seconds.
 func Sign(msgID string, ts time.Time, body []byte, secrets ...string) (string, error) {
 	if err := checkMessageID(msgID); err != nil {
 		return "", err
 	}
-	keys, err := parseSecrets(secrets)
+	keys, err := parseSigningKeys(secrets)
 	if err != nil {
 		return "", fmt.Errorf("webhook: signing message: %w", err)
 	}
@@ -45,9 +44,9 @@ func Sign(msgID string, ts time.Time, body []byte, secrets ...string) (string, e
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(signatureVersion)
+		b.WriteString(string(k.scheme))
 		b.WriteByte(',')
-		b.WriteString(base64.StdEncoding.EncodeToString(mac(k, msgID, unix, body)))
+		b.WriteString(base64.StdEncoding.EncodeToString(k.sign(msgID, unix, body)))
 	}
 	return b.String(), nil
 }
@@ -78,6 +77,17 @@ func mac(key []byte, msgID, unix string, body []byte) []byte {
 	h.Write([]byte{'.'})
 	h.Write(body)
 	return h.Sum(nil)
+}
+
+// signedContent is the bytes an Ed25519 signature covers, the same content
+// the HMAC is computed over; Ed25519 needs it whole, not streamed.
+func signedContent(msgID, unix string, body []byte) []byte {
+	b := make([]byte, 0, len(msgID)+len(unix)+len(body)+2)
+	b = append(b, msgID...)
+	b = append(b, '.')
+	b = append(b, unix...)
+	b = append(b, '.')
+	return append(b, body...)
 }
 
 // checkMessageID rejects ids a receiver would never see intact: an empty one

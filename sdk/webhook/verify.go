@@ -1,11 +1,13 @@
 package webhook
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,13 +67,37 @@ func (e *TimestampError) Unwrap() error {
 	return ErrTimestampTooNew
 }
 
-// Verifier checks signed messages against one or more secrets. It is safe
-// for concurrent use. Build it with NewVerifier.
+// Verifier checks signed messages against one or more secrets or public
+// keys. It is safe for concurrent use. Build it with NewVerifier. Printed
+// with fmt or logged with slog it shows how many keys of each scheme it
+// holds, never the keys.
 type Verifier struct {
-	keys      [][]byte
+	keys      verifyKeys
 	tolerance time.Duration
 	now       func() time.Time
 }
+
+// maxV1aChecks bounds the v1a signatures one message may have checked.
+// An Ed25519 check costs tens of microseconds, against nanoseconds for an
+// HMAC comparison, so a header packed with bogus v1a entries could
+// otherwise buy a lot of CPU per request; a sender emits one per active key.
+const maxV1aChecks = 16
+
+// Format prints a summary without key material for every verb, %#v
+// included, since the default would print the keys' bytes. The value
+// receiver covers a dereferenced Verifier too.
+func (v Verifier) Format(f fmt.State, _ rune) {
+	fmt.Fprint(f, v.String())
+}
+
+// String summarises the Verifier without its keys.
+func (v Verifier) String() string {
+	return fmt.Sprintf("webhook.Verifier{%d %s secret(s), %d %s public key(s), tolerance %s}",
+		len(v.keys.hmac), SchemeV1, len(v.keys.pub), SchemeV1a, v.tolerance)
+}
+
+// LogValue keeps slog from reflecting over the keys.
+func (v Verifier) LogValue() slog.Value { return slog.StringValue(v.String()) }
 
 // Option configures a Verifier.
 type Option func(*Verifier)
@@ -84,10 +110,14 @@ func WithTolerance(d time.Duration) Option { return func(v *Verifier) { v.tolera
 func WithNow(now func() time.Time) Option { return func(v *Verifier) { v.now = now } }
 
 // NewVerifier returns a Verifier that accepts a message signed with any of
-// secrets. Give it both the old and the new secret while a rotation is under
-// way, and drop the old one once the sender has stopped using it.
+// secrets: whsec_ secrets (or bare base64) check v1 signatures, whpk_
+// public keys check v1a signatures, and the two may be mixed. A whsk_
+// signing key is refused: it is the sender's private key, and a receiver
+// verifies with its public key. Give it both the old and the new key while
+// a rotation is under way, and drop the old one once the sender has stopped
+// using it.
 func NewVerifier(secrets []string, opts ...Option) (*Verifier, error) {
-	keys, err := parseSecrets(secrets)
+	keys, err := parseVerifyKeys(secrets)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: building verifier: %w", err)
 	}
@@ -115,9 +145,12 @@ func Verify(headers http.Header, body []byte, secrets ...string) error {
 }
 
 // Verify returns nil when headers carry a timestamp within the tolerance and
-// at least one v1 signature of body that matches one of the secrets. body
-// must be the raw request body, before any parsing. Signatures of versions
-// other than v1 are skipped, so a sender can add a new scheme alongside.
+// at least one signature of body that matches one of the keys: a v1
+// signature checked against the whsec_ secrets, or a v1a signature checked
+// against the whpk_ public keys (the first 16 v1a signatures at most). body
+// must be the raw request body, before any parsing. Signatures of a scheme
+// the Verifier holds no key for, or of versions it does not know, are
+// skipped, so a sender can add a new scheme alongside.
 //
 // The error wraps one of ErrMissingHeader, ErrMalformedTimestamp,
 // ErrTimestampTooOld, ErrTimestampTooNew or ErrNoMatchingSignature, and
@@ -147,32 +180,54 @@ func (v *Verifier) Verify(headers http.Header, body []byte) error {
 
 	// The header's own digits are hashed, and parseUnix accepted only the
 	// canonical form, so they are the digits the sender hashed.
-	expected := make([][]byte, len(v.keys))
-	for i, k := range v.keys {
+	expected := make([][]byte, len(v.keys.hmac))
+	for i, k := range v.keys.hmac {
 		expected[i] = mac(k, id, unix, body)
 	}
-	seen, known := 0, 0
+	var content []byte // built on the first v1a signature there is a key for
+	seen, v1, v1a, v1aChecked := 0, 0, 0, 0
 	for _, value := range sigValues {
 		for _, field := range strings.Fields(value) {
 			seen++
 			version, enc, ok := strings.Cut(field, ",")
-			if !ok || version != signatureVersion {
+			if !ok {
 				continue
 			}
-			known++
-			got, err := base64.StdEncoding.Strict().DecodeString(enc)
-			if err != nil || len(got) != sha256.Size {
-				continue
-			}
-			for _, want := range expected {
-				if hmac.Equal(got, want) {
-					return nil
+			switch Scheme(version) {
+			case SchemeV1:
+				v1++
+				got, err := base64.StdEncoding.Strict().DecodeString(enc)
+				if err != nil || len(got) != sha256.Size {
+					continue
+				}
+				for _, want := range expected {
+					if hmac.Equal(got, want) {
+						return nil
+					}
+				}
+			case SchemeV1a:
+				v1a++
+				if len(v.keys.pub) == 0 || v1aChecked == maxV1aChecks {
+					continue
+				}
+				got, err := base64.StdEncoding.Strict().DecodeString(enc)
+				if err != nil || len(got) != ed25519.SignatureSize {
+					continue
+				}
+				v1aChecked++
+				if content == nil {
+					content = signedContent(id, unix, body)
+				}
+				for _, pub := range v.keys.pub {
+					if ed25519.Verify(pub, content, got) {
+						return nil
+					}
 				}
 			}
 		}
 	}
-	return fmt.Errorf("%w: none of the %d signatures in %s (%d of them %s) matches the %d secret(s) tried; the body was altered (verify the raw bytes, before parsing) or the secret is wrong",
-		ErrNoMatchingSignature, seen, HeaderSignature, known, signatureVersion, len(v.keys))
+	return fmt.Errorf("%w: none of the %d signatures in %s (%d of them %s, %d %s) matches the %d secret(s) and %d public key(s) tried; the body was altered (verify the raw bytes, before parsing) or the key is wrong",
+		ErrNoMatchingSignature, seen, HeaderSignature, v1, SchemeV1, v1a, SchemeV1a, len(v.keys.hmac), len(v.keys.pub))
 }
 
 // parseUnix accepts only canonical decimal unix seconds. A "+" sign or

@@ -28,6 +28,8 @@ type endpointCreate struct {
 	FormIDs     []string          `json:"form_ids"`
 	Config      map[string]string `json:"config"`
 	Description string            `json:"description"`
+	// SignatureScheme is "v1" (HMAC-SHA256, the default) or "v1a" (Ed25519).
+	SignatureScheme string `json:"signature_scheme"`
 }
 
 // endpointPatch holds the fields a PATCH may change; a field left out (or
@@ -108,6 +110,20 @@ func refusalReason(err error) string {
 	return transport.BoundError(msg)
 }
 
+// signatureScheme reads the scheme a new endpoint asks for; none is v1.
+func signatureScheme(s string) (webhook.Scheme, error) {
+	if s == "" {
+		return webhook.SchemeV1, nil
+	}
+	scheme, err := webhook.ParseScheme(s)
+	if err != nil {
+		return "", badRequest("invalid_signature_scheme",
+			"signature_scheme %q is not one this server signs with; use %q (HMAC-SHA256 with a shared whsec_ secret, the default) or %q (Ed25519: receivers verify with a whpk_ public key)",
+			clip(s), webhook.SchemeV1, webhook.SchemeV1a)
+	}
+	return scheme, nil
+}
+
 // POST /v1/endpoints
 func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	body, err := h.readBody(w, r)
@@ -116,6 +132,10 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	}
 	var req endpointCreate
 	if err := decodeObject(body, &req, false); err != nil {
+		return err
+	}
+	scheme, err := signatureScheme(req.SignatureScheme)
+	if err != nil {
 		return err
 	}
 	ep := storage.Endpoint{
@@ -134,7 +154,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := h.checkTarget(r.Context(), ep); err != nil {
 		return err
 	}
-	secret, err := webhook.NewSecret()
+	secret, err := scheme.NewKey()
 	if err != nil {
 		return err
 	}

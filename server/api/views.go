@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -22,16 +24,24 @@ type endpointView struct {
 	Description string            `json:"description"`
 	Disabled    bool              `json:"disabled"`
 	DisabledAt  *time.Time        `json:"disabled_at"`
+	// SignatureScheme is "v1" (HMAC-SHA256) or "v1a" (Ed25519).
+	SignatureScheme webhook.Scheme `json:"signature_scheme"`
 	// Secrets says how many secrets sign and until when, never their values.
-	Secrets   []secretView `json:"secrets"`
-	CreatedAt time.Time    `json:"created_at"`
-	UpdatedAt time.Time    `json:"updated_at"`
+	Secrets []secretView `json:"secrets"`
+	// PublicKeys, for a v1a endpoint, is the whpk_ public key of every
+	// active key, in the order of Secrets: what receivers verify with. A
+	// public key is no secret, so every view shows them.
+	PublicKeys []string  `json:"public_keys,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 }
 
 type secretView struct {
 	// ExpiresAt is null for the current secret and set for a rotated-out
 	// one still signing through its grace period.
 	ExpiresAt *time.Time `json:"expires_at"`
+	// PublicKey is the whpk_ key of a v1a secret.
+	PublicKey string `json:"public_key,omitempty"`
 }
 
 // endpointCreated is the answer to creation and rotation: the only
@@ -57,10 +67,21 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointView {
 	if v.Config == nil {
 		v.Config = map[string]string{}
 	}
+	v.SignatureScheme = server.EndpointScheme(e)
 	for _, s := range e.Secrets {
-		if s.ActiveAt(now) {
-			v.Secrets = append(v.Secrets, secretView{ExpiresAt: utcPtr(s.ExpiresAt)})
+		if !s.ActiveAt(now) {
+			continue
 		}
+		sv := secretView{ExpiresAt: utcPtr(s.ExpiresAt)}
+		if webhook.KeyScheme(s.Reveal()) == webhook.SchemeV1a {
+			// A key that does not parse shows no public key; the worker
+			// names the problem in the attempt's error.
+			if pk, err := webhook.PublicKey(s.Reveal()); err == nil {
+				sv.PublicKey = pk
+				v.PublicKeys = append(v.PublicKeys, pk)
+			}
+		}
+		v.Secrets = append(v.Secrets, sv)
 	}
 	return v
 }

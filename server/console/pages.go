@@ -14,6 +14,8 @@ import (
 
 	"github.com/hymical/hymical/internal/boundtext"
 	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -397,7 +399,11 @@ type endpointRow struct {
 	// when the last rotated-out one stops.
 	Secrets      int
 	RotatedUntil *time.Time
-	CreatedAt    time.Time
+	// Scheme is the signature scheme; PublicKeys, for v1a, the whpk_ key
+	// of every active key, newest first: no secret, so always shown.
+	Scheme     webhook.Scheme
+	PublicKeys []server.PublicKey
+	CreatedAt  time.Time
 }
 
 func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
@@ -415,6 +421,8 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
 			row.RotatedUntil = &at
 		}
 	}
+	row.Scheme = server.EndpointScheme(e)
+	row.PublicKeys = server.PublicKeys(e, now)
 	return row
 }
 

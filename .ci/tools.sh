@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the independent Ed25519 implementations the v1a signature tests
+# check Hymical's signatures against (sdk/webhook/interop_v1a_test.go):
+# OpenSSL's command line and Node, from Debian's packages when they are
+# missing. Under CI=true those tests fail without them.
+#
+#   .ci/tools.sh
+set -euo pipefail
+
+log() { echo "tools.sh: $*" >&2; }
+
+missing=()
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing ${missing[*]} from Debian's packages"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >&2
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+for tool in openssl node; do
+	command -v "$tool" >/dev/null 2>&1 || { log "$tool is still missing after the install"; exit 1; }
+done
+log "$(openssl version), node $(node --version)"
