@@ -113,6 +113,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Insecure:            cfg.Server.InsecureDevMode,
 		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
+		RetryBounds:         cfg.Worker().EndpointRetry,
 		Logger:              log.With("component", "api"),
 		TracerProvider:      tel.TracerProvider(),
 		Metrics:             tel.MetricsHandler(),

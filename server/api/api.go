@@ -14,6 +14,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/telemetry"
+	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -68,6 +69,9 @@ type Options struct {
 	// SecretRotationGrace is how long a rotated-out secret keeps signing
 	// next to the new one; zero means DefaultSecretRotationGrace.
 	SecretRotationGrace time.Duration
+	// RetryBounds checks the retry schedule an endpoint sets for itself;
+	// nil means worker.DefaultEndpointRetryBounds.
+	RetryBounds RetryBounds
 	// Logger receives request failures; nil means slog.Default().
 	Logger *slog.Logger
 	// Ready, when set, is checked by /readyz after the store; an error
@@ -95,13 +99,15 @@ type handler struct {
 	insecure   bool
 	maxBody    int64
 	grace      time.Duration
-	log        *slog.Logger
-	ready      func(ctx context.Context) error
-	tracer     trace.Tracer
-	metrics    http.Handler
-	metricsWho access
-	mux        *http.ServeMux
-	now        func() time.Time
+	// retryBounds checks endpoints' own retry schedules.
+	retryBounds RetryBounds
+	log         *slog.Logger
+	ready       func(ctx context.Context) error
+	tracer      trace.Tracer
+	metrics     http.Handler
+	metricsWho  access
+	mux         *http.ServeMux
+	now         func() time.Time
 }
 
 // New checks opts and returns the API's handler.
@@ -158,10 +164,16 @@ func newHandler(opts Options) (*handler, error) {
 		insecure:   opts.Insecure,
 		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
 		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
-		log:        log,
-		ready:      opts.Ready,
-		mux:        http.NewServeMux(),
-		now:        time.Now,
+		retryBounds: func() RetryBounds {
+			if opts.RetryBounds != nil {
+				return opts.RetryBounds
+			}
+			return worker.DefaultEndpointRetryBounds()
+		}(),
+		log:   log,
+		ready: opts.Ready,
+		mux:   http.NewServeMux(),
+		now:   time.Now,
 	}
 	h.routes()
 	return h, nil

@@ -30,6 +30,7 @@ type endpointCreate struct {
 	Description string            `json:"description"`
 	// SignatureScheme is "v1" (HMAC-SHA256, the default) or "v1a" (Ed25519).
 	SignatureScheme string `json:"signature_scheme"`
+	endpointControls
 }
 
 // endpointPatch holds the fields a PATCH may change; a field left out (or
@@ -41,6 +42,7 @@ type endpointPatch struct {
 	FormIDs     *[]string          `json:"form_ids"`
 	Config      *map[string]string `json:"config"`
 	Description *string            `json:"description"`
+	endpointControls
 }
 
 // noFields is the body of an action that takes none; it may be empty or {}.
@@ -151,6 +153,9 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := checkFields(&ep); err != nil {
 		return err
 	}
+	if err := req.endpointControls.apply(&ep, h.retryBounds); err != nil {
+		return err
+	}
 	if err := h.checkTarget(r.Context(), ep); err != nil {
 		return err
 	}
@@ -253,6 +258,9 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 		if err := checkFields(e); err != nil {
 			return false, err
 		}
+		if err := p.endpointControls.apply(e, h.retryBounds); err != nil {
+			return false, err
+		}
 		// Only a change to where or how it sends needs the plugin's word;
 		// renaming an endpoint must not fail because a plugin is down.
 		if target {
@@ -260,7 +268,8 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 				return false, err
 			}
 		}
-		return p != endpointPatch{}, nil
+		return p.URL != nil || p.Transport != nil || p.Config != nil || p.EventTypes != nil ||
+			p.FormIDs != nil || p.Description != nil || p.endpointControls.set(), nil
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,18 @@ type endpointView struct {
 	Description string            `json:"description"`
 	Disabled    bool              `json:"disabled"`
 	DisabledAt  *time.Time        `json:"disabled_at"`
+	// DisabledReason is operator, gone (the receiver answered 410) or
+	// failing (every attempt failed for endpoints.disable_after_failing);
+	// empty while enabled.
+	DisabledReason string `json:"disabled_reason"`
+	// FailingSince is when the current run of failed attempts began; null
+	// once an attempt is delivered.
+	FailingSince  *time.Time `json:"failing_since"`
+	RateLimit     float64    `json:"rate_limit"`
+	RateBurst     int        `json:"rate_burst"`
+	MaxInFlight   int        `json:"max_in_flight"`
+	Ordered       bool       `json:"ordered"`
+	RetrySchedule []string   `json:"retry_schedule"`
 	// SignatureScheme is "v1" (HMAC-SHA256) or "v1a" (Ed25519).
 	SignatureScheme webhook.Scheme `json:"signature_scheme"`
 	// Secrets says how many secrets sign and until when, never their values.
@@ -61,8 +73,11 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointView {
 		// secret-named setting is not.
 		EventTypes: nonNil(e.EventTypes), FormIDs: nonNil(e.FormIDs), Config: redact.Map(e.Config),
 		Description: e.Description, Disabled: e.DisabledAt != nil, DisabledAt: utcPtr(e.DisabledAt),
-		Secrets:   []secretView{},
-		CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(),
+		DisabledReason: e.DisabledReason, FailingSince: utcPtr(e.FailingSince),
+		RateLimit: e.RateLimit, RateBurst: e.RateBurst, MaxInFlight: e.MaxInFlight, Ordered: e.Ordered,
+		RetrySchedule: durations(e.RetrySchedule),
+		Secrets:       []secretView{},
+		CreatedAt:     e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(),
 	}
 	if v.Config == nil {
 		v.Config = map[string]string{}
@@ -96,8 +111,11 @@ type deliveryView struct {
 	NextAttemptAt time.Time             `json:"next_attempt_at"`
 	// LeaseExpiresAt is when the current claim ends; null unless processing.
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
-	CreatedAt      time.Time  `json:"created_at"`
-	CompletedAt    *time.Time `json:"completed_at"`
+	// Held is true for a pending delivery held back: its endpoint is
+	// disabled, or it waits its turn at an ordered endpoint.
+	Held        bool       `json:"held"`
+	CreatedAt   time.Time  `json:"created_at"`
+	CompletedAt *time.Time `json:"completed_at"`
 }
 
 func viewDelivery(d storage.Delivery) deliveryView {
@@ -105,8 +123,8 @@ func viewDelivery(d storage.Delivery) deliveryView {
 		ID: d.ID, EndpointID: d.EndpointID, EventID: d.EventID, State: d.State,
 		Attempts: d.Attempts, CycleAttempts: d.CycleAttempts,
 		NextAttemptAt:  d.NextAttemptAt.UTC(),
-		LeaseExpiresAt: utcPtr(d.ClaimExpiresAt),
-		CreatedAt:      d.CreatedAt.UTC(), CompletedAt: utcPtr(d.CompletedAt),
+		LeaseExpiresAt: utcPtr(d.ClaimExpiresAt), Held: d.Held,
+		CreatedAt: d.CreatedAt.UTC(), CompletedAt: utcPtr(d.CompletedAt),
 	}
 }
 
