@@ -48,6 +48,7 @@ type receiver struct {
 }
 
 type received struct {
+	path   string
 	header http.Header
 	body   []byte
 	err    error // from our verifier, sdk/webhook
@@ -64,7 +65,7 @@ func newReceiver(t *testing.T, answer func(n int, r *http.Request) int) *receive
 		body, _ := io.ReadAll(r.Body)
 		rc.mu.Lock()
 		rc.got = append(rc.got, received{
-			header: r.Header.Clone(), body: body,
+			path: r.URL.Path, header: r.Header.Clone(), body: body,
 			err:   webhook.Verify(r.Header, body, secret),
 			indep: independentVerify(secret, r.Header, body),
 		})
