@@ -8,9 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -134,6 +137,7 @@ type deliveryView struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 	CreatedAt      time.Time  `json:"created_at"`
 	CompletedAt    *time.Time `json:"completed_at"`
+	Held           bool       `json:"held"`
 }
 
 type attemptView struct {
@@ -182,8 +186,12 @@ func runDeliveries(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err := c.do(ctx, http.MethodGet, "/v1/deliveries/"+id+"/attempts", nil, &as); err != nil {
 			return err
 		}
+		state := d.State
+		if d.Held {
+			state += " (held: its endpoint is disabled, or it waits its turn at an ordered endpoint)"
+		}
 		fmt.Fprintf(stdout, "delivery %s  endpoint %s  event %s\nstate %s  attempts %d  cycle_attempts %d  next attempt %s\n",
-			d.ID, d.EndpointID, d.EventID, d.State, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
+			d.ID, d.EndpointID, d.EventID, state, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "#\tOUTCOME\tHTTP\tLATE\tSTARTED\tTOOK\tTRACE\tERROR")
 		for _, a := range as.Attempts {
@@ -283,11 +291,25 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 }
 
+const endpointsUsage = `usage:
+  hymical endpoints add --url URL [--form ID]... [--endpoint-config KEY=VALUE]... [--signature-scheme v1|v1a] [controls]
+  hymical endpoints set ID [controls]
+  hymical endpoints disable ID | hymical endpoints enable ID
+  hymical endpoints list
+controls: --rate-limit N --rate-burst N --max-in-flight N --ordered=true|false --retry-schedule 30s,5m,1h`
+
 func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "add" && args[0] != "list") {
-		return errors.New("usage: hymical endpoints add --url URL [--form ID]... [--endpoint-config KEY=VALUE]... [--signature-scheme v1|v1a] | hymical endpoints list")
+	if len(args) == 0 || !slices.Contains([]string{"add", "set", "disable", "enable", "list"}, args[0]) {
+		return errors.New(endpointsUsage)
 	}
 	sub, args := args[0], args[1:]
+	var id string
+	if sub == "set" || sub == "disable" || sub == "enable" {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			return fmt.Errorf("endpoints %s needs the endpoint id first\n%s", sub, endpointsUsage)
+		}
+		id, args = args[0], args[1:]
+	}
 	fs := flag.NewFlagSet("endpoints "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	client := clientFlags(fs)
@@ -295,6 +317,7 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	transportName := fs.String("transport", "http", "add: the transport plugin")
 	description := fs.String("description", "", "add: a note for operators")
 	scheme := fs.String("signature-scheme", "v1", "add: v1 (HMAC-SHA256, a shared whsec_ secret) or v1a (Ed25519: receivers verify with a whpk_ public key)")
+	controls := controlFlags(fs)
 	var forms, types, settings listFlag
 	fs.Var(&forms, "form", "add: a form id to subscribe to (repeat; none means every form)")
 	fs.Var(&types, "event-type", "add: an event type to subscribe to (repeat; none means every type)")
@@ -305,6 +328,29 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	c, err := client()
 	if err != nil {
 		return err
+	}
+	switch sub {
+	case "disable", "enable":
+		var e endpointStatus
+		if err := c.do(ctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/"+sub, nil, &e); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "endpoint %s: %s\n", e.ID, e.status())
+		return nil
+	case "set":
+		body, err := controls()
+		if err != nil {
+			return err
+		}
+		if len(body) == 0 {
+			return fmt.Errorf("endpoints set %s changes nothing: give at least one control\n%s", id, endpointsUsage)
+		}
+		var e endpointStatus
+		if err := c.do(ctx, http.MethodPatch, "/v1/endpoints/"+url.PathEscape(id), body, &e); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "endpoint %s: %s; %s\n", e.ID, e.status(), e.limits())
+		return nil
 	}
 	if sub == "add" {
 		if *target == "" && len(settings) == 0 {
@@ -318,8 +364,12 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 			epConfig[k] = v
 		}
-		body := map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description, "config": epConfig,
-			"signature_scheme": *scheme}
+		body, err := controls()
+		if err != nil {
+			return err
+		}
+		maps.Copy(body, map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description, "config": epConfig,
+			"signature_scheme": *scheme})
 		var created struct {
 			ID         string   `json:"id"`
 			URL        string   `json:"url"`
@@ -346,11 +396,10 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	var list struct {
 		Endpoints []struct {
-			ID         string   `json:"id"`
+			endpointStatus
 			URL        string   `json:"url"`
 			Transport  string   `json:"transport"`
 			FormIDs    []string `json:"form_ids"`
-			Disabled   bool     `json:"disabled"`
 			Scheme     string   `json:"signature_scheme"`
 			PublicKeys []string `json:"public_keys"`
 		} `json:"endpoints"`
@@ -359,12 +408,114 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tFORMS\tDISABLED\tSCHEME\tPUBLIC KEYS")
+	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tFORMS\tSTATUS\tCONTROLS\tSCHEME\tPUBLIC KEYS")
 	for _, e := range list.Endpoints {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", e.ID, e.Transport, e.URL, dash(strings.Join(e.FormIDs, ",")), e.Disabled,
-			dash(e.Scheme), dash(strings.Join(e.PublicKeys, " ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Transport, e.URL, dash(strings.Join(e.FormIDs, ",")), e.status(),
+			e.limits(), dash(e.Scheme), dash(strings.Join(e.PublicKeys, " ")))
 	}
 	return tw.Flush()
+}
+
+// endpointStatus is what the CLI shows of an endpoint's state and controls.
+type endpointStatus struct {
+	ID             string     `json:"id"`
+	Disabled       bool       `json:"disabled"`
+	DisabledAt     *time.Time `json:"disabled_at"`
+	DisabledReason string     `json:"disabled_reason"`
+	FailingSince   *time.Time `json:"failing_since"`
+	RateLimit      float64    `json:"rate_limit"`
+	RateBurst      int        `json:"rate_burst"`
+	MaxInFlight    int        `json:"max_in_flight"`
+	Ordered        bool       `json:"ordered"`
+	RetrySchedule  []string   `json:"retry_schedule"`
+}
+
+func (e endpointStatus) status() string {
+	var s string
+	switch {
+	case e.Disabled && e.DisabledAt != nil:
+		s = fmt.Sprintf("disabled (%s, %s; deliveries held)", e.DisabledReason, e.DisabledAt.UTC().Format(time.RFC3339))
+	case e.Disabled:
+		s = "disabled (" + e.DisabledReason + "; deliveries held)"
+	default:
+		s = "enabled"
+	}
+	if e.FailingSince != nil {
+		s += ", failing since " + e.FailingSince.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+func (e endpointStatus) limits() string {
+	var parts []string
+	if e.RateLimit > 0 {
+		burst := ""
+		if e.RateBurst > 0 {
+			burst = fmt.Sprintf(" burst %d", e.RateBurst)
+		}
+		parts = append(parts, fmt.Sprintf("%s/s%s", strconv.FormatFloat(e.RateLimit, 'g', -1, 64), burst))
+	}
+	if e.MaxInFlight > 0 {
+		parts = append(parts, fmt.Sprintf("%d in flight", e.MaxInFlight))
+	}
+	if e.Ordered {
+		parts = append(parts, "ordered")
+	}
+	if len(e.RetrySchedule) > 0 {
+		parts = append(parts, "retries "+strings.Join(e.RetrySchedule, ","))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// controlFlags declares the endpoint control flags and returns a function
+// giving the JSON fields of the ones that were set.
+func controlFlags(fs *flag.FlagSet) func() (map[string]any, error) {
+	rate := fs.String("rate-limit", "", "add, set: most sends per second, across every server process (0: no limit)")
+	burst := fs.String("rate-burst", "", "add, set: sends allowed at once after a quiet spell (0: the rate, rounded up)")
+	inFlight := fs.String("max-in-flight", "", "add, set: most sends under way at once, across every server process (0: no cap)")
+	ordered := fs.String("ordered", "", "add, set: true sends one delivery at a time, in order")
+	schedule := fs.String("retry-schedule", "", "add, set: this endpoint's retry delays, e.g. 30s,5m,1h (\"none\": the server's)")
+	return func() (map[string]any, error) {
+		out := map[string]any{}
+		if *rate != "" {
+			v, err := strconv.ParseFloat(*rate, 64)
+			if err != nil {
+				return nil, fmt.Errorf("--rate-limit %q is not a number of sends per second", *rate)
+			}
+			out["rate_limit"] = v
+		}
+		for flagName, field := range map[string]struct {
+			text *string
+			key  string
+		}{"rate-burst": {burst, "rate_burst"}, "max-in-flight": {inFlight, "max_in_flight"}} {
+			if *field.text == "" {
+				continue
+			}
+			v, err := strconv.Atoi(*field.text)
+			if err != nil {
+				return nil, fmt.Errorf("--%s %q is not a whole number", flagName, *field.text)
+			}
+			out[field.key] = v
+		}
+		if *ordered != "" {
+			v, err := strconv.ParseBool(*ordered)
+			if err != nil {
+				return nil, fmt.Errorf("--ordered %q is not true or false", *ordered)
+			}
+			out["ordered"] = v
+		}
+		switch *schedule {
+		case "":
+		case "none":
+			out["retry_schedule"] = []string{}
+		default:
+			out["retry_schedule"] = strings.Split(*schedule, ",")
+		}
+		return out, nil
+	}
 }
 
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {

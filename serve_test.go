@@ -99,6 +99,30 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	if !strings.Contains(shown, "attempts 2  cycle_attempts 1") {
 		t.Fatalf("after the replay: %s", shown)
 	}
+
+	// Endpoint controls and pausing, through the CLI.
+	ep := regexp.MustCompile(`ep_[0-9a-f]{32}`).FindString(added)
+	set := hymical("endpoints", "set", ep, "--server", base, "--rate-limit", "5", "--max-in-flight", "2", "--retry-schedule", "1s,2s")
+	for _, want := range []string{"enabled", "5/s", "2 in flight", "retries 1s,2s"} {
+		if !strings.Contains(set, want) {
+			t.Fatalf("endpoints set does not show %q: %s", want, set)
+		}
+	}
+	if off := hymical("endpoints", "disable", ep, "--server", base); !strings.Contains(off, "disabled (operator") {
+		t.Fatalf("endpoints disable: %s", off)
+	}
+	if list := hymical("endpoints", "list", "--server", base); !strings.Contains(list, "disabled (operator") || !strings.Contains(list, "5/s") {
+		t.Fatalf("endpoints list does not show the disabled endpoint and its limits:\n%s", list)
+	}
+	held := regexp.MustCompile(`(dlv_[0-9a-f]{32})`).FindString(hymical("submit", "--server", base, "--form", "form_demo"))
+	if shown := hymical("deliveries", "show", "--server", base, held); !strings.Contains(shown, "state pending (held") {
+		t.Fatalf("a delivery to a disabled endpoint: %s", shown)
+	}
+	if on := hymical("endpoints", "enable", ep, "--server", base); !strings.Contains(on, "enabled") {
+		t.Fatalf("endpoints enable: %s", on)
+	}
+	dlv = held
+	waitFor("delivered")
 	if !regexp.MustCompile(`(?m)^2\s+delivered\s+200`).MatchString(shown) {
 		t.Fatalf("attempt 2 is not a delivered 200:\n%s", shown)
 	}
