@@ -395,6 +395,13 @@ type endpointRow struct {
 	Config                          map[string]string
 	EventTypes, FormIDs             []string
 	DisabledAt                      *time.Time
+	// DisabledReason is operator, gone or failing; FailingSince is when
+	// the current run of failed attempts began.
+	DisabledReason string
+	FailingSince   *time.Time
+	// Controls is the endpoint's limits, ordering and retry schedule in
+	// words; empty when it has none.
+	Controls []string
 	// Secrets is how many secrets sign now; RotatedUntil, when set, is
 	// when the last rotated-out one stops.
 	Secrets      int
@@ -423,6 +430,23 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
 	}
 	row.Scheme = server.EndpointScheme(e)
 	row.PublicKeys = server.PublicKeys(e, now)
+	row.DisabledReason, row.FailingSince = e.DisabledReason, e.FailingSince
+	if e.RateLimit > 0 {
+		row.Controls = append(row.Controls, fmt.Sprintf("at most %s sends a second, %d at once", strconv.FormatFloat(e.RateLimit, 'g', -1, 64), e.Burst()))
+	}
+	if e.MaxInFlight > 0 {
+		row.Controls = append(row.Controls, fmt.Sprintf("at most %d in flight", e.MaxInFlight))
+	}
+	if e.Ordered {
+		row.Controls = append(row.Controls, "ordered: one at a time")
+	}
+	if len(e.RetrySchedule) > 0 {
+		delays := make([]string, len(e.RetrySchedule))
+		for i, d := range e.RetrySchedule {
+			delays[i] = d.String()
+		}
+		row.Controls = append(row.Controls, "retries after "+strings.Join(delays, ", "))
+	}
 	return row
 }
 

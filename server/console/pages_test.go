@@ -319,6 +319,22 @@ func TestEndpointsEnableDisableAndRotate(t *testing.T) {
 	}
 }
 
+func TestEndpointsPageShowsWhyDisabledAndTheControls(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ep := f.endpoint("contact", "CRM")
+	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	ep.DisabledAt, ep.DisabledReason = &at, storage.DisabledGone
+	ep.RateLimit, ep.MaxInFlight, ep.Ordered = 2, 3, true
+	ep.RetrySchedule = []time.Duration{time.Minute, time.Hour}
+	if _, err := f.store.EndpointUpdate(t.Context(), ep); err != nil {
+		t.Fatal(err)
+	}
+	s := f.login("alice")
+	f.get(s, "/console/endpoints").must(t, http.StatusOK).contains(t, "the receiver answered 410 Gone", "deliveries held",
+		"at most 2 sends a second, 2 at once", "at most 3 in flight", "ordered: one at a time", "retries after 1m0s, 1h0m0s")
+}
+
 func TestUnknownPagesAndMethodsSayWhereToGo(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
