@@ -92,3 +92,15 @@ func Admit(e Endpoint, st Throttle, inFlight, n int, now time.Time) Admission {
 	out.Next.DeferredUntil = base.Add(time.Duration(deferred) * step)
 	return out
 }
+
+// Admitted keeps the claims whose keep is true, in order, in claims' own
+// backing array.
+func Admitted(claims []Claim, keep []bool) []Claim {
+	out := claims[:0]
+	for i, c := range claims {
+		if keep[i] {
+			out = append(out, c)
+		}
+	}
+	return out
+}

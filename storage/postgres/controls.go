@@ -36,34 +36,29 @@ const lockOrderedOfSQL = `SELECT ep.id FROM webhook_endpoints AS ep
 	WHERE ep.ordered AND ep.id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[]))
 	ORDER BY ep.id FOR NO KEY UPDATE OF ep`
 
-// promoteSQL lets the next delivery of each ordered, enabled endpoint among
-// $1 go when nothing of it is under way or due: its oldest held one, in
-// queue order. The caller holds the endpoints' locks.
-const promoteSQL = `
+// promoteHeads lets the next delivery of ordered, enabled endpoints go when
+// nothing of theirs is under way or due: each one's oldest held delivery,
+// in queue order. The caller holds the endpoints' locks; the statements
+// below finish it with which endpoints to look at.
+const promoteHeads = `
 UPDATE webhook_deliveries AS d SET held = false
 FROM (
 	SELECT (SELECT h.id FROM webhook_deliveries AS h
 		WHERE h.endpoint_id = ep.id AND h.held AND h.state = 'pending'
 		ORDER BY h.created_at, h.id LIMIT 1) AS id
 	FROM webhook_endpoints AS ep
-	WHERE ep.id = ANY($1::text[]) AND ep.ordered AND ep.disabled_at IS NULL
+	WHERE ep.ordered AND ep.disabled_at IS NULL
 	  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS o
 		WHERE o.endpoint_id = ep.id AND NOT o.held AND o.state IN ('pending', 'processing'))
+	  AND `
+
+// promoteSQL promotes the endpoints $1.
+const promoteSQL = promoteHeads + `ep.id = ANY($1::text[])
 ) AS head
 WHERE d.id = head.id`
 
-// promoteOfSQL is promoteSQL for the endpoints of the deliveries $1.
-const promoteOfSQL = `
-UPDATE webhook_deliveries AS d SET held = false
-FROM (
-	SELECT (SELECT h.id FROM webhook_deliveries AS h
-		WHERE h.endpoint_id = ep.id AND h.held AND h.state = 'pending'
-		ORDER BY h.created_at, h.id LIMIT 1) AS id
-	FROM webhook_endpoints AS ep
-	WHERE ep.id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[]))
-	  AND ep.ordered AND ep.disabled_at IS NULL
-	  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS o
-		WHERE o.endpoint_id = ep.id AND NOT o.held AND o.state IN ('pending', 'processing'))
+// promoteOfSQL promotes the endpoints of the deliveries $1.
+const promoteOfSQL = promoteHeads + `ep.id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[]))
 ) AS head
 WHERE d.id = head.id`
 
@@ -225,13 +220,7 @@ func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time
 	if err != nil {
 		return nil, err
 	}
-	out := claims[:0]
-	for i, c := range claims {
-		if keep[i] {
-			out = append(out, c)
-		}
-	}
-	return out, nil
+	return storage.Admitted(claims, keep), nil
 }
 
 // putBack is the claims an admission gives back, as the arrays its update

@@ -170,13 +170,7 @@ func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now ti
 			return nil, err
 		}
 	}
-	out := claims[:0]
-	for i, c := range claims {
-		if keep[i] {
-			out = append(out, c)
-		}
-	}
-	return out, nil
+	return storage.Admitted(claims, keep), nil
 }
 
 // failingUpdate is what a batch of outcomes says about one endpoint's run

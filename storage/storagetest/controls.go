@@ -325,20 +325,15 @@ func testControls(t *testing.T, b Backend) {
 		for range n {
 			f.event("form_1")
 		}
-		var inFlight, peak, done atomic.Int64
+		var sends concurrency
+		var done atomic.Int64
 		f.workers(4, n, &done, func(s storage.Store, c storage.Claim) storage.OutcomeKind {
-			now := inFlight.Add(1)
-			for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
-			}
+			defer sends.enter()()
 			time.Sleep(2 * time.Millisecond)
-			inFlight.Add(-1)
 			return storage.OutcomeDelivered
 		})
-		if peak.Load() > limit {
-			t.Fatalf("%d sends were under way at once across stores; the cap is %d", peak.Load(), limit)
-		}
-		if peak.Load() < 2 {
-			t.Fatalf("peak concurrency %d: the workers never overlapped, so the test proved nothing", peak.Load())
+		if p := sends.peak.Load(); p > limit || p < 2 {
+			t.Fatalf("%d sends were under way at once across stores; want the cap, %d (and at least 2, or nothing overlapped and the test proved nothing)", p, limit)
 		}
 		f.wantAllDeliveredOnce(n)
 	})
@@ -382,13 +377,11 @@ func testControls(t *testing.T, b Backend) {
 		}
 		var mu sync.Mutex
 		var order []string
-		var inFlight, peak, done atomic.Int64
+		var sends concurrency
+		var done atomic.Int64
 		tries := map[string]int{}
 		f.workers(4, n, &done, func(s storage.Store, c storage.Claim) storage.OutcomeKind {
-			now := inFlight.Add(1)
-			for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
-			}
-			defer inFlight.Add(-1)
+			defer sends.enter()()
 			time.Sleep(time.Millisecond)
 			mu.Lock()
 			defer mu.Unlock()
@@ -400,13 +393,24 @@ func testControls(t *testing.T, b Backend) {
 			order = append(order, c.Delivery.ID)
 			return storage.OutcomeDelivered
 		})
-		if peak.Load() != 1 {
-			t.Fatalf("%d sends to an ordered endpoint were under way at once", peak.Load())
+		if p := sends.peak.Load(); p != 1 {
+			t.Fatalf("%d sends to an ordered endpoint were under way at once", p)
 		}
 		if !slices.Equal(order, want) {
 			t.Fatalf("delivered in order\n%v\nwant\n%v", order, want)
 		}
 	})
+}
+
+// concurrency counts the sends under way and the most there ever were.
+type concurrency struct{ now, peak atomic.Int64 }
+
+// enter counts a send in and returns what counts it out.
+func (c *concurrency) enter() func() {
+	n := c.now.Add(1)
+	for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
+	}
+	return func() { c.now.Add(-1) }
 }
 
 // setDisabled disables or enables e through EndpointUpdate.
