@@ -7,6 +7,9 @@ ALTER TABLE webhook_endpoints ADD COLUMN ordered INTEGER NOT NULL DEFAULT 0 CHEC
 ALTER TABLE webhook_endpoints ADD COLUMN retry_schedule TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE webhook_endpoints ADD COLUMN disabled_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE webhook_endpoints ADD COLUMN failing_since INTEGER;
+-- The delivery an ordered endpoint last let go; it has the turn while it is
+-- pending and not held.
+ALTER TABLE webhook_endpoints ADD COLUMN turn_delivery_id TEXT;
 
 -- An event may name the one endpoint it goes to (operator notifications).
 ALTER TABLE webhook_events ADD COLUMN endpoint_id TEXT NOT NULL DEFAULT '';
@@ -27,13 +30,9 @@ ALTER TABLE webhook_deliveries ADD COLUMN held INTEGER NOT NULL DEFAULT 0 CHECK 
 DROP INDEX webhook_deliveries_pending_order;
 CREATE INDEX webhook_deliveries_pending_order ON webhook_deliveries (next_attempt_at, id)
     WHERE state = 'pending' AND held = 0;
--- The open deliveries of one endpoint, unheld apart from held, each in queue
--- order: whether an ordered endpoint has one under way or due, which one is
--- next, and the rows to hold or release when an endpoint is disabled or
--- enabled. Only pending rows are ever held.
-CREATE INDEX webhook_deliveries_open ON webhook_deliveries (endpoint_id, held, created_at, id)
-    WHERE state IN ('pending', 'processing');
--- The sends under way to one endpoint, counted against its in-flight cap
--- without reading its pending backlog.
-CREATE INDEX webhook_deliveries_in_flight ON webhook_deliveries (endpoint_id)
-    WHERE state = 'processing';
+-- The held deliveries of one endpoint, in queue order: which one an ordered
+-- endpoint lets go next, and the rows to release when an endpoint is enabled.
+-- Only held rows are in it, so deliveries that are never held cost it
+-- nothing.
+CREATE INDEX webhook_deliveries_held ON webhook_deliveries (endpoint_id, created_at, id)
+    WHERE held = 1;

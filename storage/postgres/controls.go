@@ -15,10 +15,12 @@ import (
 // claims against an endpoint's rate and in-flight budget, which every
 // process sharing the database draws on.
 //
-// Locks: whatever changes which delivery of an ordered endpoint may go
-// (creating, completing, replaying, changing the endpoint) first locks the
-// endpoint row, in id order, and only then reads, each in a statement of its
-// own so that it reads what the previous holder committed. The limiter's
+// Locks: whatever may change which delivery of an ordered endpoint goes
+// next (creating, completing, replaying, changing the endpoint) ends with
+// hymical_promote, which locks the endpoint rows in id order before it
+// looks. It takes them after the delivery rows its transaction changed;
+// nothing that holds an endpoint's lock waits on those rows (new,
+// processing or terminal ones), so the two orders cannot deadlock. The limiter's
 // state is a row per endpoint in webhook_endpoint_throttles, locked by the
 // claim that admits against it.
 
@@ -27,40 +29,14 @@ type control struct {
 	disabled, ordered bool
 }
 
-// lockOrderedSQL locks the ordered endpoints among $1, in id order.
-const lockOrderedSQL = `SELECT id FROM webhook_endpoints
-	WHERE id = ANY($1::text[]) AND ordered ORDER BY id FOR NO KEY UPDATE`
+// promoteSQL lets the next delivery of each ordered endpoint among $1 go
+// if none of it is under way or due: the function hymical_promote
+// (migration 0006), which locks the endpoints itself.
+const promoteSQL = `SELECT hymical_promote($1::text[])`
 
-// lockOrderedOfSQL locks the ordered endpoints of the deliveries $1.
-const lockOrderedOfSQL = `SELECT ep.id FROM webhook_endpoints AS ep
-	WHERE ep.ordered AND ep.id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[]))
-	ORDER BY ep.id FOR NO KEY UPDATE OF ep`
-
-// promoteHeads lets the next delivery of ordered, enabled endpoints go when
-// nothing of theirs is under way or due: each one's oldest held delivery,
-// in queue order. The caller holds the endpoints' locks; the statements
-// below finish it with which endpoints to look at.
-const promoteHeads = `
-UPDATE webhook_deliveries AS d SET held = false
-FROM (
-	SELECT (SELECT h.id FROM webhook_deliveries AS h
-		WHERE h.endpoint_id = ep.id AND h.held AND h.state = 'pending'
-		ORDER BY h.created_at, h.id LIMIT 1) AS id
-	FROM webhook_endpoints AS ep
-	WHERE ep.ordered AND ep.disabled_at IS NULL
-	  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS o
-		WHERE o.endpoint_id = ep.id AND NOT o.held AND o.state IN ('pending', 'processing'))
-	  AND `
-
-// promoteSQL promotes the endpoints $1.
-const promoteSQL = promoteHeads + `ep.id = ANY($1::text[])
-) AS head
-WHERE d.id = head.id`
-
-// promoteOfSQL promotes the endpoints of the deliveries $1.
-const promoteOfSQL = promoteHeads + `ep.id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[]))
-) AS head
-WHERE d.id = head.id`
+// promoteOfSQL is promoteSQL for the endpoints of the deliveries $1.
+const promoteOfSQL = `SELECT hymical_promote(ARRAY(
+	SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[])))`
 
 // holdRequeuedSQL holds the deliveries $1, just back in the queue, whose
 // endpoint is disabled or ordered.
@@ -73,9 +49,6 @@ WHERE d.id = ANY($1::text[]) AND ep.id = d.endpoint_id AND (ep.disabled_at IS NO
 // its endpoint is disabled or ordered, and an ordered endpoint with nothing
 // under way lets its next one go.
 func requeued(ctx context.Context, tx pgx.Tx, ids []string) error {
-	if _, err := tx.Exec(ctx, lockOrderedOfSQL, ids); err != nil {
-		return err
-	}
 	if _, err := tx.Exec(ctx, holdRequeuedSQL, ids); err != nil {
 		return err
 	}
@@ -86,21 +59,23 @@ func requeued(ctx context.Context, tx pgx.Tx, ids []string) error {
 // refreshHolds makes an endpoint's pending deliveries agree with its
 // controls after an operator changed them: all held while it is disabled,
 // none while it is enabled and unordered, and one at a time when ordered.
-// The caller holds the endpoint's lock.
+// Holding reads the endpoint's deliveries through its index of all of
+// them; an operator's change is rare enough to afford it, and no index of
+// every pending row is kept for it, which every delivery would pay for.
 func refreshHolds(ctx context.Context, tx pgx.Tx, endpointID string, c control) error {
-	if c.disabled || c.ordered {
-		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = true
-			WHERE endpoint_id = $1 AND NOT held AND state = 'pending'`, endpointID); err != nil {
-			return err
-		}
-		if c.disabled {
-			return nil
-		}
-		_, err := tx.Exec(ctx, promoteSQL, []string{endpointID})
+	if !c.disabled && !c.ordered {
+		_, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = false
+			WHERE endpoint_id = $1 AND held`, endpointID)
 		return err
 	}
-	_, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = false
-		WHERE endpoint_id = $1 AND held AND state = 'pending'`, endpointID)
+	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = true
+		WHERE endpoint_id = $1 AND state = 'pending' AND NOT held`, endpointID); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET turn_delivery_id = NULL WHERE id = $1`, endpointID); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, promoteSQL, []string{endpointID})
 	return err
 }
 
@@ -115,17 +90,12 @@ func needsAdmission(claims []storage.Claim) bool {
 	return false
 }
 
-// admitClaims applies the endpoints' controls to claims just taken and
-// committed: a delivery of an endpoint disabled meanwhile goes back held,
-// those over an endpoint's rate or in-flight budget go back pending, due
-// when the budget allows. Neither spends an attempt; each write is fenced on
-// the claim's token. It returns the claims that may be sent, in order.
-//
-// The claims are visible as processing to other processes until this
-// commits, so they count against the in-flight cap of a concurrent
-// admission: that can defer more than needed for a moment, never admit more
-// than the cap.
-func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time.Time) ([]storage.Claim, error) {
+// admitClaims applies the endpoints' controls to claims just taken in tx:
+// a delivery of an endpoint disabled meanwhile goes back held, those over
+// an endpoint's rate or in-flight budget go back pending, due when the
+// budget allows. Neither spends an attempt. It returns the claims that may
+// be sent, in order.
+func admitClaims(ctx context.Context, tx pgx.Tx, claims []storage.Claim, at time.Time) ([]storage.Claim, error) {
 	keep := make([]bool, len(claims))
 	var putBack putBack
 	byEndpoint := map[string][]int{}
@@ -146,7 +116,7 @@ func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time
 	// In id order, so two admissions take the limiter rows in one order
 	// and never wait on each other in turn.
 	sort.Strings(limited)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := func() error {
 		throttles := map[string]storage.Throttle{}
 		inFlight := map[string]int{}
 		var now time.Time
@@ -168,7 +138,8 @@ func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time
 				return err
 			}
 			// A statement of its own, after the locks: it must see the
-			// sends of every admission that held them before.
+			// sends of every admission that held them before. Processing
+			// rows are never more than the sends under way everywhere.
 			rows, err = tx.Query(ctx, `
 				SELECT ep.id, coalesce($2::timestamptz, now()),
 					(SELECT count(*) FROM webhook_deliveries AS d
@@ -216,7 +187,7 @@ func (s *Store) admitClaims(ctx context.Context, claims []storage.Claim, at time
 				WHERE t.endpoint_id = x.id`, next.ids, next.tat, next.deferredUntil)
 		}
 		return tx.SendBatch(ctx, b).Close()
-	})
+	}()
 	if err != nil {
 		return nil, err
 	}

@@ -61,14 +61,37 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds())
+	// One transaction with the admission, so that claims another process
+	// has taken but not yet admitted are invisible to this one's count of
+	// sends under way, rather than counted against the cap.
+	var claims []storage.Claim
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if claims, err = claimIn(ctx, tx, p); err != nil || !needsAdmission(claims) {
+			return err
+		}
+		claims, err = admitClaims(ctx, tx, claims, p.Now)
+		return err
+	})
 	if err != nil {
 		return nil, mapErr(op, err)
+	}
+	if claims == nil {
+		claims = []storage.Claim{}
+	}
+	return claims, nil
+}
+
+// claimIn runs the claim statement in tx.
+func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
+	rows, err := tx.Query(ctx, claimSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds())
+	if err != nil {
+		return nil, err
 	}
 	// A batch usually holds many deliveries to few endpoints: each
 	// endpoint's secrets are decoded once.
 	endpoints := map[string]storage.Endpoint{}
-	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Claim, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Claim, error) {
 		var c storage.Claim
 		var ev eventScan
 		var ep endpointScan
@@ -87,18 +110,6 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 		c.Endpoint = known
 		return c, nil
 	})
-	if err != nil {
-		return nil, mapErr(op, err)
-	}
-	if claims == nil {
-		claims = []storage.Claim{}
-	}
-	if needsAdmission(claims) {
-		if claims, err = s.admitClaims(ctx, claims, p.Now); err != nil {
-			return nil, mapErr(op, err)
-		}
-	}
-	return claims, nil
 }
 
 // completeBatchSQL is the owner's transition for many claims at once, each
@@ -218,11 +229,9 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		return out, nil
 	}
 
-	// Ordered endpoints are locked first, like every change to what may
-	// go next to one; after the update, the next delivery of each that has
+	// After the update, the next delivery of each ordered endpoint that has
 	// nothing under way any more is let go.
 	b := &pgx.Batch{}
-	b.Queue(lockOrderedOfSQL, in.ids)
 	b.Queue(lockBatchSQL, in.ids)
 	b.Queue(completeBatchSQL, in.ids, in.tokens, in.outcomes, in.allowances, in.nows, in.delays,
 		in.statuses, in.errors, in.started, in.finished, in.traces)
@@ -230,10 +239,8 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 	br := s.pool.SendBatch(ctx, b)
 	done := map[string]bool{}
 	err = func() error {
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -428,12 +435,8 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	var d storage.Delivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Lock first, so two operators replaying at once cannot both see
-		// the terminal state: the second waits and then sees pending. An
-		// ordered endpoint is locked before the delivery, as everywhere.
+		// the terminal state: the second waits and then sees pending.
 		ids := []string{p.DeliveryID}
-		if _, err := tx.Exec(ctx, lockOrderedOfSQL, ids); err != nil {
-			return err
-		}
 		var prev storage.DeliveryState
 		err := tx.QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, p.DeliveryID).Scan(&prev)
 		if err != nil {
@@ -504,9 +507,6 @@ SELECT id FROM replayed`
 			return err
 		}
 		n = len(ids)
-		// The replayed rows are locked already; a lock of their endpoints
-		// taken now cannot wait on anything that waits on them, since
-		// nothing else touches a terminal row.
 		return requeued(ctx, tx, ids)
 	})
 	if err != nil {

@@ -113,11 +113,6 @@ func fanOut(ctx context.Context, tx pgx.Tx, ev storage.Event) ([]storage.Deliver
 			ordered = append(ordered, t.ID)
 		}
 	}
-	if len(ordered) > 0 {
-		if _, err := tx.Exec(ctx, lockOrderedSQL, ordered); err != nil {
-			return nil, err
-		}
-	}
 	rows, err = tx.Query(ctx, `
 		INSERT INTO webhook_deliveries AS d (id, endpoint_id, event_id, state, attempts, cycle_attempts,
 			next_attempt_at, created_at, held)

@@ -19,6 +19,9 @@ import (
 // endpointControl is what the controls need to know of an endpoint.
 type endpointControl struct {
 	disabled, ordered bool
+	// failingSince is the endpoint's FailingSince in microseconds; 0 for
+	// none.
+	failingSince int64
 }
 
 // holdable reports whether deliveries entering the queue for the endpoint
@@ -26,8 +29,8 @@ type endpointControl struct {
 func (c endpointControl) holdable() bool { return c.disabled || c.ordered }
 
 func endpointControls(ctx context.Context, tx *sql.Tx, ids []string) (map[string]endpointControl, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, disabled_at IS NOT NULL, ordered FROM webhook_endpoints
-		WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
+	rows, err := tx.QueryContext(ctx, `SELECT id, disabled_at IS NOT NULL, ordered, coalesce(failing_since, 0)
+		FROM webhook_endpoints WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -36,34 +39,56 @@ func endpointControls(ctx context.Context, tx *sql.Tx, ids []string) (map[string
 	for rows.Next() {
 		var id string
 		var disabled, ordered int
-		if err := rows.Scan(&id, &disabled, &ordered); err != nil {
+		var failing int64
+		if err := rows.Scan(&id, &disabled, &ordered, &failing); err != nil {
 			return nil, err
 		}
-		out[id] = endpointControl{disabled: disabled != 0, ordered: ordered != 0}
+		out[id] = endpointControl{disabled: disabled != 0, ordered: ordered != 0, failingSince: failing}
 	}
 	return out, rows.Err()
 }
 
-// openRows names the index of an endpoint's open deliveries, and the
-// condition that lets SQLite use it: without statistics its planner would
-// rather read every pending row through the state index and sort them.
-const openRows = `webhook_deliveries INDEXED BY webhook_deliveries_open`
-
 // promote lets the next delivery of an ordered, enabled endpoint go when
-// nothing of it is under way or due: the oldest held one, in queue order.
+// nothing of it is under way or due: its oldest held delivery, in queue
+// order, which then has the turn. Each look goes through a partial index
+// (of processing rows, of held rows), named because SQLite's planner,
+// without statistics, would rather read the endpoint's whole history.
 func promote(ctx context.Context, tx *sql.Tx, endpointID string) error {
-	_, err := tx.ExecContext(ctx, `
-		UPDATE webhook_deliveries SET held = 0
-		WHERE id = (
-			SELECT id FROM `+openRows+`
-			WHERE endpoint_id = :ep AND held = 1 AND state IN ('pending', 'processing') AND state = 'pending'
-			ORDER BY created_at, id LIMIT 1)
-		AND NOT EXISTS (
-			SELECT 1 FROM `+openRows+`
-			WHERE endpoint_id = :ep AND held = 0 AND state IN ('pending', 'processing'))
-		AND EXISTS (
-			SELECT 1 FROM webhook_endpoints WHERE id = :ep AND ordered = 1 AND disabled_at IS NULL)`,
-		sql.Named("ep", endpointID))
+	var disabled, ordered int
+	var turn sql.NullString
+	if err := tx.QueryRowContext(ctx, `SELECT disabled_at IS NOT NULL, ordered, turn_delivery_id
+		FROM webhook_endpoints WHERE id = ?`, endpointID).Scan(&disabled, &ordered, &turn); err != nil {
+		return err
+	}
+	if ordered == 0 || disabled != 0 {
+		return nil
+	}
+	busy, err := rowExists(tx.QueryRowContext(ctx, `SELECT 1 FROM webhook_deliveries
+		INDEXED BY webhook_deliveries_processing_order
+		WHERE state = 'processing' AND endpoint_id = ? LIMIT 1`, endpointID))
+	if err != nil || busy {
+		return err
+	}
+	if turn.Valid {
+		due, err := rowExists(tx.QueryRowContext(ctx, `SELECT 1 FROM webhook_deliveries
+			WHERE id = ? AND state = 'pending' AND held = 0`, turn.String))
+		if err != nil || due {
+			return err
+		}
+	}
+	var head sql.NullString
+	err = tx.QueryRowContext(ctx, `SELECT id FROM webhook_deliveries INDEXED BY webhook_deliveries_held
+		WHERE endpoint_id = ? AND held = 1 AND state = 'pending'
+		ORDER BY created_at, id LIMIT 1`, endpointID).Scan(&head)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if head.Valid {
+		if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET held = 0 WHERE id = ?`, head.String); err != nil {
+			return err
+		}
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET turn_delivery_id = ? WHERE id = ?`, head, endpointID)
 	return err
 }
 
@@ -87,21 +112,23 @@ func promoteAll(ctx context.Context, tx *sql.Tx, controls map[string]endpointCon
 // refreshHolds makes an endpoint's pending deliveries agree with its
 // controls after an operator changed them: all held while it is disabled,
 // none while it is enabled and unordered, and one at a time when ordered.
+// Holding reads the endpoint's deliveries through its index of all of
+// them; an operator's change is rare enough to afford it, and no index of
+// every pending row is kept for it, which every delivery would pay for.
 func refreshHolds(ctx context.Context, tx *sql.Tx, endpointID string, c endpointControl) error {
-	ep := sql.Named("ep", endpointID)
-	if c.holdable() {
-		if _, err := tx.ExecContext(ctx, `UPDATE `+openRows+` SET held = 1
-			WHERE endpoint_id = :ep AND held = 0 AND state IN ('pending', 'processing') AND state = 'pending'`, ep); err != nil {
-			return err
-		}
-		if c.disabled {
-			return nil
-		}
-		return promote(ctx, tx, endpointID)
+	if !c.holdable() {
+		_, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries INDEXED BY webhook_deliveries_held SET held = 0
+			WHERE endpoint_id = ? AND held = 1`, endpointID)
+		return err
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE `+openRows+` SET held = 0
-		WHERE endpoint_id = :ep AND held = 1 AND state IN ('pending', 'processing') AND state = 'pending'`, ep)
-	return err
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET held = 1
+		WHERE endpoint_id = ? AND state = 'pending' AND held = 0`, endpointID); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET turn_delivery_id = NULL WHERE id = ?`, endpointID); err != nil {
+		return err
+	}
+	return promote(ctx, tx, endpointID)
 }
 
 // admitClaims applies the endpoints' controls to what a claim statement
@@ -146,10 +173,13 @@ func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now ti
 			return nil, err
 		}
 		// The claims just taken are processing with a fresh lease, so they
-		// are in the count: take them out again.
+		// are in the count: take them out again. Processing rows are never
+		// more than the sends under way everywhere, so reading them all is
+		// bounded, and costs no index of its own.
 		var inFlight int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries
-			WHERE endpoint_id = ? AND state = 'processing' AND claim_expires_at >= ?`,
+			INDEXED BY webhook_deliveries_processing_order
+			WHERE state = 'processing' AND endpoint_id = ? AND claim_expires_at >= ?`,
 			id, micros(now)).Scan(&inFlight); err != nil {
 			return nil, err
 		}
@@ -196,30 +226,38 @@ func (f *failingUpdate) add(a storage.Attempt) {
 	}
 }
 
-// recordFailing keeps each endpoint's FailingSince: a delivered attempt ends
-// the run, a failure starts one unless one is under way. The row is written
-// only when that changes, so a healthy endpoint costs nothing here.
-func recordFailing(ctx context.Context, tx *sql.Tx, updates map[string]*failingUpdate) error {
+// since is the FailingSince the outcomes leave an endpoint with, given the
+// one it had (microseconds, 0 for none): a delivered attempt ends the run,
+// a failure starts one unless one is under way.
+func (f *failingUpdate) since(had int64) int64 {
+	switch {
+	case !f.lastDelivered.IsZero() && f.firstFailure.IsZero():
+		return 0
+	case !f.lastDelivered.IsZero(), had == 0 && !f.firstFailure.IsZero():
+		return micros(f.firstFailure)
+	}
+	return had
+}
+
+// recordFailing writes each endpoint's FailingSince where the outcomes
+// changed it, so a healthy endpoint costs nothing here.
+func recordFailing(ctx context.Context, tx *sql.Tx, updates map[string]*failingUpdate, controls map[string]endpointControl) error {
 	ids := make([]string, 0, len(updates))
 	for id := range updates {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		f := updates[id]
-		var err error
-		switch {
-		case !f.lastDelivered.IsZero() && f.firstFailure.IsZero():
-			_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = NULL
-				WHERE id = ? AND failing_since IS NOT NULL`, id)
-		case !f.lastDelivered.IsZero():
-			_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = ? WHERE id = ?`,
-				micros(f.firstFailure), id)
-		case !f.firstFailure.IsZero():
-			_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = ?
-				WHERE id = ? AND failing_since IS NULL`, micros(f.firstFailure), id)
+		had := controls[id].failingSince
+		now := updates[id].since(had)
+		if now == had {
+			continue
 		}
-		if err != nil {
+		var v any
+		if now != 0 {
+			v = now
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = ? WHERE id = ?`, v, id); err != nil {
 			return err
 		}
 	}

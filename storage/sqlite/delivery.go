@@ -307,15 +307,15 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		if len(failing) == 0 {
 			return nil
 		}
-		if err := recordFailing(ctx, tx, failing); err != nil {
-			return err
-		}
 		ids := make([]string, 0, len(failing))
 		for id := range failing {
 			ids = append(ids, id)
 		}
 		controls, err := endpointControls(ctx, tx, ids)
 		if err != nil {
+			return err
+		}
+		if err := recordFailing(ctx, tx, failing, controls); err != nil {
 			return err
 		}
 		return promoteAll(ctx, tx, controls)

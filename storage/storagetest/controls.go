@@ -240,6 +240,27 @@ func testControls(t *testing.T, b Backend) {
 		f.claimOne(f.store, f.at(2*time.Minute), ids[2])
 	})
 
+	t.Run("an ordered endpoint disabled and enabled again goes on with its oldest delivery", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		e := f.endpoint(func(e *storage.Endpoint) { e.Ordered = true })
+		var ids []string
+		for range 3 {
+			ids = append(ids, f.event("form_1").Deliveries[0].ID)
+		}
+		c := f.claimOne(f.store, f.now, ids[0])
+		f.complete(f.store, c, storage.OutcomeRetryable, f.at(time.Second), 5)
+		e = f.setDisabled(e, true)
+		if got := f.claim(f.store, f.at(time.Hour), 10); len(got) != 0 {
+			t.Fatalf("claimed %v from a disabled ordered endpoint", claimIDs(got))
+		}
+		f.setDisabled(e, false)
+		f.claimOne(f.store, f.at(time.Hour), ids[0])
+		if n := f.count("SELECT count(*) FROM webhook_deliveries WHERE held"); n != 2 {
+			t.Fatalf("%d held behind the head after enabling, want 2", n)
+		}
+	})
+
 	t.Run("turning ordering on holds all but the head, turning it off releases them", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
