@@ -7,12 +7,17 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/storage"
 )
 
+// EventTypePrefix starts the type of every event the server itself makes;
+// the API refuses it on events from outside.
+const EventTypePrefix = "hymical."
+
 // EventTypeEndpointDisabled is the type of the event an operator endpoint
 // gets when the server disables an endpoint on its own.
-const EventTypeEndpointDisabled = "hymical.endpoint.disabled"
+const EventTypeEndpointDisabled = EventTypePrefix + "endpoint.disabled"
 
 // HealthStore is what endpoint health needs of storage.Store.
 type HealthStore interface {
@@ -113,7 +118,8 @@ func (h *EndpointHealth) notify(ctx context.Context, e storage.Endpoint) error {
 	}
 	body, err := json.Marshal(endpointDisabledBody{
 		Type: EventTypeEndpointDisabled,
-		Endpoint: disabledEndpoint{ID: e.ID, URL: e.URL, Reason: e.DisabledReason,
+		// A token in the URL's query stays with the endpoint.
+		Endpoint: disabledEndpoint{ID: e.ID, URL: redact.URL(e.URL), Reason: e.DisabledReason,
 			DisabledAt: e.DisabledAt.UTC(), FailingSince: e.FailingSince},
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,7 +121,7 @@ func TestHealthDisablesEndpointsFailingTooLong(t *testing.T) {
 			s := stores[0]
 			now := time.Now().UTC()
 			ops := newEndpoint(t, s, "https://ops.example.com/hook", func(e *storage.Endpoint) { e.EventTypes = []string{"none"} })
-			long := newEndpoint(t, s, "https://long.example.com/hook", func(e *storage.Endpoint) { e.EventTypes = []string{"none"} })
+			long := newEndpoint(t, s, "https://long.example.com/hook?token=s3cret-in-the-url", func(e *storage.Endpoint) { e.EventTypes = []string{"none"} })
 			short := newEndpoint(t, s, "https://short.example.com/hook", func(e *storage.Endpoint) { e.EventTypes = []string{"none"} })
 			failAt(t, s, long, now.Add(-2*time.Hour))
 			failAt(t, s, short, now.Add(-10*time.Minute))
@@ -159,6 +160,9 @@ func TestHealthDisablesEndpointsFailingTooLong(t *testing.T) {
 			}
 			if body.Endpoint.ID != long.ID || body.Endpoint.Reason != storage.DisabledFailing || body.Endpoint.FailingSince == nil {
 				t.Fatalf("notification = %s", notes[0])
+			}
+			if strings.Contains(string(notes[0]), "s3cret-in-the-url") {
+				t.Fatalf("the notification carries the token in the endpoint's URL: %s", notes[0])
 			}
 			if n, err := h.Check(t.Context()); err != nil || n != 0 {
 				t.Fatalf("a second Check = %d, %v; want nothing more to do", n, err)

@@ -139,9 +139,9 @@ type Endpoint struct {
 	// reasons. Empty while enabled.
 	DisabledReason string
 	// FailingSince is when the current run of failed attempts to the
-	// endpoint began; nil once an attempt is delivered. The store keeps it
-	// as attempts complete; writes of the field through EndpointUpdate are
-	// ignored.
+	// endpoint began; nil once an attempt is delivered, and when the
+	// endpoint is enabled again. The store keeps it as attempts complete;
+	// writes of the field through EndpointUpdate are ignored.
 	FailingSince *time.Time
 	// RateLimit is the most sends per second to the endpoint, across every
 	// process sharing the store; 0 means no limit.

@@ -55,6 +55,7 @@ func TestRefusedRequests(t *testing.T) {
 			{"event: no type", "POST", "/v1/events", `{"payload":{}}`, nil, 422, "invalid_event_type", "type is required"},
 			{"event: a bad type", "POST", "/v1/events", `{"type":"a b","payload":{}}`, nil, 422, "invalid_event_type", "not an event type"},
 			{"event: the reserved submission type", "POST", "/v1/events", `{"type":"submission.received","payload":{}}`, nil, 422, "invalid_event_type", "/v1/forms/{form_id}/submissions"},
+			{"event: a type of the server's own", "POST", "/v1/events", `{"type":"hymical.endpoint.disabled","payload":{}}`, nil, 422, "invalid_event_type", "the server's own events"},
 			{"event: an array payload", "POST", "/v1/events", `{"type":"a.b","payload":[1]}`, nil, 422, "invalid_body", "payload must be a JSON object, got an array"},
 			{"event: no payload", "POST", "/v1/events", `{"type":"a.b"}`, nil, 422, "invalid_body", "got nothing"},
 			{"event: a bad form id", "POST", "/v1/events", `{"type":"a.b","form_id":"x y","payload":{}}`, nil, 422, "invalid_form_id", "form_id"},

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -185,6 +186,10 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 		return unprocessable("invalid_event_type", "type is required: name the event, e.g. form.published")
 	case req.Type == server.EventTypeSubmissionReceived:
 		return unprocessable("invalid_event_type", "type %q is reserved for form submissions, which carry a submission id receivers dedupe on; send them to POST /v1/forms/{form_id}/submissions", req.Type)
+	case strings.HasPrefix(req.Type, server.EventTypePrefix):
+		// A caller must not be able to forge what the server says, such
+		// as hymical.endpoint.disabled.
+		return unprocessable("invalid_event_type", "types starting with %q are the server's own events; name yours differently, e.g. form.published", server.EventTypePrefix)
 	}
 	if err := checkEventType("type", req.Type); err != nil {
 		return err

@@ -72,9 +72,9 @@ func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 
 // EndpointUpdate replaces every mutable field of the endpoint e.ID with e's
 // and sets updated_at to the database clock. ID, CreatedAt and FailingSince
-// are kept. When the endpoint is disabled, enabled, or its ordering
-// changes, its pending deliveries are held or released to match in the same
-// transaction.
+// are kept, but enabling a disabled endpoint clears FailingSince. When the
+// endpoint is disabled, enabled, or its ordering changes, its pending
+// deliveries are held or released to match in the same transaction.
 func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
 	op := "endpoint update " + e.ID
 	if err := e.Validate(); err != nil {
@@ -114,7 +114,16 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		if err != nil {
 			return err
 		}
-		if after := (control{disabled: out.DisabledAt != nil, ordered: out.Ordered}); after != before {
+		after := control{disabled: out.DisabledAt != nil, ordered: out.Ordered}
+		if before.disabled && !after.disabled && out.FailingSince != nil {
+			// Enabled again: its failures so far are what it was disabled
+			// for, and must not disable it again at once.
+			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1`, e.ID); err != nil {
+				return err
+			}
+			out.FailingSince = nil
+		}
+		if after != before {
 			return refreshHolds(ctx, tx, e.ID, after)
 		}
 		return nil

@@ -185,9 +185,10 @@ func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 }
 
 // EndpointUpdate replaces every mutable field of endpoint e.ID and sets
-// updated_at to the Go clock. ID, CreatedAt and FailingSince are kept. When
-// the endpoint is disabled, enabled, or its ordering changes, its pending
-// deliveries are held or released to match in the same transaction.
+// updated_at to the Go clock. ID, CreatedAt and FailingSince are kept, but
+// enabling a disabled endpoint clears FailingSince. When the endpoint is
+// disabled, enabled, or its ordering changes, its pending deliveries are
+// held or released to match in the same transaction.
 func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
 	op := "update endpoint " + e.ID
 	if e.ID == "" {
@@ -226,8 +227,17 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 			e.DisabledReason, e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule,
 			e.ID, readAt, readAt))
 		if err == nil {
+			was := before[e.ID]
 			after := endpointControl{disabled: out.DisabledAt != nil, ordered: out.Ordered}
-			if after != before[e.ID] {
+			if was.disabled && !after.disabled && out.FailingSince != nil {
+				// Enabled again: its failures so far are what it was
+				// disabled for, and must not disable it again at once.
+				if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?`, e.ID); err != nil {
+					return err
+				}
+				out.FailingSince = nil
+			}
+			if after.disabled != was.disabled || after.ordered != was.ordered {
 				return refreshHolds(ctx, tx, e.ID, after)
 			}
 			return nil

@@ -316,6 +316,25 @@ func testControls(t *testing.T, b Backend) {
 		if !got.UpdatedAt.Equal(e.UpdatedAt) {
 			t.Fatalf("keeping FailingSince moved updated_at from %s to %s", e.UpdatedAt, got.UpdatedAt)
 		}
+		// Enabling an endpoint that was disabled for failing starts the
+		// clock again, or the health check would disable it at once.
+		f.event("form_1")
+		c = f.claim(f.store, f.at(2*time.Minute), 10)[0]
+		f.complete(f.store, c, storage.OutcomeRetryable, f.at(2*time.Minute), 5)
+		if got, err = f.store.EndpointGet(f.ctx, e.ID); err != nil || got.FailingSince == nil {
+			t.Fatalf("after another failure FailingSince = %v, %v", got.FailingSince, err)
+		}
+		got.Description = "renamed"
+		if got, err = f.store.EndpointUpdate(f.ctx, got); err != nil || got.FailingSince == nil {
+			t.Fatalf("an operator's edit cleared FailingSince: %v, %v", got.FailingSince, err)
+		}
+		f.setDisabled(e, true)
+		if got = f.setDisabled(e, false); got.FailingSince != nil {
+			t.Fatalf("FailingSince = %v after enabling, want none", got.FailingSince)
+		}
+		if got, err = f.store.EndpointGet(f.ctx, e.ID); err != nil || got.FailingSince != nil {
+			t.Fatalf("stored FailingSince = %v after enabling, want none (%v)", got.FailingSince, err)
+		}
 	})
 
 	t.Run("an addressed event goes to its endpoint alone, whatever the subscriptions", func(t *testing.T) {
