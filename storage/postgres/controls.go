@@ -20,9 +20,9 @@ import (
 // hymical_promote, which locks the endpoint rows in id order before it
 // looks. It takes them after the delivery rows its transaction changed;
 // nothing that holds an endpoint's lock waits on those rows (new,
-// processing or terminal ones), so the two orders cannot deadlock. The limiter's
-// state is a row per endpoint in webhook_endpoint_throttles, locked by the
-// claim that admits against it.
+// processing or terminal ones), so the two orders cannot deadlock. The
+// limiter's state is a row per endpoint in webhook_endpoint_throttles,
+// locked by the claim that admits against it.
 
 // control is what the controls need to know of an endpoint.
 type control struct {
