@@ -62,20 +62,39 @@ func ModifyEndpoint(ctx context.Context, store EndpointStore, id string, change 
 	}
 }
 
-// SetEndpointDisabled disables or enables an endpoint. It is idempotent:
-// disabling a disabled endpoint keeps the time it was first disabled.
+// SetEndpointDisabled disables (for an operator) or enables an endpoint.
+// It is idempotent: disabling a disabled endpoint keeps the time it was
+// first disabled, and its reason.
 func SetEndpointDisabled(ctx context.Context, store EndpointStore, id string, disable bool, now time.Time) (storage.Endpoint, error) {
+	if disable {
+		e, _, err := DisableEndpoint(ctx, store, id, storage.DisabledByOperator, now, nil)
+		return e, err
+	}
 	return ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
-		if (e.DisabledAt != nil) == disable {
+		if e.DisabledAt == nil {
 			return false, nil
 		}
 		e.DisabledAt = nil
-		if disable {
-			at := now
-			e.DisabledAt = &at
-		}
 		return true, nil
 	})
+}
+
+// DisableEndpoint disables an enabled endpoint for reason (one of the
+// storage.Disabled* reasons), at now, if still is nil or says so of the
+// endpoint as read inside the optimistic update. It reports whether this
+// call disabled it: among processes disabling one endpoint at once,
+// exactly one does.
+func DisableEndpoint(ctx context.Context, store EndpointStore, id, reason string, now time.Time, still func(storage.Endpoint) bool) (storage.Endpoint, bool, error) {
+	flipped := false
+	e, err := ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+		flipped = e.DisabledAt == nil && (still == nil || still(*e))
+		if flipped {
+			at := now
+			e.DisabledAt, e.DisabledReason = &at, reason
+		}
+		return flipped, nil
+	})
+	return e, flipped && err == nil, err
 }
 
 // Rotation is the result of a secret rotation.

@@ -80,18 +80,10 @@ func (h *EndpointHealth) DisableEndpoint(ctx context.Context, endpointID, reason
 	return err
 }
 
-// disable disables the endpoint if it is enabled and still ok says so,
-// and reports whether this call did it.
-func (h *EndpointHealth) disable(ctx context.Context, endpointID, reason string, ok func(storage.Endpoint) bool) (bool, error) {
-	flipped := false
-	e, err := ModifyEndpoint(ctx, h.Store, endpointID, func(e *storage.Endpoint) (bool, error) {
-		flipped = e.DisabledAt == nil && (ok == nil || ok(*e))
-		if flipped {
-			at := h.now().UTC()
-			e.DisabledAt, e.DisabledReason = &at, reason
-		}
-		return flipped, nil
-	})
+// disable disables the endpoint if it is enabled and still says so, and
+// reports whether this call did it.
+func (h *EndpointHealth) disable(ctx context.Context, endpointID, reason string, still func(storage.Endpoint) bool) (bool, error) {
+	e, flipped, err := DisableEndpoint(ctx, h.Store, endpointID, reason, h.now().UTC(), still)
 	if err != nil || !flipped {
 		return false, err
 	}
