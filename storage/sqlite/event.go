@@ -104,98 +104,145 @@ func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, err
 // for ev.EndpointID alone when it names one. A delivery to a disabled or
 // ordered endpoint starts held. With an idempotency key already seen it
 // writes nothing and returns the first event and its deliveries, marked
-// Duplicate.
+// Duplicate. Concurrent creates share one write transaction (see
+// eventQueue); each still succeeds or fails alone.
 func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
-	const op = "create event"
 	if err := ev.Validate(); err != nil {
-		return storage.EventCreateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+		return storage.EventCreateResult{}, fmt.Errorf("sqlite: %s: %w", createEventOp, err)
 	}
 	if ev.ID == "" {
 		ev.ID = storage.NewID("evt")
 	}
 	ev.CreatedAt = s.now(ev.CreatedAt)
 	ev.Payload = append([]byte(nil), ev.Payload...)
-	now := micros(ev.CreatedAt)
+	return s.events.create(ctx, s, ev)
+}
 
-	st, err := s.prepare(ctx, insertEventSQL, fanOutEndpointsSQL, insertDeliverySQL)
-	if err != nil {
-		return storage.EventCreateResult{}, s.mapErr(op, err)
-	}
-	var res storage.EventCreateResult
-	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		if ev.IdempotencyKey != "" {
-			// Checked inside the IMMEDIATE transaction, so a concurrent
-			// create with the same key is either fully before or fully after.
-			first, err := scanEvent(tx.QueryRowContext(ctx,
-				`SELECT `+eventColumns+` FROM webhook_events WHERE idempotency_key = ?`, ev.IdempotencyKey))
-			switch {
-			case err == nil:
-				rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
-					WHERE event_id = ? ORDER BY id`, first.ID)
-				if err != nil {
-					return err
-				}
-				ds, err := collectDeliveries(rows)
-				if err != nil {
-					return err
-				}
-				res = storage.EventCreateResult{Event: first, Deliveries: ds, Duplicate: true}
-				return nil
-			case !errors.Is(err, sql.ErrNoRows):
-				return err
-			}
-		}
-		if _, err := tx.StmtContext(ctx, st[0]).ExecContext(ctx,
-			ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload), nullString(ev.IdempotencyKey),
-			ev.TraceParent, now, ev.EndpointID); err != nil {
-			return err
-		}
-		endpoints, err := fanOutEndpoints(ctx, tx.StmtContext(ctx, st[1]))
-		if err != nil {
-			return err
-		}
-		targets, err := storage.FanOut(endpoints, ev)
-		if err != nil {
-			return err
-		}
-		insertDelivery := tx.StmtContext(ctx, st[2])
-		ds := []storage.Delivery{}
-		ordered := map[string]endpointControl{}
-		for _, ep := range targets {
-			c := endpointControl{disabled: ep.DisabledAt != nil, ordered: ep.Ordered}
-			d, err := scanDelivery(insertDelivery.QueryRowContext(ctx,
-				storage.NewID("dlv"), ep.ID, ev.ID, now, now, boolInt(c.holdable())))
+const createEventOp = "create event"
+
+// createEventsSQL are the statements a batch of creates runs, prepared
+// once: the event insert, the fan-out read, the delivery insert, and the
+// savepoint that keeps each create's writes its own.
+var createEventsSQL = []string{insertEventSQL, fanOutEndpointsSQL, insertDeliverySQL,
+	`SAVEPOINT event_create`, `RELEASE event_create`}
+
+// createEvents writes batch in one write transaction, each create inside a
+// savepoint of its own, so a create that fails (a duplicate id, an address
+// that names no endpoint) is rolled back alone and the others commit. A
+// create whose caller has given up is skipped. Every create in the batch
+// gets its result or its error.
+func (s *Store) createEvents(batch []*eventCreate) {
+	// The transaction serves every caller in the batch, so no one caller's
+	// cancellation ends it; each create checks its own caller's context.
+	ctx := context.WithoutCancel(batch[0].ctx)
+	st, err := s.prepare(ctx, createEventsSQL...)
+	if err == nil {
+		err = s.write(ctx, createEventOp, func(tx *sql.Tx) error {
+			endpoints, err := fanOutEndpoints(ctx, tx.StmtContext(ctx, st[1]))
 			if err != nil {
 				return err
 			}
-			if c.ordered {
-				ordered[ep.ID] = c
-			}
-			ds = append(ds, d)
-		}
-		if len(ordered) > 0 {
-			if err := promoteAll(ctx, tx, ordered); err != nil {
-				return err
-			}
-			for i, d := range ds {
-				if _, ok := ordered[d.EndpointID]; !ok {
+			for _, c := range batch {
+				if err := c.ctx.Err(); err != nil {
+					c.err = fmt.Errorf("sqlite: %s: %w", createEventOp, err)
 					continue
 				}
-				if ds[i], err = scanDelivery(tx.QueryRowContext(ctx,
-					`SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, d.ID)); err != nil {
+				if _, err := tx.StmtContext(ctx, st[3]).ExecContext(ctx); err != nil {
+					return err
+				}
+				c.res, c.err = s.createEvent(ctx, tx, st, endpoints, c.ev)
+				if c.err != nil {
+					c.err = s.mapErr(createEventOp, c.err)
+					if _, err := tx.ExecContext(ctx, `ROLLBACK TO event_create`); err != nil {
+						return err
+					}
+				}
+				if _, err := tx.StmtContext(ctx, st[4]).ExecContext(ctx); err != nil {
 					return err
 				}
 			}
+			return nil
+		})
+	} else {
+		err = s.mapErr(createEventOp, err)
+	}
+	if err != nil {
+		// Nothing of the batch was committed.
+		for _, c := range batch {
+			if c.err == nil {
+				c.res, c.err = storage.EventCreateResult{}, err
+			}
 		}
-		// The same order a duplicate create reads them back in.
-		sort.Slice(ds, func(i, j int) bool { return ds[i].ID < ds[j].ID })
-		res = storage.EventCreateResult{Event: ev, Deliveries: ds}
-		return nil
-	})
+	}
+}
+
+// createEvent is one create inside a batch's transaction; endpoints are
+// the fan-out's view of every endpoint, read in the same transaction.
+func (s *Store) createEvent(ctx context.Context, tx *sql.Tx, st []*sql.Stmt, endpoints []storage.Endpoint, ev storage.Event) (storage.EventCreateResult, error) {
+	if ev.IdempotencyKey != "" {
+		// Checked inside the IMMEDIATE transaction, so a concurrent create
+		// with the same key is either fully before or fully after, and an
+		// earlier create in the same batch is seen.
+		first, err := scanEvent(tx.QueryRowContext(ctx,
+			`SELECT `+eventColumns+` FROM webhook_events WHERE idempotency_key = ?`, ev.IdempotencyKey))
+		switch {
+		case err == nil:
+			rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+				WHERE event_id = ? ORDER BY id`, first.ID)
+			if err != nil {
+				return storage.EventCreateResult{}, err
+			}
+			ds, err := collectDeliveries(rows)
+			if err != nil {
+				return storage.EventCreateResult{}, err
+			}
+			return storage.EventCreateResult{Event: first, Deliveries: ds, Duplicate: true}, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return storage.EventCreateResult{}, err
+		}
+	}
+	now := micros(ev.CreatedAt)
+	if _, err := tx.StmtContext(ctx, st[0]).ExecContext(ctx,
+		ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload), nullString(ev.IdempotencyKey),
+		ev.TraceParent, now, ev.EndpointID); err != nil {
+		return storage.EventCreateResult{}, err
+	}
+	targets, err := storage.FanOut(endpoints, ev)
 	if err != nil {
 		return storage.EventCreateResult{}, err
 	}
-	return res, nil
+	insertDelivery := tx.StmtContext(ctx, st[2])
+	ds := []storage.Delivery{}
+	ordered := map[string]endpointControl{}
+	for _, ep := range targets {
+		c := endpointControl{disabled: ep.DisabledAt != nil, ordered: ep.Ordered}
+		d, err := scanDelivery(insertDelivery.QueryRowContext(ctx,
+			storage.NewID("dlv"), ep.ID, ev.ID, now, now, boolInt(c.holdable())))
+		if err != nil {
+			return storage.EventCreateResult{}, err
+		}
+		if c.ordered {
+			ordered[ep.ID] = c
+		}
+		ds = append(ds, d)
+	}
+	if len(ordered) > 0 {
+		if err := promoteAll(ctx, tx, ordered); err != nil {
+			return storage.EventCreateResult{}, err
+		}
+		for i, d := range ds {
+			if _, ok := ordered[d.EndpointID]; !ok {
+				continue
+			}
+			if ds[i], err = scanDelivery(tx.QueryRowContext(ctx,
+				`SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, d.ID)); err != nil {
+				return storage.EventCreateResult{}, err
+			}
+		}
+	}
+	// The same order a duplicate create reads them back in.
+	sort.Slice(ds, func(i, j int) bool { return ds[i].ID < ds[j].ID })
+	return storage.EventCreateResult{Event: ev, Deliveries: ds}, nil
 }
 
 // EventGet reads one event.

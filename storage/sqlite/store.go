@@ -33,6 +33,8 @@ type Store struct {
 	clock  func() time.Time
 	// stmts are the hot path's statements, prepared once on the writer.
 	stmts stmtCache
+	// events batches concurrent EventCreates into shared transactions.
+	events eventQueue
 }
 
 var _ storage.Store = (*Store)(nil)

@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -237,6 +238,88 @@ func testEvents(t *testing.T, b Backend) {
 		}
 		if got := f.count("SELECT count(*) FROM webhook_deliveries"); got != 1 {
 			t.Fatalf("deliveries = %d, want 1", got)
+		}
+	})
+
+	t.Run("concurrent creates succeed or fail each alone", func(t *testing.T) {
+		// SQLite writes creates that arrive together in one transaction;
+		// whatever a store does, a create that fails must take no other
+		// create with it, and each caller must get its own answer.
+		t.Parallel()
+		f := newFixture(t, b)
+		f.endpoint()
+		f.endpoint()
+		stores := []storage.Store{f.store, f.store, f.store, f.db.Open(t)}
+		const n = 48
+		kinds := []string{"plain", "addressed to nothing", "one id", "one key"}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		results := make([]storage.EventCreateResult, n)
+		errs := make([]error, n)
+		for i := range n {
+			ev := storage.Event{Type: "submission.received", FormID: "f", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+			switch kinds[i%len(kinds)] {
+			case "addressed to nothing":
+				ev.EndpointID = "ep_missing"
+			case "one id":
+				ev.ID = "evt_one_id"
+			case "one key":
+				ev.IdempotencyKey = "one-key"
+			}
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = stores[i%len(stores)].EventCreate(f.ctx, ev)
+			})
+		}
+		close(start)
+		wg.Wait()
+		var stored []storage.EventCreateResult
+		oneID, oneKey := 0, 0
+		for i := range n {
+			kind := kinds[i%len(kinds)]
+			switch {
+			case kind == "addressed to nothing":
+				wantErr(t, errs[i], storage.ErrInvalid, "create addressed to a missing endpoint")
+			case kind == "one id" && errs[i] != nil:
+				wantErr(t, errs[i], storage.ErrConflict, "create reusing an event id")
+			case errs[i] != nil:
+				t.Fatalf("create %d (%s): %v", i, kind, errs[i])
+			case kind == "one key" && results[i].Duplicate:
+			default:
+				if kind == "one id" {
+					oneID++
+				}
+				if kind == "one key" {
+					oneKey++
+				}
+				if want := fmt.Sprintf(`{"n":%d}`, i); string(results[i].Event.Payload) != want {
+					t.Fatalf("create %d got the result of another create: payload %s, want %s", i, results[i].Event.Payload, want)
+				}
+				stored = append(stored, results[i])
+			}
+		}
+		if oneID != 1 || oneKey != 1 {
+			t.Fatalf("creates sharing an id stored %d events and sharing a key %d, want 1 each", oneID, oneKey)
+		}
+		for _, res := range stored {
+			got, err := f.store.EventGet(f.ctx, res.Event.ID)
+			if err != nil || string(got.Payload) != string(res.Event.Payload) {
+				t.Fatalf("event %s reported stored: read back %s, %v", res.Event.ID, got.Payload, err)
+			}
+			if len(res.Deliveries) != 2 {
+				t.Fatalf("event %s has %d deliveries, want 2", res.Event.ID, len(res.Deliveries))
+			}
+			for _, d := range res.Deliveries {
+				if got, err := f.store.DeliveryGet(f.ctx, d.ID); err != nil || got.EventID != res.Event.ID {
+					t.Fatalf("delivery %s of event %s: read back %+v, %v", d.ID, res.Event.ID, got, err)
+				}
+			}
+		}
+		if got, want := f.count("SELECT count(*) FROM webhook_events"), int64(len(stored)); got != want {
+			t.Fatalf("events stored = %d, want the %d creates that succeeded", got, want)
+		}
+		if got, want := f.count("SELECT count(*) FROM webhook_deliveries"), int64(2*len(stored)); got != want {
+			t.Fatalf("deliveries stored = %d, want %d", got, want)
 		}
 	})
 
