@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/hymical/hymical/internal/groupcommit"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -105,7 +106,7 @@ func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, err
 // ordered endpoint starts held. With an idempotency key already seen it
 // writes nothing and returns the first event and its deliveries, marked
 // Duplicate. Concurrent creates share one write transaction (see
-// eventQueue); each still succeeds or fails alone.
+// createEvents); each still succeeds or fails alone.
 func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
 	if err := ev.Validate(); err != nil {
 		return storage.EventCreateResult{}, fmt.Errorf("sqlite: %s: %w", createEventOp, err)
@@ -115,8 +116,18 @@ func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.Even
 	}
 	ev.CreatedAt = s.now(ev.CreatedAt)
 	ev.Payload = append([]byte(nil), ev.Payload...)
-	return s.events.create(ctx, s, ev)
+	res, err := s.events.Do(ctx, ev)
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, groupcommit.ErrAborted)) {
+		err = fmt.Errorf("sqlite: %s: %w", createEventOp, err)
+	}
+	return res, err
 }
+
+// maxEventBatch bounds the creates that share one transaction.
+const maxEventBatch = 64
+
+// eventBatch is a batch of concurrent creates.
+type eventBatch = []*groupcommit.Call[storage.Event, storage.EventCreateResult]
 
 const createEventOp = "create event"
 
@@ -126,15 +137,19 @@ const createEventOp = "create event"
 var createEventsSQL = []string{insertEventSQL, fanOutEndpointsSQL, insertDeliverySQL,
 	`SAVEPOINT event_create`, `RELEASE event_create`}
 
-// createEvents writes batch in one write transaction, each create inside a
+// createEvents writes batch in one write transaction. SQLite has one
+// writer, so creates arriving together would each wait for the lock and
+// then pay for a transaction of their own: its begin, its commit's write of
+// the same few pages to the WAL, and writer time that claims and
+// completions need. Each create runs inside a
 // savepoint of its own, so a create that fails (a duplicate id, an address
 // that names no endpoint) is rolled back alone and the others commit. A
 // create whose caller has given up is skipped. Every create in the batch
 // gets its result or its error.
-func (s *Store) createEvents(batch []*eventCreate) {
+func (s *Store) createEvents(batch eventBatch) {
 	// The transaction serves every caller in the batch, so no one caller's
 	// cancellation ends it; each create checks its own caller's context.
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx := context.WithoutCancel(batch[0].Ctx)
 	st, err := s.prepare(ctx, createEventsSQL...)
 	if err == nil {
 		err = s.write(ctx, createEventOp, func(tx *sql.Tx) error {
@@ -143,16 +158,16 @@ func (s *Store) createEvents(batch []*eventCreate) {
 				return err
 			}
 			for _, c := range batch {
-				if err := c.ctx.Err(); err != nil {
-					c.err = fmt.Errorf("sqlite: %s: %w", createEventOp, err)
+				if err := c.Ctx.Err(); err != nil {
+					c.Err = err // EventCreate says where it came from
 					continue
 				}
 				if _, err := tx.StmtContext(ctx, st[3]).ExecContext(ctx); err != nil {
 					return err
 				}
-				c.res, c.err = s.createEvent(ctx, tx, st, endpoints, c.ev)
-				if c.err != nil {
-					c.err = s.mapErr(createEventOp, c.err)
+				c.Out, c.Err = s.createEvent(ctx, tx, st, endpoints, c.In)
+				if c.Err != nil {
+					c.Err = s.mapErr(createEventOp, c.Err)
 					if _, err := tx.ExecContext(ctx, `ROLLBACK TO event_create`); err != nil {
 						return err
 					}
@@ -169,8 +184,8 @@ func (s *Store) createEvents(batch []*eventCreate) {
 	if err != nil {
 		// Nothing of the batch was committed.
 		for _, c := range batch {
-			if c.err == nil {
-				c.res, c.err = storage.EventCreateResult{}, err
+			if c.Err == nil {
+				c.Out, c.Err = storage.EventCreateResult{}, err
 			}
 		}
 	}

@@ -39,9 +39,7 @@ func waitQueue(t *testing.T, s *Store, batches, waiting int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s.events.mu.Lock()
-		gotBatches, gotWaiting := s.events.batches, len(s.events.waiting)
-		s.events.mu.Unlock()
+		gotBatches, gotWaiting := s.events.Stats()
 		if gotBatches == batches && gotWaiting == waiting {
 			return
 		}
@@ -92,8 +90,8 @@ func TestCreatesQueuedTogetherShareOneTransaction(t *testing.T) {
 			t.Fatalf("create %d: %v", i, err)
 		}
 	}
-	if s.events.batches != 2 {
-		t.Fatalf("%d creates were written in %d batches, want 2: the first alone, the %d queued behind it together", n, s.events.batches, n-1)
+	if batches, _ := s.events.Stats(); batches != 2 {
+		t.Fatalf("%d creates were written in %d batches, want 2: the first alone, the %d queued behind it together", n, batches, n-1)
 	}
 	var events, deliveries int
 	if err := s.reader.QueryRow(`SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM webhook_deliveries)`).Scan(&events, &deliveries); err != nil {

@@ -15,6 +15,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/hymical/hymical/internal/groupcommit"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -34,7 +35,7 @@ type Store struct {
 	// stmts are the hot path's statements, prepared once on the writer.
 	stmts stmtCache
 	// events batches concurrent EventCreates into shared transactions.
-	events eventQueue
+	events groupcommit.Queue[storage.Event, storage.EventCreateResult]
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -51,6 +52,7 @@ func open(ctx context.Context, path string, busyTimeout time.Duration) (*Store, 
 	}
 	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now}
 	s.stmts.m = map[string]*sql.Stmt{}
+	s.events.Max, s.events.Write = maxEventBatch, s.createEvents
 
 	var err error
 	s.writer, err = sql.Open("sqlite", dsn(path, busyTimeout, true))

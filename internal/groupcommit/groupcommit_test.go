@@ -1,0 +1,163 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gate is a Write that records each batch and, while held, blocks until
+// released, so that calls queue behind the batch being written.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	hold    chan struct{}
+	entered chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{hold: make(chan struct{}), entered: make(chan struct{}, 100)}
+}
+
+func (g *gate) write(batch []*Call[int, int]) {
+	var ins []int
+	for _, c := range batch {
+		if c.Ctx.Err() != nil {
+			c.Err = c.Ctx.Err()
+			continue
+		}
+		ins = append(ins, c.In)
+		if c.In < 0 {
+			c.Err = errors.New("negative")
+			continue
+		}
+		c.Out = c.In * 10
+	}
+	g.mu.Lock()
+	g.batches = append(g.batches, ins)
+	g.mu.Unlock()
+	g.entered <- struct{}{}
+	<-g.hold
+}
+
+func waitStats(t *testing.T, q *Queue[int, int], batches, waiting int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, w := q.Stats()
+		if b == batches && w == waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue took %d batches with %d waiting, want %d and %d", b, w, batches, waiting)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestCallsQueuedBehindABatchAreWrittenTogetherEachWithItsAnswer(t *testing.T) {
+	g := newGate()
+	q := &Queue[int, int]{Max: 4, Write: g.write}
+	ctx := context.Background()
+	outs := make([]int, 10)
+	errs := make([]error, 10)
+	var wg sync.WaitGroup
+	wg.Go(func() { outs[0], errs[0] = q.Do(ctx, 0) })
+	<-g.entered
+	for i := 1; i < 10; i++ {
+		in := i
+		if i == 5 {
+			in = -5
+		}
+		wg.Go(func() { outs[i], errs[i] = q.Do(ctx, in) })
+	}
+	waitStats(t, q, 1, 9)
+	close(g.hold) // every batch from now on runs through
+	wg.Wait()
+	for i := range 10 {
+		if i == 5 {
+			if errs[i] == nil {
+				t.Fatal("the failing call got no error")
+			}
+			continue
+		}
+		if errs[i] != nil || outs[i] != i*10 {
+			t.Fatalf("call %d = %d, %v; want %d", i, outs[i], errs[i], i*10)
+		}
+	}
+	// The first alone, then the nine that queued, at most Max at a time.
+	if len(g.batches) != 4 || len(g.batches[0]) != 1 || len(g.batches[1]) != 4 || len(g.batches[2]) != 4 || len(g.batches[3]) != 1 {
+		t.Fatalf("batches = %v, want sizes 1, 4, 4, 1", g.batches)
+	}
+	if b, w := q.Stats(); b != 4 || w != 0 {
+		t.Fatalf("stats = %d batches, %d waiting", b, w)
+	}
+}
+
+func TestACallGivenUpWhileQueuedLeavesAndOneTakenIsAnswered(t *testing.T) {
+	g := newGate()
+	q := &Queue[int, int]{Max: 8, Write: g.write}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var firstErr error
+	firstCtx, cancelFirst := context.WithCancel(ctx)
+	wg.Go(func() { _, firstErr = q.Do(firstCtx, 1) })
+	<-g.entered
+	// The first call is being written: giving up now changes nothing.
+	cancelFirst()
+
+	leftCtx, cancelLeft := context.WithCancel(ctx)
+	leftDone := make(chan error, 1)
+	go func() {
+		_, err := q.Do(leftCtx, 2)
+		leftDone <- err
+	}()
+	var stayOut int
+	var stayErr error
+	wg.Go(func() { stayOut, stayErr = q.Do(ctx, 3) })
+	waitStats(t, q, 1, 2)
+	cancelLeft()
+	if err := <-leftDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("call given up while queued: %v, want context.Canceled", err)
+	}
+	waitStats(t, q, 1, 1)
+	close(g.hold)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("call taken into a batch and then given up: %v, want its answer", firstErr)
+	}
+	if stayErr != nil || stayOut != 30 {
+		t.Fatalf("call that stayed = %d, %v", stayOut, stayErr)
+	}
+	if len(g.batches) != 2 || len(g.batches[1]) != 1 || g.batches[1][0] != 3 {
+		t.Fatalf("batches = %v, want [[1] [3]]: the call that left is not written", g.batches)
+	}
+}
+
+func TestAPanickingWriteAnswersItsBatchAndTheQueueGoesOn(t *testing.T) {
+	panics := true
+	q := &Queue[int, int]{Max: 8}
+	q.Write = func(batch []*Call[int, int]) {
+		if panics {
+			panics = false
+			panic("write failed")
+		}
+		for _, c := range batch {
+			c.Out = c.In
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not reach the caller writing the batch")
+			}
+		}()
+		_, _ = q.Do(context.Background(), 1)
+	}()
+	out, err := q.Do(context.Background(), 2)
+	if err != nil || out != 2 {
+		t.Fatalf("call after a panicked batch = %d, %v; want 2", out, err)
+	}
+}
