@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hymical/hymical/internal/groupcommit"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -19,42 +22,293 @@ import (
 // event and deliveries created then, with Duplicate set. Concurrent creators
 // with one key are safe: ON CONFLICT waits for the other transaction and
 // then sees its row.
+//
+// Creates arriving together in one process share a transaction (see
+// createEvents); each still succeeds or fails alone.
 func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
-	const op = "event create"
 	if err := ev.Validate(); err != nil {
-		return storage.EventCreateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+		return storage.EventCreateResult{}, fmt.Errorf("postgres: %s: %w", createEventOp, err)
 	}
 	if ev.ID == "" {
 		ev.ID = storage.NewID("evt")
 	}
-	var res storage.EventCreateResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The conflict target is only the idempotency key: a taken id is
-		// still a unique violation, which mapErr reports as ErrConflict.
-		row := tx.QueryRow(ctx, `
-			INSERT INTO webhook_events AS e (id, type, form_id, submission_id, payload,
-				idempotency_key, trace_parent, created_at, endpoint_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()), $9)
-			ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-			RETURNING `+eventColumns,
-			ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload),
-			nullText(ev.IdempotencyKey), ev.TraceParent, dbNow(ev.CreatedAt), ev.EndpointID)
-		created, err := scanEvent(row)
-		if errors.Is(err, pgx.ErrNoRows) {
-			res, err = existingEvent(ctx, tx, ev.IdempotencyKey)
-			return err
+	res, err := s.events.Do(ctx, ev)
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, groupcommit.ErrAborted)) {
+		err = fmt.Errorf("postgres: %s: %w", createEventOp, err)
+	}
+	return res, err
+}
+
+const createEventOp = "event create"
+
+// maxEventBatch bounds the creates that share one transaction.
+const maxEventBatch = 64
+
+// eventBatch is a batch of concurrent creates.
+type eventBatch = []*groupcommit.Call[storage.Event, storage.EventCreateResult]
+
+// createEvents writes batch in one transaction: the endpoints are read
+// once, and the events and their deliveries are inserted with one
+// statement each instead of one transaction of four statements per create.
+// A create that cannot be written on its own terms (an address that names
+// no endpoint, an id already taken, a key already used) is answered so
+// without writing and without failing the others; only a failure of the
+// transaction itself fails them all.
+func (s *Store) createEvents(batch eventBatch) {
+	// The transaction serves every caller in the batch, so no one caller's
+	// cancellation ends it.
+	ctx := context.WithoutCancel(batch[0].Ctx)
+	var live eventBatch
+	for _, c := range batch {
+		if err := c.Ctx.Err(); err != nil {
+			c.Err = err // EventCreate says where it came from
+			continue
 		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		endpoints, err := fanOutEndpoints(ctx, tx)
 		if err != nil {
 			return err
 		}
-		res.Event = created
-		res.Deliveries, err = fanOut(ctx, tx, created)
-		return err
+		for _, round := range eventRounds(live) {
+			if err := createRound(ctx, tx, endpoints, round); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return storage.EventCreateResult{}, mapErr(op, err)
+		err = mapErr(createEventOp, err)
+		for _, c := range live {
+			if c.Err == nil {
+				c.Out, c.Err = storage.EventCreateResult{}, err
+			}
+		}
 	}
-	return res, nil
+}
+
+// eventRounds splits calls into rounds in which no two share an id or an
+// idempotency key, keeping their order: a create that repeats an earlier
+// one's id or key is written in a later round, in the same transaction, so
+// it meets the earlier row exactly as it would have one transaction later.
+func eventRounds(calls eventBatch) []eventBatch {
+	var rounds []eventBatch
+	last := map[string]int{}
+	for _, c := range calls {
+		keys := []string{"id " + c.In.ID}
+		if c.In.IdempotencyKey != "" {
+			keys = append(keys, "key "+c.In.IdempotencyKey)
+		}
+		r := 0
+		for _, k := range keys {
+			if prev, ok := last[k]; ok {
+				r = max(r, prev+1)
+			}
+		}
+		for _, k := range keys {
+			last[k] = r
+		}
+		for len(rounds) <= r {
+			rounds = append(rounds, nil)
+		}
+		rounds[r] = append(rounds[r], c)
+	}
+	return rounds
+}
+
+// createRound writes creates that share no id and no key.
+func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, calls eventBatch) error {
+	type create struct {
+		c       *groupcommit.Call[storage.Event, storage.EventCreateResult]
+		targets []storage.Endpoint
+	}
+	var creates []create
+	var (
+		ids, types, forms, submissions, traces, addressed []string
+		payloads                                          [][]byte
+		keys                                              []*string
+		createdAt                                         []*time.Time
+	)
+	for _, c := range calls {
+		ev := c.In
+		targets, err := storage.FanOut(endpoints, ev)
+		if err != nil {
+			// A key seen before still answers with the first event, as
+			// it would have before the fan-out was looked at.
+			if ev.IdempotencyKey != "" {
+				res, kerr := existingEvent(ctx, tx, ev.IdempotencyKey)
+				if kerr == nil {
+					c.Out = res
+					continue
+				}
+				if !errors.Is(kerr, pgx.ErrNoRows) {
+					return kerr
+				}
+			}
+			c.Err = mapErr(createEventOp, err)
+			continue
+		}
+		creates = append(creates, create{c: c, targets: targets})
+		ids = append(ids, ev.ID)
+		types = append(types, ev.Type)
+		forms = append(forms, ev.FormID)
+		submissions = append(submissions, ev.SubmissionID)
+		payloads = append(payloads, []byte(ev.Payload))
+		traces = append(traces, ev.TraceParent)
+		addressed = append(addressed, ev.EndpointID)
+		var key *string
+		if ev.IdempotencyKey != "" {
+			key = &ev.IdempotencyKey
+		}
+		keys = append(keys, key)
+		var at *time.Time
+		if !ev.CreatedAt.IsZero() {
+			at = &ev.CreatedAt
+		}
+		createdAt = append(createdAt, at)
+	}
+	if len(creates) == 0 {
+		return nil
+	}
+	// No conflict target: a taken id or a used key skips the row instead
+	// of failing the statement, and which of the two it was is read below.
+	// ON CONFLICT waits for a concurrent transaction holding the same key
+	// and then sees its row.
+	rows, err := tx.Query(ctx, `
+		INSERT INTO webhook_events AS e (id, type, form_id, submission_id, payload,
+			idempotency_key, trace_parent, created_at, endpoint_id)
+		SELECT x.id, x.type, x.form_id, x.submission_id, x.payload, x.idempotency_key, x.trace_parent,
+			coalesce(x.created_at, now()), x.endpoint_id
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
+			$8::timestamptz[], $9::text[])
+			AS x (id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at, endpoint_id)
+		ON CONFLICT DO NOTHING
+		RETURNING `+eventColumns,
+		ids, types, forms, submissions, payloads, keys, traces, createdAt, addressed)
+	if err != nil {
+		return err
+	}
+	inserted := map[string]storage.Event{}
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		inserted[ev.ID] = ev
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	var made []create
+	for _, cr := range creates {
+		ev, ok := inserted[cr.c.In.ID]
+		if ok {
+			cr.c.In = ev
+			made = append(made, cr)
+			continue
+		}
+		if key := cr.c.In.IdempotencyKey; key != "" {
+			res, err := existingEvent(ctx, tx, key)
+			if err == nil {
+				cr.c.Out = res
+				continue
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		cr.c.Err = fmt.Errorf("postgres: %s: %w: event id %s is taken; leave the id empty to get a new one",
+			createEventOp, storage.ErrConflict, cr.c.In.ID)
+	}
+	if len(made) == 0 {
+		return nil
+	}
+
+	var dIDs, dEndpoints, dEvents, ordered []string
+	var dDue []time.Time
+	var dHeld []bool
+	for _, cr := range made {
+		for _, t := range cr.targets {
+			dIDs = append(dIDs, storage.NewID("dlv"))
+			dEndpoints = append(dEndpoints, t.ID)
+			dEvents = append(dEvents, cr.c.In.ID)
+			dDue = append(dDue, cr.c.In.CreatedAt)
+			dHeld = append(dHeld, t.DisabledAt != nil || t.Ordered)
+			if t.Ordered && !slices.Contains(ordered, t.ID) {
+				ordered = append(ordered, t.ID)
+			}
+		}
+	}
+	byEvent := map[string][]storage.Delivery{}
+	if len(dIDs) > 0 {
+		rows, err := tx.Query(ctx, `
+			INSERT INTO webhook_deliveries AS d (id, endpoint_id, event_id, state, attempts, cycle_attempts,
+				next_attempt_at, created_at, held)
+			SELECT x.id, x.endpoint_id, x.event_id, 'pending', 0, 0, x.due, x.due, x.held
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::boolean[])
+				AS x (id, endpoint_id, event_id, due, held)
+			RETURNING `+deliveryColumns,
+			dIDs, dEndpoints, dEvents, dDue, dHeld)
+		if err != nil {
+			return err
+		}
+		ds, err := collectDeliveries(rows)
+		if err != nil {
+			return err
+		}
+		if len(ordered) > 0 {
+			// An ordered endpoint with nothing under way lets its next
+			// delivery go, which may be one of these.
+			if _, err := tx.Exec(ctx, promoteSQL, ordered); err != nil {
+				return err
+			}
+			if rows, err = tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
+				WHERE d.id = ANY($1::text[])`, dIDs); err != nil {
+				return err
+			}
+			if ds, err = collectDeliveries(rows); err != nil {
+				return err
+			}
+		}
+		for _, d := range ds {
+			byEvent[d.EventID] = append(byEvent[d.EventID], d)
+		}
+	}
+	for _, cr := range made {
+		ds := byEvent[cr.c.In.ID]
+		if ds == nil {
+			ds = []storage.Delivery{}
+		}
+		// RETURNING has no order; match the order a duplicate create reads back.
+		sort.Slice(ds, func(i, j int) bool { return ds[i].EndpointID < ds[j].EndpointID })
+		cr.c.Out = storage.EventCreateResult{Event: cr.c.In, Deliveries: ds}
+	}
+	return nil
+}
+
+// fanOutEndpoints reads every endpoint with what storage.FanOut looks at.
+func fanOutEndpoints(ctx context.Context, tx pgx.Tx) ([]storage.Endpoint, error) {
+	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	var ep storage.Endpoint
+	var all []storage.Endpoint
+	_, err = pgx.ForEachRow(rows, []any{&ep.ID, &ep.EventTypes, &ep.FormIDs, &ep.DisabledAt, &ep.Ordered}, func() error {
+		all = append(all, ep)
+		ep = storage.Endpoint{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read endpoints to fan out to: %w", err)
+	}
+	return all, nil
 }
 
 // existingEvent reads back the event that already holds key, with the
@@ -75,73 +329,6 @@ func existingEvent(ctx context.Context, tx pgx.Tx, key string) (storage.EventCre
 		return storage.EventCreateResult{}, err
 	}
 	return storage.EventCreateResult{Event: ev, Deliveries: ds, Duplicate: true}, nil
-}
-
-// fanOut inserts one pending delivery of ev for every endpoint
-// storage.FanOut picks, so both backends agree on it. A delivery to a
-// disabled or ordered endpoint starts held; an ordered endpoint with
-// nothing under way then lets its next one go.
-func fanOut(ctx context.Context, tx pgx.Tx, ev storage.Event) ([]storage.Delivery, error) {
-	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	var ep storage.Endpoint
-	var all []storage.Endpoint
-	_, err = pgx.ForEachRow(rows, []any{&ep.ID, &ep.EventTypes, &ep.FormIDs, &ep.DisabledAt, &ep.Ordered}, func() error {
-		all = append(all, ep)
-		ep = storage.Endpoint{}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read endpoints to fan out to: %w", err)
-	}
-	targets, err := storage.FanOut(all, ev)
-	if err != nil {
-		return nil, err
-	}
-	if len(targets) == 0 {
-		return []storage.Delivery{}, nil
-	}
-	var ids, endpointIDs, ordered []string
-	var held []bool
-	for _, t := range targets {
-		ids = append(ids, storage.NewID("dlv"))
-		endpointIDs = append(endpointIDs, t.ID)
-		held = append(held, t.DisabledAt != nil || t.Ordered)
-		if t.Ordered {
-			ordered = append(ordered, t.ID)
-		}
-	}
-	rows, err = tx.Query(ctx, `
-		INSERT INTO webhook_deliveries AS d (id, endpoint_id, event_id, state, attempts, cycle_attempts,
-			next_attempt_at, created_at, held)
-		SELECT x.id, x.endpoint_id, $3, 'pending', 0, 0, $4, $4, x.held
-		FROM unnest($1::text[], $2::text[], $5::boolean[]) AS x (id, endpoint_id, held)
-		RETURNING `+deliveryColumns,
-		ids, endpointIDs, ev.ID, ev.CreatedAt, held)
-	if err != nil {
-		return nil, err
-	}
-	ds, err := collectDeliveries(rows)
-	if err != nil {
-		return nil, err
-	}
-	if len(ordered) > 0 {
-		if _, err := tx.Exec(ctx, promoteSQL, ordered); err != nil {
-			return nil, err
-		}
-		if rows, err = tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
-			WHERE d.id = ANY($1::text[])`, ids); err != nil {
-			return nil, err
-		}
-		if ds, err = collectDeliveries(rows); err != nil {
-			return nil, err
-		}
-	}
-	// RETURNING has no order; match the order a duplicate create reads back.
-	sort.Slice(ds, func(i, j int) bool { return ds[i].EndpointID < ds[j].EndpointID })
-	return ds, nil
 }
 
 // EventGet returns the event with this id, or storage.ErrNotFound.

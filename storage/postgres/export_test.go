@@ -2,3 +2,7 @@ package postgres
 
 // ClaimSQL lets the plan test EXPLAIN the exact statement DeliveryClaim runs.
 const ClaimSQL = claimSQL
+
+// EventBatches reports how many batches of creates s has taken and how
+// many creates wait for one.
+func EventBatches(s *Store) (batches, waiting int) { return s.events.Stats() }

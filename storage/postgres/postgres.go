@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hymical/hymical/internal/groupcommit"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -22,6 +23,9 @@ import (
 // concurrent use; it holds a connection pool and nothing else.
 type Store struct {
 	pool *pgxpool.Pool
+	// events batches this process's concurrent EventCreates into shared
+	// transactions.
+	events groupcommit.Queue[storage.Event, storage.EventCreateResult]
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -52,7 +56,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %w (check the DSN, that the server is running and that it accepts this user)", err)
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool}
+	s.events.Max, s.events.Write = maxEventBatch, s.createEvents
+	return s, nil
 }
 
 // Close closes every connection of the pool, waiting for those in use to be
@@ -92,14 +98,6 @@ func dbNow(t time.Time) any {
 		return nil
 	}
 	return t
-}
-
-// nullText stores "" as NULL, for columns where absence matters.
-func nullText(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }
 
 // nullStatus stores HTTP status 0 ("no status") as NULL.
