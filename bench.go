@@ -25,7 +25,8 @@ same transport code in-process) against a loopback receiver that verifies
 every signature, and waits until every delivery is recorded delivered. The
 ceiling phase is a bare loop doing the same signed POSTs to the same receiver
 at the same concurrency; the send-only phases run the transports without a
-store. It prints deliveries per second, p50/p99 latency, CPU time, peak RSS,
+store; on PostgreSQL, the database floor runs the least SQL a delivery needs
+and nothing else, on a database of its own: no end-to-end phase can beat it. It prints deliveries per second, p50/p99 latency, CPU time, peak RSS,
 and the ratios between phases.
 
 Examples:
@@ -62,6 +63,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	transports := fs.String("transport", strings.Join(d.Transports, ","), "end-to-end phases to run, comma-separated: inprocess, plugin (empty: none)")
 	ceiling := fs.Bool("ceiling", d.Ceiling, "run the bare-loop ceiling phase")
 	sendOnly := fs.Bool("send-only", d.SendOnly, "run the transports without a store, to measure the plugin boundary alone")
+	floor := fs.Bool("floor", d.Floor, "postgres only: run the database floor, the least SQL a delivery needs with nothing else, an upper bound for end to end")
 	pluginDir := fs.String("plugins", defaultPluginDir(), "directory holding hymical-plugin-http")
 	repeat := fs.Int("repeat", 1, "run the whole sequence of phases this many times; ratios use each phase's best round")
 	sample := fs.Int("latency-sample", d.LatencySample, "deliveries whose attempts are read back for the latency")
@@ -93,7 +95,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			o.Transports = append(o.Transports, t)
 		}
 	}
-	o.Ceiling, o.SendOnly, o.PluginDir = *ceiling, *sendOnly, *pluginDir
+	o.Ceiling, o.SendOnly, o.Floor, o.PluginDir = *ceiling, *sendOnly, *floor, *pluginDir
 	o.LatencySample, o.Timeout, o.Repeat = *sample, *timeout, *repeat
 	o.CPUProfile, o.MemProfile = *cpuProfile, *memProfile
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))

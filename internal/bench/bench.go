@@ -9,7 +9,9 @@
 // It owns nothing but the measurement. It drives the server's own parts
 // (server.OpenStore, pluginhost, worker) through their public APIs and
 // must not reach into them, change delivery state by SQL, or point
-// anything but loopback. Each phase gets a database of its own that it
+// anything but loopback. The one phase that writes SQL of its own, the
+// database floor, does so on a database of its own that no server part
+// reads: it is a reference, as the ceiling is. Each phase gets a database of its own that it
 // creates and removes, so it never touches data it did not make.
 package bench
 
@@ -81,9 +83,11 @@ type Options struct {
 	// TransportInProcess and TransportPlugin.
 	Transports []string
 	// Ceiling runs the bare-loop ceiling; SendOnly runs the transports
-	// without the store, to measure the plugin boundary on its own.
+	// without the store, to measure the plugin boundary on its own; Floor
+	// (PostgreSQL only) runs the database floor (see floor.go).
 	Ceiling  bool
 	SendOnly bool
+	Floor    bool
 	// PluginDir holds the hymical-plugin-http executable.
 	PluginDir string
 
@@ -124,6 +128,7 @@ func DefaultOptions() Options {
 		Transports:    []string{TransportInProcess, TransportPlugin},
 		Ceiling:       true,
 		SendOnly:      true,
+		Floor:         true,
 		LatencySample: 20000,
 		Timeout:       30 * time.Minute,
 	}
@@ -194,8 +199,8 @@ func (o Options) validate() error {
 			return fmt.Errorf("transport %q: use %s or %s", t, TransportPlugin, TransportInProcess)
 		}
 	}
-	if len(o.Transports) == 0 && !o.Ceiling && !o.SendOnly {
-		return errors.New("nothing to run: no transports, no ceiling and no send-only phases")
+	if len(o.Transports) == 0 && !o.Ceiling && !o.SendOnly && !(o.Floor && o.Backend == BackendPostgres) {
+		return errors.New("nothing to run: no transports, no ceiling, no send-only and no floor phases")
 	}
 	return nil
 }
@@ -267,6 +272,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.SendOnly {
 		phases = append(phases, phase{r.sendInProcess}, phase{r.sendPlugin})
+	}
+	if o.Floor && o.Backend == BackendPostgres {
+		phases = append(phases, phase{r.floor})
 	}
 	for _, t := range o.Transports {
 		phases = append(phases, phase{func(ctx context.Context) (Phase, error) { return r.deliver(ctx, t) }})

@@ -15,6 +15,9 @@ const (
 	KindSend = "send"
 	// KindDeliver phases run the whole server path.
 	KindDeliver = "deliver"
+	// KindFloor is the database alone, doing the least SQL a delivery
+	// needs.
+	KindFloor = "floor"
 )
 
 // Phase is what one phase measured.
@@ -155,6 +158,8 @@ func (r *Report) Ratios() []Ratio {
 		out = append(out, x)
 	}
 	add("end to end, plugin / ceiling", "end to end: plugin", "ceiling")
+	add("database floor / ceiling", "database floor", "ceiling")
+	add("end to end, plugin / database floor", "end to end: plugin", "database floor")
 	add("end to end, in-process / ceiling", "end to end: in-process", "ceiling")
 	add("send only, plugin / in-process", "send only: plugin", "send only: in-process")
 	add("end to end, plugin / in-process", "end to end: plugin", "end to end: in-process")
@@ -195,6 +200,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(&b)
 	for _, p := range r.Phases {
+		if p.Kind == KindFloor {
+			fmt.Fprintf(&b, "%s: %d deliveries' SQL in %s, nothing sent; an upper bound for end to end on this database\n", p.Name, p.Messages, p.Wall.Round(time.Millisecond))
+			continue
+		}
 		fmt.Fprintf(&b, "%s: %d messages in %s; latency is %s (%d samples)", p.Name, p.Messages, p.Wall.Round(time.Millisecond), p.Latency, p.LatencySamples)
 		if p.Kind == KindDeliver {
 			fmt.Fprintf(&b, "; created to recorded p50 %s p99 %s; creating the submissions took %s",
