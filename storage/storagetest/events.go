@@ -323,6 +323,48 @@ func testEvents(t *testing.T, b Backend) {
 		}
 	})
 
+	t.Run("creates sharing keys in any order across stores all succeed, one event per key", func(t *testing.T) {
+		// Creates may share a transaction; two that write the same keys in
+		// opposite orders must not deadlock each other (a retried request
+		// reaching two processes at once).
+		t.Parallel()
+		f := newFixture(t, b)
+		f.endpoint()
+		stores := []storage.Store{f.store, f.db.Open(t)}
+		const rounds, perStore, keys = 30, 8, 6
+		for r := range rounds {
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make(chan error, len(stores)*perStore)
+			for si, st := range stores {
+				for g := range perStore {
+					// Store 0 walks the keys up, store 1 down.
+					k := (g + r) % keys
+					if si == 1 {
+						k = keys - 1 - k
+					}
+					wg.Go(func() {
+						<-start
+						_, err := st.EventCreate(f.ctx, storage.Event{Type: "t", Payload: []byte(`{}`),
+							IdempotencyKey: fmt.Sprintf("round-%d-key-%d", r, k)})
+						errs <- err
+					})
+				}
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("round %d: %v", r, err)
+				}
+			}
+		}
+		if got, want := f.count("SELECT count(*) FROM webhook_events"), int64(rounds*keys); got != want {
+			t.Fatalf("events = %d, want one per key: %d", got, want)
+		}
+	})
+
 	t.Run("an event with no matching endpoint is stored with no deliveries", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
