@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -75,6 +76,17 @@ func openFresh(ctx context.Context, o Options) (*freshStore, error) {
 		return fs.migrated(ctx)
 	}
 	return nil, fmt.Errorf("backend %q is not sqlite or postgres", o.Backend)
+}
+
+// removeInto removes the phase's database, joining any failure into *err;
+// deferred by the phase that made it. Removal gets its own time: the
+// phase's context may be what ended.
+func (fs *freshStore) removeInto(ctx context.Context, phase string, err *error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if rerr := fs.remove(rctx); rerr != nil {
+		*err = errors.Join(*err, fmt.Errorf("%s: remove the bench database: %w", phase, rerr))
+	}
 }
 
 func (fs *freshStore) migrated(ctx context.Context) (*freshStore, error) {

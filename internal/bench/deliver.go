@@ -26,14 +26,7 @@ func (r *runner) deliver(ctx context.Context, via string) (p Phase, err error) {
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
-	defer func() {
-		// Removal gets its own time: the phase's context may be what ended.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if rerr := fs.remove(rctx); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("%s: remove the bench database: %w", name, rerr))
-		}
-	}()
+	defer fs.removeInto(ctx, name, &err)
 
 	var sender worker.Sender
 	switch via {

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -77,13 +76,7 @@ func (r *runner) floor(ctx context.Context) (p Phase, err error) {
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if rerr := fs.remove(rctx); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("%s: remove the bench database: %w", name, rerr))
-		}
-	}()
+	defer fs.removeInto(ctx, name, &err)
 	var endpoints []string
 	for i := range r.o.Endpoints {
 		ep, err := fs.EndpointCreate(ctx, storage.Endpoint{

@@ -6,25 +6,15 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
+	"github.com/hymical/hymical/storage/storagetest"
 )
 
 func waitEventBatches(t *testing.T, s *postgres.Store, batches, waiting int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, w := postgres.EventBatches(s)
-		if b == batches && w == waiting {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("took %d batches of creates with %d waiting, want %d and %d", b, w, batches, waiting)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	storagetest.WaitForBatches(t, func() (int, int) { return postgres.EventBatches(s) }, batches, waiting)
 }
 
 // Creates that queue behind a batch are written together, in one

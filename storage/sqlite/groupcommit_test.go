@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/storagetest"
 )
 
 // holdWriter starts a write transaction that lasts until the returned
@@ -33,21 +33,11 @@ func holdWriter(t *testing.T, s *Store) (release func()) {
 	return release
 }
 
-// waitQueue waits until s's queue has taken batches batches and has
+// waitQueue waits until s has taken batches batches of creates and has
 // waiting creates waiting.
 func waitQueue(t *testing.T, s *Store, batches, waiting int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		gotBatches, gotWaiting := s.events.Stats()
-		if gotBatches == batches && gotWaiting == waiting {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue took %d batches and has %d creates waiting, want %d and %d", gotBatches, gotWaiting, batches, waiting)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	storagetest.WaitForBatches(t, s.events.Stats, batches, waiting)
 }
 
 func TestCreatesQueuedTogetherShareOneTransaction(t *testing.T) {

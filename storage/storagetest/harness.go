@@ -60,3 +60,21 @@ func newStore(t *testing.T, b Backend) (storage.Store, Database) {
 	}
 	return s, db
 }
+
+// WaitForBatches waits until stats, a store's count of the batches of
+// creates it has taken and of the creates waiting for one, reports batches
+// and waiting, so a store's own test can line creates up behind a batch.
+func WaitForBatches(t *testing.T, stats func() (batches, waiting int), batches, waiting int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, w := stats()
+		if b == batches && w == waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("took %d batches of creates with %d waiting, want %d and %d", b, w, batches, waiting)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
