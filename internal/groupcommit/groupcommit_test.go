@@ -137,27 +137,55 @@ func TestACallGivenUpWhileQueuedLeavesAndOneTakenIsAnswered(t *testing.T) {
 }
 
 func TestAPanickingWriteAnswersItsBatchAndTheQueueGoesOn(t *testing.T) {
-	panics := true
+	// The first batch is the leader's alone; it holds the write until a
+	// second caller has queued, whose batch then panics.
+	queued := make(chan struct{})
+	var calls int
 	q := &Queue[int, int]{Max: 8}
 	q.Write = func(batch []*Call[int, int]) {
-		if panics {
-			panics = false
+		calls++
+		switch calls {
+		case 1:
+			<-queued
+		case 2:
 			panic("write failed")
 		}
 		for _, c := range batch {
 			c.Out = c.In
 		}
 	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("the panic did not reach the caller writing the batch")
-			}
-		}()
-		_, _ = q.Do(context.Background(), 1)
+	var wg sync.WaitGroup
+	var firstErr error
+	wg.Go(func() { _, firstErr = q.Do(context.Background(), 1) })
+	waitStats(t, q, 1, 0)
+
+	// The second caller is handed the next batch and panics writing it; a
+	// third, queued in the same batch, is answered with ErrAborted.
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_, _ = q.Do(context.Background(), 2)
 	}()
-	out, err := q.Do(context.Background(), 2)
-	if err != nil || out != 2 {
-		t.Fatalf("call after a panicked batch = %d, %v; want 2", out, err)
+	waitStats(t, q, 1, 1)
+	thirdErr := make(chan error, 1)
+	go func() {
+		_, err := q.Do(context.Background(), 3)
+		thirdErr <- err
+	}()
+	waitStats(t, q, 1, 2)
+	close(queued)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("first call: %v", firstErr)
+	}
+	if p := <-panicked; p == nil {
+		t.Fatal("the panic did not reach the caller writing the batch")
+	}
+	if err := <-thirdErr; !errors.Is(err, ErrAborted) {
+		t.Fatalf("call in the batch that panicked: %v, want ErrAborted", err)
+	}
+	out, err := q.Do(context.Background(), 4)
+	if err != nil || out != 4 {
+		t.Fatalf("call after a panicked batch = %d, %v; want 4", out, err)
 	}
 }
