@@ -16,8 +16,9 @@ import (
 // function reads Ctx and In and sets Out and Err.
 type Call[In, Out any] struct {
 	// Ctx is the caller's context. The batch's transaction serves every
-	// caller in it, so it must not end with any one Ctx; a write function
-	// skips a call whose Ctx has ended before its turn.
+	// caller in it, so it must not end with any one Ctx (BatchContext ends
+	// it when all have); a write function skips a call whose Ctx has ended
+	// before its turn.
 	Ctx context.Context
 	In  In
 	Out Out
@@ -28,6 +29,34 @@ type Call[In, Out any] struct {
 	// the queue's lock, when it is sent.
 	lead   chan struct{}
 	chosen bool
+}
+
+// BatchContext is the context for writing batch: it carries the first
+// call's values, and ends once every call's Ctx has ended, when nobody is
+// left to answer, but not before, since the transaction serves them all.
+// stop releases it; call it when the batch is written.
+func BatchContext[In, Out any](batch []*Call[In, Out]) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].Ctx))
+	var left sync.WaitGroup
+	left.Add(len(batch))
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		stops[i] = context.AfterFunc(c.Ctx, left.Done)
+	}
+	go func() {
+		left.Wait()
+		cancel()
+	}()
+	return ctx, func() {
+		for _, s := range stops {
+			if s() {
+				// Its AfterFunc will not run now: count it out, so the
+				// goroutine above ends.
+				left.Done()
+			}
+		}
+		cancel()
+	}
 }
 
 // Queue forms batches of calls for one writer. Its zero value is not

@@ -189,3 +189,31 @@ func TestAPanickingWriteAnswersItsBatchAndTheQueueGoesOn(t *testing.T) {
 		t.Fatalf("call after a panicked batch = %d, %v; want 4", out, err)
 	}
 }
+
+func TestABatchContextEndsWhenEveryCallerHasGivenUp(t *testing.T) {
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	batch := []*Call[int, int]{{Ctx: ctx1}, {Ctx: ctx2}}
+	ctx, stop := BatchContext(batch)
+	defer stop()
+	cancel1()
+	select {
+	case <-ctx.Done():
+		t.Fatal("the batch's context ended while a caller still waits")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel2()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch's context did not end after every caller gave up")
+	}
+
+	// stop ends it too, for a batch written while its callers wait.
+	live, stopLive := BatchContext([]*Call[int, int]{{Ctx: context.Background()}})
+	stopLive()
+	if live.Err() == nil {
+		t.Fatal("stop did not end the batch's context")
+	}
+}

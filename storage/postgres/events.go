@@ -57,8 +57,10 @@ type eventBatch = []*groupcommit.Call[storage.Event, storage.EventCreateResult]
 // transaction itself fails them all.
 func (s *Store) createEvents(batch eventBatch) {
 	// The transaction serves every caller in the batch, so no one caller's
-	// cancellation ends it.
-	ctx := context.WithoutCancel(batch[0].Ctx)
+	// cancellation ends it; it ends when all have given up (a database
+	// that does not answer must not hold the batch for ever).
+	ctx, stop := groupcommit.BatchContext(batch)
+	defer stop()
 	var live eventBatch
 	for _, c := range batch {
 		if err := c.Ctx.Err(); err != nil {

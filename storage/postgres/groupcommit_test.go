@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
@@ -96,5 +97,47 @@ func TestCreatesQueuedTogetherShareOneTransaction(t *testing.T) {
 		if got, err := db.QueryInt(ctx, q); err != nil || got != want {
 			t.Fatalf("%s = %d, %v; want %d", q, got, err, want)
 		}
+	}
+}
+
+// A create whose transaction cannot go on (here a table lock held
+// elsewhere; in life a database that stopped answering) returns when its
+// caller gives up, instead of holding its batch until the database answers.
+func TestACreateStuckInTheDatabaseReturnsWhenItsCallerGivesUp(t *testing.T) {
+	db, s := migrated(t)
+	seedEndpoint(t, s)
+	ctx := context.Background()
+	lock, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE webhook_endpoints IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.EventCreate(cctx, storage.Event{Type: "t", Payload: []byte(`{}`)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the create succeeded while the table was locked")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create still waits 10 s after its caller gave up")
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.QueryInt(ctx, `SELECT count(*) FROM webhook_events`); err != nil || n != 0 {
+		t.Fatalf("events = %d, %v; want none", n, err)
+	}
+	// The store goes on.
+	if _, err := s.EventCreate(ctx, storage.Event{Type: "t", Payload: []byte(`{}`)}); err != nil {
+		t.Fatalf("create after: %v", err)
 	}
 }

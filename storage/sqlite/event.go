@@ -149,7 +149,8 @@ var createEventsSQL = []string{insertEventSQL, fanOutEndpointsSQL, insertDeliver
 func (s *Store) createEvents(batch eventBatch) {
 	// The transaction serves every caller in the batch, so no one caller's
 	// cancellation ends it; each create checks its own caller's context.
-	ctx := context.WithoutCancel(batch[0].Ctx)
+	ctx, stop := groupcommit.BatchContext(batch)
+	defer stop()
 	st, err := s.prepare(ctx, createEventsSQL...)
 	if err == nil {
 		err = s.write(ctx, createEventOp, func(tx *sql.Tx) error {
