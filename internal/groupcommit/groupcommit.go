@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // Call is one caller's request on its way through a Queue. A Queue's write
@@ -37,23 +38,20 @@ type Call[In, Out any] struct {
 // stop releases it; call it when the batch is written.
 func BatchContext[In, Out any](batch []*Call[In, Out]) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].Ctx))
-	var left sync.WaitGroup
-	left.Add(len(batch))
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	gaveUp := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
 	stops := make([]func() bool, len(batch))
 	for i, c := range batch {
-		stops[i] = context.AfterFunc(c.Ctx, left.Done)
+		stops[i] = context.AfterFunc(c.Ctx, gaveUp)
 	}
-	go func() {
-		left.Wait()
-		cancel()
-	}()
 	return ctx, func() {
 		for _, s := range stops {
-			if s() {
-				// Its AfterFunc will not run now: count it out, so the
-				// goroutine above ends.
-				left.Done()
-			}
+			s()
 		}
 		cancel()
 	}

@@ -149,8 +149,10 @@ var createEventsSQL = []string{insertEventSQL, fanOutEndpointsSQL, insertDeliver
 func (s *Store) createEvents(batch eventBatch) {
 	// The transaction serves every caller in the batch, so no one caller's
 	// cancellation ends it; each create checks its own caller's context.
-	ctx, stop := groupcommit.BatchContext(batch)
-	defer stop()
+	// It cannot wait for ever either: the busy timeout bounds every wait
+	// for the file's lock. (A context that can end would also cost each
+	// statement a goroutine watching it, in the driver.)
+	ctx := context.WithoutCancel(batch[0].Ctx)
 	st, err := s.prepare(ctx, createEventsSQL...)
 	if err == nil {
 		err = s.write(ctx, createEventOp, func(tx *sql.Tx) error {
