@@ -25,8 +25,9 @@ same transport code in-process) against a loopback receiver that verifies
 every signature, and waits until every delivery is recorded delivered. The
 ceiling phase is a bare loop doing the same signed POSTs to the same receiver
 at the same concurrency; the send-only phases run the transports without a
-store; on PostgreSQL, the database floor runs the least SQL a delivery needs
-and nothing else, on a database of its own: no end-to-end phase can beat it. It prints deliveries per second, p50/p99 latency, CPU time, peak RSS,
+store; on PostgreSQL, the database floor runs the least SQL a delivery needs,
+in batches, and nothing else, on a database of its own: a bound for the
+end-to-end phases, which do all of that and send too. It prints deliveries per second, p50/p99 latency, CPU time, peak RSS,
 and the ratios between phases.
 
 Examples:

@@ -20,10 +20,11 @@ import (
 // SQL a delivery needs — the event and its deliveries inserted, the
 // deliveries claimed oldest first and completed, an attempt recorded —
 // with nothing the server does around it: no HTTP, no signing, no plugin,
-// no per-delivery results read back, and batches as large as the worker's
-// on both sides (ingest too, which the server batches only as far as
-// callers arrive together). Its rate is an upper bound for an end-to-end
-// phase on the same machine, which does all of this and sends too.
+// no per-delivery results read back; 16 submissions to an ingest statement
+// (the server batches creates only as far as callers arrive together) and
+// the worker's batch size for claims and completions. An end-to-end phase
+// does all of this and sends too, so with batches no larger than these the
+// floor's rate bounds it on the same machine.
 
 // floorIngestSQL inserts a batch of submissions and their deliveries in one
 // statement: $1 the events' ids, $2 their payloads, $3 the endpoints every

@@ -141,11 +141,10 @@ var createEventsSQL = []string{insertEventSQL, fanOutEndpointsSQL, insertDeliver
 // writer, so creates arriving together would each wait for the lock and
 // then pay for a transaction of their own: its begin, its commit's write of
 // the same few pages to the WAL, and writer time that claims and
-// completions need. Each create runs inside a
-// savepoint of its own, so a create that fails (a duplicate id, an address
-// that names no endpoint) is rolled back alone and the others commit. A
-// create whose caller has given up is skipped. Every create in the batch
-// gets its result or its error.
+// completions need. Each create runs inside a savepoint of its own, so a
+// create that fails (a duplicate id, an address that names no endpoint) is
+// rolled back alone and the others commit. A create whose caller has given
+// up is skipped. Every create in the batch gets its result or its error.
 func (s *Store) createEvents(batch eventBatch) {
 	// The transaction serves every caller in the batch, so no one caller's
 	// cancellation ends it; each create checks its own caller's context.
