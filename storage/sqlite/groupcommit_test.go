@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/storagetest"
@@ -126,5 +127,39 @@ func TestACreateGivenUpWhileQueuedIsNotWritten(t *testing.T) {
 	}
 	if events != 1 {
 		t.Fatalf("stored %d events, want only the first", events)
+	}
+}
+
+func TestAWriteThatPanicsLeavesTheWriterUsable(t *testing.T) {
+	s, _ := openStore(t)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not reach the caller")
+			}
+		}()
+		_ = s.write(context.Background(), "panic", func(tx *sql.Tx) error {
+			if _, err := tx.Exec(`INSERT INTO webhook_events (id, type, payload, created_at) VALUES ('evt_rolled_back', 't', X'7B7D', 0)`); err != nil {
+				t.Error(err)
+			}
+			panic("bug")
+		})
+	}()
+	created := make(chan error, 1)
+	go func() {
+		_, err := s.EventCreate(context.Background(), storage.Event{Type: "t", Payload: []byte(`{}`)})
+		created <- err
+	}()
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatalf("create after a panicked write: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a create after a panicked write still waits for the writer after 10 s")
+	}
+	var n int
+	if err := s.reader.QueryRow(`SELECT count(*) FROM webhook_events WHERE id = 'evt_rolled_back'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the panicked write's row: count %d, %v; want it rolled back", n, err)
 	}
 }

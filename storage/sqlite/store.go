@@ -177,6 +177,14 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error)
 	if err != nil {
 		return s.mapErr(op, err)
 	}
+	// A panic in fn must not leave the transaction open: it would hold the
+	// only writer connection, and every write after it would wait for ever.
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+	}()
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return s.mapErr(op, err)
