@@ -27,8 +27,9 @@ ceiling phase is a bare loop doing the same signed POSTs to the same receiver
 at the same concurrency; the send-only phases run the transports without a
 store; on PostgreSQL, the database floor runs the least SQL a delivery needs,
 in batches, and nothing else, on a database of its own: a bound for the
-end-to-end phases, which do all of that and send too. It prints deliveries per second, p50/p99 latency, CPU time, peak RSS,
-and the ratios between phases.
+end-to-end phases, which do all of that and send too. It prints deliveries
+per second, p50/p99 latency, CPU time, peak RSS, and the ratios between
+phases.
 
 Examples:
   go build -o bin/ . && go build -o bin/hymical-plugin-http ./plugins/http
@@ -64,7 +65,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	transports := fs.String("transport", strings.Join(d.Transports, ","), "end-to-end phases to run, comma-separated: inprocess, plugin (empty: none)")
 	ceiling := fs.Bool("ceiling", d.Ceiling, "run the bare-loop ceiling phase")
 	sendOnly := fs.Bool("send-only", d.SendOnly, "run the transports without a store, to measure the plugin boundary alone")
-	floor := fs.Bool("floor", d.Floor, "postgres only: run the database floor, the least SQL a delivery needs with nothing else, an upper bound for end to end")
+	floor := fs.Bool("floor", d.Floor, "postgres only: run the database floor, the least SQL a delivery needs with nothing else, a bound for end to end")
 	pluginDir := fs.String("plugins", defaultPluginDir(), "directory holding hymical-plugin-http")
 	repeat := fs.Int("repeat", 1, "run the whole sequence of phases this many times; ratios use each phase's best round")
 	sample := fs.Int("latency-sample", d.LatencySample, "deliveries whose attempts are read back for the latency")

@@ -10,9 +10,9 @@
 // (server.OpenStore, pluginhost, worker) through their public APIs and
 // must not reach into them, change delivery state by SQL, or point
 // anything but loopback. The one phase that writes SQL of its own, the
-// database floor, does so on a database of its own that no server part
-// reads: it is a reference, as the ceiling is. Each phase gets a database of its own that it
-// creates and removes, so it never touches data it did not make.
+// database floor, does so on a database that no server part reads: it is a
+// reference, as the ceiling is. Each phase gets a database of its own that
+// it creates and removes, so it never touches data it did not make.
 package bench
 
 import (

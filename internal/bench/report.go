@@ -201,7 +201,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(&b)
 	for _, p := range r.Phases {
 		if p.Kind == KindFloor {
-			fmt.Fprintf(&b, "%s: %d deliveries' SQL in %s, nothing sent; an upper bound for end to end on this database\n", p.Name, p.Messages, p.Wall.Round(time.Millisecond))
+			fmt.Fprintf(&b, "%s: %d deliveries' SQL in %s, nothing sent; a bound for end to end on this database\n", p.Name, p.Messages, p.Wall.Round(time.Millisecond))
 			continue
 		}
 		fmt.Fprintf(&b, "%s: %d messages in %s; latency is %s (%d samples)", p.Name, p.Messages, p.Wall.Round(time.Millisecond), p.Latency, p.LatencySamples)
