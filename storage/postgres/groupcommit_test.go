@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
 	"github.com/hymical/hymical/storage/storagetest"
@@ -16,6 +18,23 @@ import (
 func waitEventBatches(t *testing.T, s *postgres.Store, batches, waiting int) {
 	t.Helper()
 	storagetest.WaitForBatches(t, func() (int, int) { return postgres.EventBatches(s) }, batches, waiting)
+}
+
+// lockEndpoints locks the endpoints table in a transaction of its own,
+// until the transaction ends, so that a create's transaction waits when it
+// reads the endpoints.
+func lockEndpoints(t *testing.T, db *database) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback(ctx) })
+	if _, err := lock.Exec(ctx, `LOCK TABLE webhook_endpoints IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return lock
 }
 
 // Creates that queue behind a batch are written together, in one
@@ -29,14 +48,7 @@ func TestCreatesQueuedTogetherShareOneTransaction(t *testing.T) {
 
 	// The first create's transaction waits on this lock when it reads the
 	// endpoints; the others queue meanwhile.
-	lock, err := db.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback(ctx) }()
-	if _, err := lock.Exec(ctx, `LOCK TABLE webhook_endpoints IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	lock := lockEndpoints(t, db)
 
 	const n = 12
 	events := make([]storage.Event, n)
@@ -107,14 +119,7 @@ func TestACreateStuckInTheDatabaseReturnsWhenItsCallerGivesUp(t *testing.T) {
 	db, s := migrated(t)
 	seedEndpoint(t, s)
 	ctx := context.Background()
-	lock, err := db.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback(ctx) }()
-	if _, err := lock.Exec(ctx, `LOCK TABLE webhook_endpoints IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	lock := lockEndpoints(t, db)
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
