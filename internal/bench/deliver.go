@@ -45,15 +45,8 @@ func (r *runner) deliver(ctx context.Context, via string) (p Phase, err error) {
 		sender = s
 	}
 
-	for i := range r.o.Endpoints {
-		if _, err := fs.EndpointCreate(ctx, storage.Endpoint{
-			Transport:   "http",
-			URL:         r.recv.url(i),
-			Secrets:     []storage.Secret{storage.NewSecret(r.secret, nil)},
-			Description: "hymical bench receiver",
-		}); err != nil {
-			return Phase{}, fmt.Errorf("%s: create endpoint: %w", name, err)
-		}
+	if _, err := r.createEndpoints(ctx, fs); err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	schema, err := fs.SchemaVersion(ctx)
 	if err != nil {
@@ -342,4 +335,23 @@ func (r *runner) readBack(ctx context.Context, s storage.Store, total int) (read
 	wg.Wait()
 	close(errs)
 	return rb, <-errs
+}
+
+// createEndpoints makes the phase's r.o.Endpoints endpoints, each to its
+// own path on the receiver, signing with r.secret, and returns their ids.
+func (r *runner) createEndpoints(ctx context.Context, s storage.Store) ([]string, error) {
+	ids := make([]string, 0, r.o.Endpoints)
+	for i := range r.o.Endpoints {
+		ep, err := s.EndpointCreate(ctx, storage.Endpoint{
+			Transport:   "http",
+			URL:         r.recv.url(i),
+			Secrets:     []storage.Secret{storage.NewSecret(r.secret, nil)},
+			Description: "hymical bench receiver",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create endpoint: %w", err)
+		}
+		ids = append(ids, ep.ID)
+	}
+	return ids, nil
 }

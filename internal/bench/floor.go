@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/hymical/hymical/storage"
 )
 
 // The floor phase answers how fast PostgreSQL on this machine can do the
@@ -78,18 +76,9 @@ func (r *runner) floor(ctx context.Context) (p Phase, err error) {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer fs.removeInto(ctx, name, &err)
-	var endpoints []string
-	for i := range r.o.Endpoints {
-		ep, err := fs.EndpointCreate(ctx, storage.Endpoint{
-			Transport:   "http",
-			URL:         r.recv.url(i),
-			Secrets:     []storage.Secret{storage.NewSecret(r.secret, nil)},
-			Description: "hymical bench floor",
-		})
-		if err != nil {
-			return Phase{}, fmt.Errorf("%s: create endpoint: %w", name, err)
-		}
-		endpoints = append(endpoints, ep.ID)
+	endpoints, err := r.createEndpoints(ctx, fs)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	payload, err := samplePayload()
 	if err != nil {
