@@ -67,6 +67,10 @@ type Queue[In, Out any] struct {
 	// Write writes a batch and sets every call's Out or Err. It runs on
 	// one caller's goroutine, one batch at a time.
 	Write func(batch []*Call[In, Out])
+	// Wrap, when set, says where an error of the queue's own came from:
+	// the caller's context ending while its call waited, or ErrAborted.
+	// Errors Write sets are returned as they are.
+	Wrap func(error) error
 
 	mu sync.Mutex
 	// waiting are the calls not yet taken into a batch, in arrival order.
@@ -108,7 +112,7 @@ func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 		case <-ctxDone:
 			if q.leave(c) {
 				var zero Out
-				return zero, ctx.Err()
+				return zero, q.wrap(ctx.Err())
 			}
 			// Taken into a batch, or chosen to write the next one: the
 			// answer comes soon either way.
@@ -153,7 +157,7 @@ func (q *Queue[In, Out]) writeBatch() {
 		for _, c := range batch {
 			if !written {
 				var zero Out
-				c.Out, c.Err = zero, ErrAborted
+				c.Out, c.Err = zero, q.wrap(ErrAborted)
 			}
 			close(c.done)
 		}
@@ -163,6 +167,13 @@ func (q *Queue[In, Out]) writeBatch() {
 		q.Write(batch)
 	}
 	written = true
+}
+
+func (q *Queue[In, Out]) wrap(err error) error {
+	if q.Wrap == nil {
+		return err
+	}
+	return q.Wrap(err)
 }
 
 // handOff chooses the first caller still waiting to write the next batch,

@@ -3,6 +3,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -98,7 +99,7 @@ func TestCallsQueuedBehindABatchAreWrittenTogetherEachWithItsAnswer(t *testing.T
 
 func TestACallGivenUpWhileQueuedLeavesAndOneTakenIsAnswered(t *testing.T) {
 	g := newGate()
-	q := &Queue[int, int]{Max: 8, Write: g.write}
+	q := &Queue[int, int]{Max: 8, Write: g.write, Wrap: func(err error) error { return fmt.Errorf("queue: %w", err) }}
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var firstErr error
@@ -119,8 +120,8 @@ func TestACallGivenUpWhileQueuedLeavesAndOneTakenIsAnswered(t *testing.T) {
 	wg.Go(func() { stayOut, stayErr = q.Do(ctx, 3) })
 	waitStats(t, q, 1, 2)
 	cancelLeft()
-	if err := <-leftDone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("call given up while queued: %v, want context.Canceled", err)
+	if err := <-leftDone; !errors.Is(err, context.Canceled) || err.Error() != "queue: context canceled" {
+		t.Fatalf("call given up while queued: %v, want context.Canceled, wrapped by Wrap", err)
 	}
 	waitStats(t, q, 1, 1)
 	close(g.hold)

@@ -28,16 +28,18 @@ import (
 // createEvents); each still succeeds or fails alone.
 func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
 	if err := ev.Validate(); err != nil {
-		return storage.EventCreateResult{}, fmt.Errorf("postgres: %s: %w", createEventOp, err)
+		return storage.EventCreateResult{}, createEventError(err)
 	}
 	if ev.ID == "" {
 		ev.ID = storage.NewID("evt")
 	}
-	res, err := s.events.Do(ctx, ev)
-	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, groupcommit.ErrAborted)) {
-		err = fmt.Errorf("postgres: %s: %w", createEventOp, err)
-	}
-	return res, err
+	return s.events.Do(ctx, ev)
+}
+
+// createEventError says where an error of a create came from when no
+// statement made it: the caller's context ended, or its batch stopped.
+func createEventError(err error) error {
+	return fmt.Errorf("postgres: %s: %w", createEventOp, err)
 }
 
 const createEventOp = "event create"
@@ -64,7 +66,7 @@ func (s *Store) createEvents(batch eventBatch) {
 	var live eventBatch
 	for _, c := range batch {
 		if err := c.Ctx.Err(); err != nil {
-			c.Err = err // EventCreate says where it came from
+			c.Err = createEventError(err)
 			continue
 		}
 		live = append(live, c)
@@ -87,8 +89,13 @@ func (s *Store) createEvents(batch eventBatch) {
 	if err != nil {
 		err = mapErr(createEventOp, err)
 		for _, c := range live {
-			if c.Err == nil {
-				c.Out, c.Err = storage.EventCreateResult{}, err
+			if c.Err != nil {
+				continue
+			}
+			c.Out, c.Err = storage.EventCreateResult{}, err
+			if ctx.Err() != nil {
+				// Ended because every caller gave up: each hears why it did.
+				c.Err = createEventError(c.Ctx.Err())
 			}
 		}
 	}

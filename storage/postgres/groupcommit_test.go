@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,6 +132,9 @@ func TestACreateStuckInTheDatabaseReturnsWhenItsCallerGivesUp(t *testing.T) {
 	case err := <-done:
 		if err == nil {
 			t.Fatal("the create succeeded while the table was locked")
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || strings.Count(err.Error(), "event create") != 1 {
+			t.Fatalf("error %q: want the caller's deadline, said once where it came from", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the create still waits 10 s after its caller gave up")

@@ -57,7 +57,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("postgres: connect: %w (check the DSN, that the server is running and that it accepts this user)", err)
 	}
 	s := &Store{pool: pool}
-	s.events.Max, s.events.Write = maxEventBatch, s.createEvents
+	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 	return s, nil
 }
 

@@ -109,18 +109,20 @@ func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, err
 // createEvents); each still succeeds or fails alone.
 func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
 	if err := ev.Validate(); err != nil {
-		return storage.EventCreateResult{}, fmt.Errorf("sqlite: %s: %w", createEventOp, err)
+		return storage.EventCreateResult{}, createEventError(err)
 	}
 	if ev.ID == "" {
 		ev.ID = storage.NewID("evt")
 	}
 	ev.CreatedAt = s.now(ev.CreatedAt)
 	ev.Payload = append([]byte(nil), ev.Payload...)
-	res, err := s.events.Do(ctx, ev)
-	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, groupcommit.ErrAborted)) {
-		err = fmt.Errorf("sqlite: %s: %w", createEventOp, err)
-	}
-	return res, err
+	return s.events.Do(ctx, ev)
+}
+
+// createEventError says where an error of a create came from when no
+// statement made it: the caller's context ended, or its batch stopped.
+func createEventError(err error) error {
+	return fmt.Errorf("sqlite: %s: %w", createEventOp, err)
 }
 
 // maxEventBatch bounds the creates that share one transaction.
@@ -161,7 +163,7 @@ func (s *Store) createEvents(batch eventBatch) {
 			}
 			for _, c := range batch {
 				if err := c.Ctx.Err(); err != nil {
-					c.Err = err // EventCreate says where it came from
+					c.Err = createEventError(err)
 					continue
 				}
 				if _, err := tx.StmtContext(ctx, st[3]).ExecContext(ctx); err != nil {

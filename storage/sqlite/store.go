@@ -52,7 +52,7 @@ func open(ctx context.Context, path string, busyTimeout time.Duration) (*Store, 
 	}
 	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now}
 	s.stmts.m = map[string]*sql.Stmt{}
-	s.events.Max, s.events.Write = maxEventBatch, s.createEvents
+	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 
 	var err error
 	s.writer, err = sql.Open("sqlite", dsn(path, busyTimeout, true))
