@@ -161,22 +161,25 @@ func (s *Store) createEvents(batch eventBatch) {
 			if err != nil {
 				return err
 			}
+			// Bound to the transaction once for the whole batch.
+			insertEvent, insertDelivery := tx.StmtContext(ctx, st[0]), tx.StmtContext(ctx, st[2])
+			savepoint, release := tx.StmtContext(ctx, st[3]), tx.StmtContext(ctx, st[4])
 			for _, c := range batch {
 				if err := c.Ctx.Err(); err != nil {
 					c.Err = createEventError(err)
 					continue
 				}
-				if _, err := tx.StmtContext(ctx, st[3]).ExecContext(ctx); err != nil {
+				if _, err := savepoint.ExecContext(ctx); err != nil {
 					return err
 				}
-				c.Out, c.Err = s.createEvent(ctx, tx, st, endpoints, c.In)
+				c.Out, c.Err = createEvent(ctx, tx, insertEvent, insertDelivery, endpoints, c.In)
 				if c.Err != nil {
 					c.Err = s.mapErr(createEventOp, c.Err)
 					if _, err := tx.ExecContext(ctx, `ROLLBACK TO event_create`); err != nil {
 						return err
 					}
 				}
-				if _, err := tx.StmtContext(ctx, st[4]).ExecContext(ctx); err != nil {
+				if _, err := release.ExecContext(ctx); err != nil {
 					return err
 				}
 			}
@@ -195,9 +198,10 @@ func (s *Store) createEvents(batch eventBatch) {
 	}
 }
 
-// createEvent is one create inside a batch's transaction; endpoints are
-// the fan-out's view of every endpoint, read in the same transaction.
-func (s *Store) createEvent(ctx context.Context, tx *sql.Tx, st []*sql.Stmt, endpoints []storage.Endpoint, ev storage.Event) (storage.EventCreateResult, error) {
+// createEvent is one create inside a batch's transaction, with the batch's
+// insertEventSQL and insertDeliverySQL statements; endpoints are the
+// fan-out's view of every endpoint, read in the same transaction.
+func createEvent(ctx context.Context, tx *sql.Tx, insertEvent, insertDelivery *sql.Stmt, endpoints []storage.Endpoint, ev storage.Event) (storage.EventCreateResult, error) {
 	if ev.IdempotencyKey != "" {
 		// Checked inside the IMMEDIATE transaction, so a concurrent create
 		// with the same key is either fully before or fully after, and an
@@ -221,7 +225,7 @@ func (s *Store) createEvent(ctx context.Context, tx *sql.Tx, st []*sql.Stmt, end
 		}
 	}
 	now := micros(ev.CreatedAt)
-	if _, err := tx.StmtContext(ctx, st[0]).ExecContext(ctx,
+	if _, err := insertEvent.ExecContext(ctx,
 		ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload), nullString(ev.IdempotencyKey),
 		ev.TraceParent, now, ev.EndpointID); err != nil {
 		return storage.EventCreateResult{}, err
@@ -230,7 +234,6 @@ func (s *Store) createEvent(ctx context.Context, tx *sql.Tx, st []*sql.Stmt, end
 	if err != nil {
 		return storage.EventCreateResult{}, err
 	}
-	insertDelivery := tx.StmtContext(ctx, st[2])
 	ds := []storage.Delivery{}
 	ordered := map[string]endpointControl{}
 	for _, ep := range targets {
