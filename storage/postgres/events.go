@@ -139,7 +139,6 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 	// Rows go in in key order, then id order, so that two transactions
 	// writing some of the same keys (or ids) take them in the same order:
 	// in opposite orders, each would wait for the other's row.
-	calls = slices.Clone(calls)
 	slices.SortFunc(calls, func(a, b *groupcommit.Call[storage.Event, storage.EventCreateResult]) int {
 		return cmp.Or(cmp.Compare(a.In.IdempotencyKey, b.In.IdempotencyKey), cmp.Compare(a.In.ID, b.In.ID))
 	})
