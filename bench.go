@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hymical/hymical/internal/bench"
+	"github.com/hymical/hymical/harness/bench"
 	"github.com/hymical/hymical/internal/redact"
 )
 

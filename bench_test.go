@@ -11,7 +11,7 @@ import (
 )
 
 // The bench command runs from its flags and prints the table; the phases
-// themselves are tested in internal/bench.
+// themselves are tested in harness/bench.
 func TestBenchCommandRunsAndPrintsTheTable(t *testing.T) {
 	t.Parallel()
 	args := []string{"bench", "--sqlite-dir", t.TempDir(), "--submissions", "10", "--endpoints", "2",

@@ -18,7 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 )
 
 // TestConsoleInABrowser runs `hymical serve` with the real http plugin and

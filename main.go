@@ -23,7 +23,10 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/internal/redact"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/migrations"
+	"github.com/hymical/hymical/server/database"
+	"github.com/hymical/hymical/server/fleet"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -87,11 +90,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
 	case "version":
-		v, err := server.LatestSchemaVersion()
+		v, err := migrations.Latest()
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "hymical %s (schema version %d)\n", server.Build(), v)
+		fmt.Fprintf(stdout, "hymical %s (schema version %d)\n", fleet.Build(), v)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
@@ -111,13 +114,13 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	store, err := server.OpenStore(ctx, *dbURL)
+	store, err := database.Open(ctx, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	if !*force {
-		if err := server.CheckNoOtherBuilds(ctx, store, time.Now()); err != nil {
+		if err := fleet.CheckNoOtherBuilds(ctx, store, time.Now()); err != nil {
 			return fmt.Errorf("migrate %s: %w", redact.URL(*dbURL), err)
 		}
 	}
@@ -137,7 +140,7 @@ func databaseURLDefault() string {
 	if v := os.Getenv("FORMS_DATABASE_URL"); v != "" {
 		return v
 	}
-	return server.DefaultDatabaseURL
+	return database.DefaultURL
 }
 
 func newLogger(w io.Writer) *slog.Logger {

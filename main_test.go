@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 )
 
 // TestDemoDeliversASampleSubmission runs the README's run command the way a

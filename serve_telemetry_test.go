@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/telemetry/telemetrytest"

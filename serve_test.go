@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 )
 

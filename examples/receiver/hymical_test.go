@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/server"
+	serverevent "github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
@@ -79,7 +79,7 @@ func TestHymicalDeliveryAndReplayAreStoredOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := server.SubmissionEvent("form_contact", json.RawMessage(`{"name":"Ada Lovelace"}`), time.Now())
+	ev, err := serverevent.Submission("form_contact", json.RawMessage(`{"name":"Ada Lovelace"}`), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hymical/hymical/internal/e2etest"
-	"github.com/hymical/hymical/plugins/nats/natstest"
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/harness/natstest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/pluginhost"

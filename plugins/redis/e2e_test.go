@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hymical/hymical/internal/e2etest"
-	"github.com/hymical/hymical/plugins/redis/redistest"
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/harness/redistest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/pluginhost"

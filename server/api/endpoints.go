@@ -11,7 +11,8 @@ import (
 
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -204,10 +205,10 @@ func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// modifyEndpoint is server.ModifyEndpoint with its store errors turned
+// modifyEndpoint is endpoint.Modify with its store errors turned
 // into answers; change's own errors (already answers) pass through.
 func (h *handler) modifyEndpoint(ctx context.Context, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
-	e, err := server.ModifyEndpoint(ctx, h.store, id, change)
+	e, err := endpoint.Modify(ctx, h.store, id, change)
 	return e, h.endpointError(err, id)
 }
 
@@ -295,7 +296,7 @@ func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bo
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
-	e, err := server.SetEndpointDisabled(r.Context(), h.store, id, disable, h.now())
+	e, err := endpoint.SetDisabled(r.Context(), h.store, id, disable, h.now())
 	if err != nil {
 		return h.endpointError(err, id)
 	}
@@ -315,14 +316,14 @@ func (h *handler) emptyBody(w http.ResponseWriter, r *http.Request) error {
 // POST /v1/endpoints/{id}/rotate-secret
 //
 // The new secret signs from now on; every secret that was active keeps
-// signing beside it for SecretRotationGrace (server.RotateSecret).
+// signing beside it for SecretRotationGrace (endpoint.RotateSecret).
 func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
 	now := h.now()
-	rot, err := server.RotateSecret(r.Context(), h.store, id, h.grace, now)
+	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now)
 	if err != nil {
 		return h.endpointError(err, id)
 	}

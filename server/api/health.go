@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/migrations"
 )
 
 // readyTimeout bounds one readiness check, so a hung database makes the
@@ -38,7 +38,7 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 		h.log.Warn("readiness: the database did not answer", "error", err)
 		return notReady("the database is not reachable")
 	}
-	latest, err := server.LatestSchemaVersion()
+	latest, err := migrations.Latest()
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -119,7 +119,7 @@ func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	ev, err := server.SubmissionEvent(formID, data, h.now())
+	ev, err := event.Submission(formID, data, h.now())
 	if err != nil {
 		if errors.Is(err, storage.ErrInvalid) {
 			return unprocessable("invalid_body", "the submission was refused: %v", err)
@@ -184,12 +184,12 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case req.Type == "":
 		return unprocessable("invalid_event_type", "type is required: name the event, e.g. form.published")
-	case req.Type == server.EventTypeSubmissionReceived:
+	case req.Type == event.TypeSubmissionReceived:
 		return unprocessable("invalid_event_type", "type %q is reserved for form submissions, which carry a submission id receivers dedupe on; send them to POST /v1/forms/{form_id}/submissions", req.Type)
-	case strings.HasPrefix(req.Type, server.EventTypePrefix):
+	case strings.HasPrefix(req.Type, event.TypePrefix):
 		// A caller must not be able to forge what the server says, such
 		// as hymical.endpoint.disabled.
-		return unprocessable("invalid_event_type", "types starting with %q are the server's own events; name yours differently, e.g. form.published", server.EventTypePrefix)
+		return unprocessable("invalid_event_type", "types starting with %q are the server's own events; name yours differently, e.g. form.published", event.TypePrefix)
 	}
 	if err := checkEventType("type", req.Type); err != nil {
 		return err

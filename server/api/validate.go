@@ -8,7 +8,8 @@ import (
 	"strings"
 
 	"github.com/hymical/hymical/internal/boundtext"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/storage"
 )
 
 // Bounds on what a caller may store. They keep one request from writing
@@ -21,7 +22,7 @@ const (
 	maxConfigKeyBytes   = 128
 	maxConfigValueBytes = 4096
 	maxIdempotencyKey   = 255
-	maxOperatorBytes    = server.MaxOperatorBytes
+	maxOperatorBytes    = storage.MaxOperatorBytes
 	maxIDParamBytes     = 128
 )
 
@@ -136,9 +137,9 @@ func checkIdempotencyKey(k string) error {
 // operatorActor is the replay audit's actor: "api", plus the operator the
 // Hymical-Operator header names, kept to printable characters that cannot
 // forge a log line or another field, and cut to maxOperatorBytes
-// (server.OperatorName).
+// (storage.OperatorName).
 func operatorActor(header string) string {
-	op := server.OperatorName(header)
+	op := storage.OperatorName(header)
 	if op == "" {
 		return "api"
 	}

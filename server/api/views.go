@@ -5,7 +5,8 @@ import (
 
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -82,7 +83,7 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointView {
 	if v.Config == nil {
 		v.Config = map[string]string{}
 	}
-	v.SignatureScheme = server.EndpointScheme(e)
+	v.SignatureScheme = endpoint.Scheme(e)
 	for _, s := range e.Secrets {
 		if !s.ActiveAt(now) {
 			continue

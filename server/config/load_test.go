@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/config"
+	"github.com/hymical/hymical/server/database"
 )
 
 func TestDefaults(t *testing.T) {
@@ -71,8 +71,8 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("%s = %v, want %v", tt.key, tt.got, tt.want)
 		}
 	}
-	if got := config.Default().Database.URL.Reveal(); got != server.DefaultDatabaseURL {
-		t.Errorf("default database.url %q differs from server.DefaultDatabaseURL %q", got, server.DefaultDatabaseURL)
+	if got := config.Default().Database.URL.Reveal(); got != database.DefaultURL {
+		t.Errorf("default database.url %q differs from database.DefaultURL %q", got, database.DefaultURL)
 	}
 }
 

@@ -3,7 +3,6 @@ package config
 import (
 	"encoding/hex"
 	"fmt"
-	"github.com/hymical/hymical/storage"
 	"net"
 	"net/netip"
 	"net/url"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hymical/hymical/storage"
 
 	"github.com/hymical/hymical/server/telemetry"
 )

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -75,7 +75,7 @@ func (h *handler) enable(w http.ResponseWriter, r *http.Request, a authResult) e
 
 func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bool) error {
 	id := r.PathValue("id")
-	if _, err := server.SetEndpointDisabled(r.Context(), h.store, id, disable, h.now()); err != nil {
+	if _, err := endpoint.SetDisabled(r.Context(), h.store, id, disable, h.now()); err != nil {
 		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
 	}
 	done := "enabled"
@@ -102,7 +102,7 @@ type rotatedData struct {
 func (h *handler) rotate(w http.ResponseWriter, r *http.Request, a authResult) error {
 	id := r.PathValue("id")
 	now := h.now()
-	rot, err := server.RotateSecret(r.Context(), h.store, id, h.grace, now)
+	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now)
 	if err != nil {
 		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
 	}

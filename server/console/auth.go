@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/storage"
 )
 
 // CookieName is the console's session cookie. Its value is an opaque random
@@ -241,7 +241,7 @@ func (h *handler) authenticate(r *http.Request) (authResult, *pageError) {
 				Message: "The bearer token is not this server's admin token.",
 				Advice:  "Send the value of FORMS_SERVER_ADMIN_TOKEN, or log in with the form."}
 		}
-		return authResult{bearer: true, operator: server.OperatorName(r.Header.Get("Hymical-Operator"))}, nil
+		return authResult{bearer: true, operator: storage.OperatorName(r.Header.Get("Hymical-Operator"))}, nil
 	}
 	c, err := r.Cookie(CookieName)
 	if err != nil {
@@ -377,7 +377,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.limiter.succeed(client)
-	id, _, err := h.sessions.create(server.OperatorName(r.PostForm.Get("operator")), now)
+	id, _, err := h.sessions.create(storage.OperatorName(r.PostForm.Get("operator")), now)
 	if err != nil {
 		h.fail(w, r, authResult{}, err)
 		return

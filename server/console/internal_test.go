@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/storage"
 )

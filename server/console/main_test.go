@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server"
+
 	"github.com/hymical/hymical/server/console"
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -219,7 +220,7 @@ func (f *fixture) submit(form string, n int) []string {
 	f.t.Helper()
 	var ids []string
 	for i := range n {
-		ev, err := server.SubmissionEvent(form, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
+		ev, err := event.Submission(form, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
 		if err != nil {
 			f.t.Fatal(err)
 		}

@@ -15,7 +15,8 @@ import (
 	"github.com/hymical/hymical/internal/boundtext"
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -409,7 +410,7 @@ type endpointRow struct {
 	// Scheme is the signature scheme; PublicKeys, for v1a, the whpk_ key
 	// of every active key, newest first: no secret, so always shown.
 	Scheme     webhook.Scheme
-	PublicKeys []server.PublicKey
+	PublicKeys []endpoint.PublicKey
 	CreatedAt  time.Time
 }
 
@@ -428,8 +429,8 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
 			row.RotatedUntil = &at
 		}
 	}
-	row.Scheme = server.EndpointScheme(e)
-	row.PublicKeys = server.PublicKeys(e, now)
+	row.Scheme = endpoint.Scheme(e)
+	row.PublicKeys = endpoint.PublicKeys(e, now)
 	row.DisabledReason, row.FailingSince = e.DisabledReason, e.FailingSince
 	if e.RateLimit > 0 {
 		row.Controls = append(row.Controls, fmt.Sprintf("at most %s sends a second, %d at once", strconv.FormatFloat(e.RateLimit, 'g', -1, 64), e.Burst()))

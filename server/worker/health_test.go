@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/internal/e2etest"
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/harness/e2etest"
+
+	"github.com/hymical/hymical/server/endpoint"
+	"github.com/hymical/hymical/server/event"
+	"github.com/hymical/hymical/server/fleet"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -32,13 +35,13 @@ func TestGoneDisablesTheEndpointAndTellsTheOperator(t *testing.T) {
 			ops, err := e.store.EndpointCreate(ctx, storage.Endpoint{
 				Transport: "http", URL: e.recv.URL + "/ops",
 				// Submissions do not go here; the addressed notification does.
-				EventTypes: []string{server.EventTypeEndpointDisabled},
+				EventTypes: []string{event.TypeEndpointDisabled},
 				Secrets:    []storage.Secret{storage.NewSecret(e.recv.secret, nil)},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			health := &server.EndpointHealth{Store: e.store, OperatorEndpoint: ops.ID, Log: e2etest.Logger()}
+			health := &fleet.EndpointHealth{Store: e.store, OperatorEndpoint: ops.ID, Log: e2etest.Logger()}
 			cfg := fastConfig(5)
 			cfg.Disabler = health
 			e.run(cfg, e.store)
@@ -73,7 +76,7 @@ func TestGoneDisablesTheEndpointAndTellsTheOperator(t *testing.T) {
 			if err := json.Unmarshal(note.body, &body); err != nil {
 				t.Fatal(err)
 			}
-			if body.Type != server.EventTypeEndpointDisabled || body.Endpoint.ID != e.ep.ID || body.Endpoint.Reason != storage.DisabledGone {
+			if body.Type != event.TypeEndpointDisabled || body.Endpoint.ID != e.ep.ID || body.Endpoint.Reason != storage.DisabledGone {
 				t.Fatalf("notification = %s", note.body)
 			}
 			if strings.Contains(string(note.body), e.recv.secret) {
@@ -86,7 +89,7 @@ func TestGoneDisablesTheEndpointAndTellsTheOperator(t *testing.T) {
 				t.Fatalf("%d requests reached the disabled endpoint, want the 1 that answered 410", n)
 			}
 			gone.Store(false)
-			if _, err := server.SetEndpointDisabled(ctx, e.store, e.ep.ID, false, time.Now()); err != nil {
+			if _, err := endpoint.SetDisabled(ctx, e.store, e.ep.ID, false, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			d = e.waitFor(d.ID, "delivered", terminal)

@@ -16,9 +16,10 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
@@ -140,7 +141,7 @@ func fastConfig(allowance int) worker.Config {
 // submit creates one submission event and returns its delivery.
 func (e *env) submit() (storage.Event, storage.Delivery) {
 	e.t.Helper()
-	ev, err := server.SubmissionEvent("form_1", []byte(`{"email":"a@example.com"}`), time.Now())
+	ev, err := event.Submission("form_1", []byte(`{"email":"a@example.com"}`), time.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}

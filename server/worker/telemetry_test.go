@@ -20,8 +20,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/hymical/hymical/internal/e2etest"
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/harness/e2etest"
+
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/telemetry/telemetrytest"
@@ -102,7 +103,7 @@ func (e *tracedEnv) ingest() (trace.SpanContext, storage.Delivery) {
 	e.t.Helper()
 	ctx, span := e.tp.Tracer("test").Start(context.Background(), "POST /v1/forms/{form_id}/submissions", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
-	ev, err := server.SubmissionEvent("form_1", []byte(`{"email":"a@example.com"}`), time.Now())
+	ev, err := event.Submission("form_1", []byte(`{"email":"a@example.com"}`), time.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hymical/hymical/plugins/nats/natstest"
+	"github.com/hymical/hymical/harness/natstest"
 	"github.com/hymical/hymical/sdk/transport"
 )
 

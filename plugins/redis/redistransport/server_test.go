@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hymical/hymical/plugins/redis/redistest"
+	"github.com/hymical/hymical/harness/redistest"
 	"github.com/hymical/hymical/sdk/transport"
 )
 

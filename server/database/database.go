@@ -1,4 +1,8 @@
-package server
+// Package database opens the store a database URL names and checks that
+// its schema is the one this build knows. It is the one place that links
+// both database drivers: the HTTP faces see the store through interfaces
+// and never import it.
+package database
 
 import (
 	"context"
@@ -12,13 +16,13 @@ import (
 	"github.com/hymical/hymical/storage/sqlite"
 )
 
-// DefaultDatabaseURL is the embedded single-node default: a SQLite file in
+// DefaultURL is the embedded single-node default: a SQLite file in
 // the working directory.
-const DefaultDatabaseURL = "sqlite:hymical.db"
+const DefaultURL = "sqlite:hymical.db"
 
-// OpenStore opens the store a database URL names: "sqlite:PATH" for the
+// Open opens the store a database URL names: "sqlite:PATH" for the
 // embedded single-node store, or a "postgres://" / "postgresql://" URL.
-func OpenStore(ctx context.Context, url string) (storage.Store, error) {
+func Open(ctx context.Context, url string) (storage.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
@@ -41,19 +45,10 @@ func OpenStore(ctx context.Context, url string) (storage.Store, error) {
 	}
 }
 
-// LatestSchemaVersion is the newest schema this build knows.
-func LatestSchemaVersion() (int, error) {
-	ms, err := migrations.Postgres()
-	if err != nil {
-		return 0, err
-	}
-	return len(ms), nil
-}
-
 // CheckSchema refuses to run against a schema this build does not know, or
 // one that still needs migrating.
 func CheckSchema(ctx context.Context, s storage.Store) (int, error) {
-	latest, err := LatestSchemaVersion()
+	latest, err := migrations.Latest()
 	if err != nil {
 		return 0, err
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
@@ -120,7 +120,7 @@ func Submit(t *testing.T, store storage.Store, formID string, n int) map[string]
 	t.Helper()
 	out := map[string]storage.Event{}
 	for i := range n {
-		ev, err := server.SubmissionEvent(formID, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
+		ev, err := event.Submission(formID, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/event"
+	"github.com/hymical/hymical/server/fleet"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 )
@@ -87,7 +88,7 @@ func (r *runner) deliver(ctx context.Context, via string) (p Phase, err error) {
 	var bg sync.WaitGroup
 	poolErr := make(chan error, 1)
 	bg.Go(func() { poolErr <- pool.Run(runCtx) })
-	bg.Go(func() { server.RunHeartbeat(runCtx, fs, server.NewWorker(schema, time.Now()), r.o.Logger) })
+	bg.Go(func() { fleet.RunHeartbeat(runCtx, fs, fleet.NewWorker(schema, time.Now()), r.o.Logger) })
 	stopPool := func() error {
 		stop()
 		bg.Wait()
@@ -167,7 +168,7 @@ func (r *runner) produce(ctx context.Context, s storage.Store, start time.Time) 
 						return
 					}
 				}
-				ev, err := server.SubmissionEvent("form_bench", formData, time.Now())
+				ev, err := event.Submission("form_bench", formData, time.Now())
 				if err != nil {
 					cancel(err)
 					return

@@ -1,4 +1,4 @@
-package server
+package endpoint
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
 )
 
 func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
@@ -15,7 +16,7 @@ func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
 		t.Run(string(scheme), func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			s := openSQLite(t)
+			s := sqlitetest.Open(t)
 			if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
 				t.Fatal(err)
 			}
@@ -35,8 +36,8 @@ func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
 				if err != nil {
 					t.Fatalf("RotateSecret: %v", err)
 				}
-				if webhook.KeyScheme(rot.Secret) != scheme || EndpointScheme(rot.Endpoint) != scheme {
-					t.Fatalf("a %s endpoint was rotated to a %s secret (endpoint now %s)", scheme, webhook.KeyScheme(rot.Secret), EndpointScheme(rot.Endpoint))
+				if webhook.KeyScheme(rot.Secret) != scheme || Scheme(rot.Endpoint) != scheme {
+					t.Fatalf("a %s endpoint was rotated to a %s secret (endpoint now %s)", scheme, webhook.KeyScheme(rot.Secret), Scheme(rot.Endpoint))
 				}
 				if rot.Endpoint.Secrets[0].Reveal() != rot.Secret {
 					t.Fatal("the new secret does not sign first")
@@ -74,7 +75,7 @@ func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
 	}
 }
 
-func TestEndpointScheme(t *testing.T) {
+func TestScheme(t *testing.T) {
 	t.Parallel()
 	past := time.Now().Add(-time.Hour)
 	v1, _ := webhook.SchemeV1.NewKey()
@@ -90,7 +91,7 @@ func TestEndpointScheme(t *testing.T) {
 		{"the current one decides, wherever it stands", []storage.Secret{storage.NewSecret(v1, &past), storage.NewSecret(v1a, nil)}, webhook.SchemeV1a},
 		{"all expired: the first", []storage.Secret{storage.NewSecret(v1a, &past), storage.NewSecret(v1, &past)}, webhook.SchemeV1a},
 	} {
-		if got := EndpointScheme(storage.Endpoint{Secrets: tc.secrets}); got != tc.want {
+		if got := Scheme(storage.Endpoint{Secrets: tc.secrets}); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}

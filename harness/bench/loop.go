@@ -15,7 +15,8 @@ import (
 
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
 )
 
@@ -31,7 +32,7 @@ var formData = json.RawMessage(`{"name":"Ada Lovelace","email":"ada@example.com"
 // samplePayload is one real submission body, for the phases that send
 // without a store.
 func samplePayload() ([]byte, error) {
-	ev, err := server.SubmissionEvent("form_bench", formData, time.Now())
+	ev, err := event.Submission("form_bench", formData, time.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/hymical/hymical/internal/brokertest"
+	"github.com/hymical/hymical/harness/brokertest"
 )
 
 // Install says how to get the brokers the plugin tests run against.

@@ -15,7 +15,7 @@
 // The harness is behind the build tag "fault", so the ordinary go test never
 // runs it. Run it with
 //
-//	go test -tags fault -v -run TestFault -timeout 15m ./internal/faulttest/
+//	go test -tags fault -v -run TestFault -timeout 15m ./harness/faulttest/
 //
 // It needs PostgreSQL's binaries (PG_BINDIR, or /usr/lib/postgresql/*/bin;
 // .ci/postgres.sh installs them), takes about a minute after building the

@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/hymical/hymical/internal/brokertest"
+	"github.com/hymical/hymical/harness/brokertest"
 )
 
 // Install says how to get the brokers the plugin tests run against.

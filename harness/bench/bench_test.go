@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hymical/hymical/internal/e2etest"
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/storage/postgres/pgtest"
 )

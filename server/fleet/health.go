@@ -1,27 +1,19 @@
-package server
+package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/server/endpoint"
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/storage"
 )
 
-// EventTypePrefix starts the type of every event the server itself makes;
-// the API refuses it on events from outside.
-const EventTypePrefix = "hymical."
-
-// EventTypeEndpointDisabled is the type of the event an operator endpoint
-// gets when the server disables an endpoint on its own.
-const EventTypeEndpointDisabled = EventTypePrefix + "endpoint.disabled"
-
 // HealthStore is what endpoint health needs of storage.Store.
 type HealthStore interface {
-	EndpointStore
+	endpoint.Store
 	EndpointList(ctx context.Context) ([]storage.Endpoint, error)
 	EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error)
 }
@@ -58,21 +50,6 @@ func (h *EndpointHealth) now() time.Time {
 	return time.Now()
 }
 
-// endpointDisabledBody is the payload of a hymical.endpoint.disabled event.
-// It names the endpoint and why; it never carries its secrets or config.
-type endpointDisabledBody struct {
-	Type     string           `json:"type"`
-	Endpoint disabledEndpoint `json:"endpoint"`
-}
-
-type disabledEndpoint struct {
-	ID           string     `json:"id"`
-	URL          string     `json:"url"`
-	Reason       string     `json:"reason"`
-	DisabledAt   time.Time  `json:"disabled_at"`
-	FailingSince *time.Time `json:"failing_since,omitempty"`
-}
-
 // DisableEndpoint disables the endpoint for reason unless it is disabled
 // already, and then tells the operator. It satisfies worker.EndpointDisabler.
 func (h *EndpointHealth) DisableEndpoint(ctx context.Context, endpointID, reason string) error {
@@ -83,7 +60,7 @@ func (h *EndpointHealth) DisableEndpoint(ctx context.Context, endpointID, reason
 // disable disables the endpoint if it is enabled and still says so, and
 // reports whether this call did it.
 func (h *EndpointHealth) disable(ctx context.Context, endpointID, reason string, still func(storage.Endpoint) bool) (bool, error) {
-	e, flipped, err := DisableEndpoint(ctx, h.Store, endpointID, reason, h.now().UTC(), still)
+	e, flipped, err := endpoint.Disable(ctx, h.Store, endpointID, reason, h.now().UTC(), still)
 	if err != nil || !flipped {
 		return false, err
 	}
@@ -102,27 +79,16 @@ func (h *EndpointHealth) disable(ctx context.Context, endpointID, reason string,
 }
 
 // notify creates the hymical.endpoint.disabled event for the operator
-// endpoint. Its idempotency key is the endpoint and the moment it was
-// disabled, so a retried notification is not sent twice.
+// endpoint.
 func (h *EndpointHealth) notify(ctx context.Context, e storage.Endpoint) error {
 	if h.OperatorEndpoint == "" {
 		return nil
 	}
-	body, err := json.Marshal(endpointDisabledBody{
-		Type: EventTypeEndpointDisabled,
-		// A token in the URL's query stays with the endpoint.
-		Endpoint: disabledEndpoint{ID: e.ID, URL: redact.URL(e.URL), Reason: e.DisabledReason,
-			DisabledAt: e.DisabledAt.UTC(), FailingSince: e.FailingSince},
-	})
+	ev, err := event.EndpointDisabled(e, h.OperatorEndpoint)
 	if err != nil {
-		return fmt.Errorf("encode notification: %w", err)
+		return err
 	}
-	_, err = h.Store.EventCreate(ctx, storage.Event{
-		Type:           EventTypeEndpointDisabled,
-		EndpointID:     h.OperatorEndpoint,
-		Payload:        body,
-		IdempotencyKey: "endpoint-disabled/" + e.ID + "/" + e.DisabledAt.UTC().Format(time.RFC3339Nano),
-	})
+	_, err = h.Store.EventCreate(ctx, ev)
 	return err
 }
 

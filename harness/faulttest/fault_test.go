@@ -19,7 +19,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the harness's own raw reads
 
-	core "github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -184,7 +184,7 @@ func runSQLite(t *testing.T, h *harness) *ledger {
 // show (claim tokens).
 func (h *harness) open(driver, dsn string) {
 	h.t.Helper()
-	store, err := core.OpenStore(h.ctx, h.dbURL)
+	store, err := database.Open(h.ctx, h.dbURL)
 	if err != nil {
 		h.t.Fatal(err)
 	}

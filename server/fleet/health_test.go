@@ -1,4 +1,4 @@
-package server_test
+package fleet_test
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/internal/e2etest"
-	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/server/event"
+	"github.com/hymical/hymical/server/fleet"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
 	"github.com/hymical/hymical/storage/postgres/pgtest"
@@ -107,7 +108,7 @@ func notifications(t *testing.T, s storage.Store, ops string) []json.RawMessage 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Type != server.EventTypeEndpointDisabled || ev.EndpointID != ops {
+		if ev.Type != event.TypeEndpointDisabled || ev.EndpointID != ops {
 			t.Fatalf("the operator endpoint got a %s event addressed to %q", ev.Type, ev.EndpointID)
 		}
 		out = append(out, ev.Payload)
@@ -127,7 +128,7 @@ func TestHealthDisablesEndpointsFailingTooLong(t *testing.T) {
 			failAt(t, s, short, now.Add(-10*time.Minute))
 
 			var disabled []string
-			h := &server.EndpointHealth{Store: s, DisableAfterFailing: time.Hour, OperatorEndpoint: ops.ID, Log: e2etest.Logger(),
+			h := &fleet.EndpointHealth{Store: s, DisableAfterFailing: time.Hour, OperatorEndpoint: ops.ID, Log: e2etest.Logger(),
 				Disabled: func(_ context.Context, reason string) { disabled = append(disabled, reason) }}
 			n, err := h.Check(t.Context())
 			if err != nil || n != 1 {
@@ -186,7 +187,7 @@ func TestDisablingIsOnceAcrossProcesses(t *testing.T) {
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for _, s := range stores {
-				h := &server.EndpointHealth{Store: s, OperatorEndpoint: ops.ID, Log: e2etest.Logger(),
+				h := &fleet.EndpointHealth{Store: s, OperatorEndpoint: ops.ID, Log: e2etest.Logger(),
 					Disabled: func(context.Context, string) { counted.Add(1) }}
 				wg.Go(func() {
 					<-start

@@ -15,7 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hymical/hymical/internal/redact"
-	"github.com/hymical/hymical/server"
+
+	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -42,7 +43,7 @@ func openFresh(ctx context.Context, o Options) (*freshStore, error) {
 			return nil, fmt.Errorf("make a directory for the bench's SQLite file under %q: %w", o.SQLiteDir, err)
 		}
 		path := filepath.Join(dir, "bench.db")
-		s, err := server.OpenStore(ctx, "sqlite:"+path)
+		s, err := database.Open(ctx, "sqlite:"+path)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
@@ -67,7 +68,7 @@ func openFresh(ctx context.Context, o Options) (*freshStore, error) {
 			}
 			return dropDatabase(ctx, o.DatabaseURL, name)
 		}
-		s, err := server.OpenStore(ctx, dsn)
+		s, err := database.Open(ctx, dsn)
 		if err != nil {
 			return nil, errors.Join(err, drop(ctx))
 		}
@@ -93,7 +94,7 @@ func (fs *freshStore) migrated(ctx context.Context) (*freshStore, error) {
 	if _, err := fs.Migrate(ctx, storage.MigrateParams{}); err != nil {
 		return nil, errors.Join(fmt.Errorf("migrate the bench database %s: %w", fs.where, err), fs.remove(ctx))
 	}
-	if _, err := server.CheckSchema(ctx, fs); err != nil {
+	if _, err := database.CheckSchema(ctx, fs); err != nil {
 		return nil, errors.Join(err, fs.remove(ctx))
 	}
 	return fs, nil

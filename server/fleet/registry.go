@@ -1,4 +1,11 @@
-package server
+// Package fleet runs the jobs that keep a fleet of server processes on
+// one database in order, beside the delivery loop: the worker registry
+// (who is live, on which build and schema, and the one-build-at-a-time
+// check before a migration), endpoint health (disabling endpoints the
+// server has given up on and telling the operator), and retention
+// (removing old delivered deliveries). Each job talks to the store through
+// the few methods it needs and owns no delivery state.
+package fleet
 
 import (
 	"context"
@@ -18,6 +25,9 @@ import (
 const (
 	HeartbeatInterval = 10 * time.Second
 	LiveWindow        = 3 * HeartbeatInterval
+	// deregisterTimeout bounds the removal of this process's row on
+	// shutdown.
+	deregisterTimeout = 5 * time.Second
 )
 
 // registrySchemaVersion is the migration that added the worker registry.
@@ -72,8 +82,12 @@ func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, lo
 		case <-t.C:
 			beat()
 		case <-ctx.Done():
-			// Deregistering must happen although ctx has ended.
-			if err := store.WorkerDeregister(context.WithoutCancel(ctx), w.ID); err != nil {
+			// Deregistering must happen although ctx has ended, but a
+			// database that stopped answering must not hold up the
+			// shutdown: the row then ages out of the registry.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+			defer cancel()
+			if err := store.WorkerDeregister(dctx, w.ID); err != nil {
 				log.Warn("worker deregistration failed; it ages out of the registry", "worker_id", w.ID, "error", err)
 			}
 			return

@@ -1,38 +1,37 @@
-package server
+// Package endpoint holds the changes made to an endpoint after it is
+// created, written once so that the HTTP API, the console and endpoint
+// health cannot drift apart on them: the optimistic read-modify-write,
+// enabling and disabling, and secret rotation with its grace period; and
+// what an endpoint shows of its keys (its signature scheme, its v1a public
+// keys). It changes endpoints only through the store's optimistic update
+// and never touches deliveries.
+package endpoint
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/storage"
 )
 
-// The endpoint changes an operator makes, written once here so that the
-// HTTP API and the console cannot drift apart on them: the optimistic
-// read-modify-write, enabling and disabling, and secret rotation with its
-// grace period.
-
-// EndpointStore is what the endpoint changes need of a store.
-type EndpointStore interface {
+// Store is what the endpoint changes need of a store.
+type Store interface {
 	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
 	EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error)
 }
 
-// ModifyEndpoint reads the endpoint, lets change edit it, and writes it
+// Modify reads the endpoint, lets change edit it, and writes it
 // back on the condition that nobody changed it in between (the store's
 // optimistic check on UpdatedAt, which also holds across server
 // processes). On a conflict it reads again and reapplies change, so change
 // must depend only on the endpoint it is given. change returns false when
 // there is nothing to write; its error is returned as it is. A store error
 // is returned wrapped, for errors.Is against the storage sentinels.
-func ModifyEndpoint(ctx context.Context, store EndpointStore, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
+func Modify(ctx context.Context, store Store, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
 	// Every conflict means another change won, so contention ends; the cap
 	// only stops a pathological loop. A short random pause spreads writers
 	// that collided so they do not collide again in step.
@@ -62,15 +61,15 @@ func ModifyEndpoint(ctx context.Context, store EndpointStore, id string, change 
 	}
 }
 
-// SetEndpointDisabled disables (for an operator) or enables an endpoint.
+// SetDisabled disables (for an operator) or enables an endpoint.
 // It is idempotent: disabling a disabled endpoint keeps the time it was
 // first disabled, and its reason.
-func SetEndpointDisabled(ctx context.Context, store EndpointStore, id string, disable bool, now time.Time) (storage.Endpoint, error) {
+func SetDisabled(ctx context.Context, store Store, id string, disable bool, now time.Time) (storage.Endpoint, error) {
 	if disable {
-		e, _, err := DisableEndpoint(ctx, store, id, storage.DisabledByOperator, now, nil)
+		e, _, err := Disable(ctx, store, id, storage.DisabledByOperator, now, nil)
 		return e, err
 	}
-	return ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+	return Modify(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
 		if e.DisabledAt == nil {
 			return false, nil
 		}
@@ -79,14 +78,14 @@ func SetEndpointDisabled(ctx context.Context, store EndpointStore, id string, di
 	})
 }
 
-// DisableEndpoint disables an enabled endpoint for reason (one of the
+// Disable disables an enabled endpoint for reason (one of the
 // storage.Disabled* reasons), at now, if still is nil or says so of the
 // endpoint as read inside the optimistic update. It reports whether this
 // call disabled it: among processes disabling one endpoint at once,
 // exactly one does.
-func DisableEndpoint(ctx context.Context, store EndpointStore, id, reason string, now time.Time, still func(storage.Endpoint) bool) (storage.Endpoint, bool, error) {
+func Disable(ctx context.Context, store Store, id, reason string, now time.Time, still func(storage.Endpoint) bool) (storage.Endpoint, bool, error) {
 	flipped := false
-	e, err := ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+	e, err := Modify(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
 		flipped = e.DisabledAt == nil && (still == nil || still(*e))
 		if flipped {
 			at := now
@@ -113,7 +112,7 @@ type Rotation struct {
 // signing beside it until now + grace (or its own earlier expiry), so
 // receivers can switch over without dropping a message; secrets already
 // past their expiry are removed.
-func RotateSecret(ctx context.Context, store EndpointStore, id string, grace time.Duration, now time.Time) (Rotation, error) {
+func RotateSecret(ctx context.Context, store Store, id string, grace time.Duration, now time.Time) (Rotation, error) {
 	// Cut to what every backend stores, so the time shown is the time kept.
 	expiry := now.Add(grace).UTC().Truncate(time.Millisecond)
 	var (
@@ -121,11 +120,11 @@ func RotateSecret(ctx context.Context, store EndpointStore, id string, grace tim
 		secret string
 		minted webhook.Scheme
 	)
-	e, err := ModifyEndpoint(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+	e, err := Modify(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
 		// Reset on every try: a retry after a conflict starts over. The
 		// scheme is only known once the endpoint is read.
 		kept = false
-		scheme := EndpointScheme(*e)
+		scheme := Scheme(*e)
 		if secret == "" || scheme != minted {
 			var err error
 			if secret, err = scheme.NewKey(); err != nil {
@@ -158,11 +157,11 @@ func RotateSecret(ctx context.Context, store EndpointStore, id string, grace tim
 	return r, nil
 }
 
-// EndpointScheme is the signature scheme of an endpoint: that of its current
+// Scheme is the signature scheme of an endpoint: that of its current
 // secret, the one without an expiry (the first one, which rotation puts in
 // front, if all expire). The scheme is chosen when the endpoint is created
 // and kept by every rotation; an endpoint without secrets is v1.
-func EndpointScheme(e storage.Endpoint) webhook.Scheme {
+func Scheme(e storage.Endpoint) webhook.Scheme {
 	if len(e.Secrets) == 0 {
 		return webhook.SchemeV1
 	}
@@ -201,25 +200,4 @@ func PublicKeys(e storage.Endpoint, now time.Time) []PublicKey {
 		out = append(out, PublicKey{Key: pk, ExpiresAt: s.ExpiresAt})
 	}
 	return out
-}
-
-// MaxOperatorBytes bounds an operator's name in a replay's audit record.
-const MaxOperatorBytes = 64
-
-// OperatorName cleans a name an operator gave for the audit record: runes
-// other than letters, digits, spaces and "@._+-" become '_', it is cut to
-// MaxOperatorBytes, and surrounding '_' and spaces are trimmed. It returns
-// "" when nothing is left.
-func OperatorName(name string) string {
-	var b strings.Builder
-	for _, r := range name {
-		if r != ' ' && !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("@._+-", r) {
-			r = '_'
-		}
-		if b.Len()+utf8.RuneLen(r) > MaxOperatorBytes {
-			break
-		}
-		b.WriteRune(r)
-	}
-	return strings.Trim(b.String(), "_ ")
 }

@@ -1,0 +1,425 @@
+// Package server assembles a running Hymical delivery server from its
+// configuration, in one place: the store (opened, migrated when it is the
+// embedded SQLite default, its schema checked against this build), the
+// telemetry, the transport plugins, the HTTP API and the console, the
+// worker pool, and the fleet jobs (heartbeat, endpoint health, retention).
+// New builds all of it; Run serves until its context ends and then stops
+// everything in order, in bounded time.
+//
+// It owns the wiring and the shutdown order, nothing else: the state
+// machine is storage's, the delivery loop the worker's, and every job has
+// a package of its own. `hymical serve` and `hymical demo` both run this
+// Server, so the demo exercises what production runs.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/config"
+	"github.com/hymical/hymical/server/console"
+	"github.com/hymical/hymical/server/database"
+	"github.com/hymical/hymical/server/fleet"
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/telemetry"
+	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/storage"
+)
+
+// HTTPShutdownTimeout bounds how long Run waits for HTTP requests in
+// progress when it stops; a request still running then is cut off.
+const HTTPShutdownTimeout = 10 * time.Second
+
+// telemetryFlushTimeout bounds the last export of spans and metrics.
+const telemetryFlushTimeout = 5 * time.Second
+
+// storeCloseTimeout bounds the wait for the store to close: PostgreSQL's
+// pool says goodbye on every connection and waits for an answer (up to 15 s
+// each in pgx), which a database that stopped answering never gives.
+const storeCloseTimeout = 2 * time.Second
+
+// Server is one running delivery server: everything New assembled, ready
+// for Run.
+type Server struct {
+	cfg      config.Config
+	log      *slog.Logger
+	store    storage.Store
+	schema   int
+	tel      *telemetry.Telemetry
+	host     *pluginhost.Host
+	pool     *worker.Pool
+	health   *fleet.EndpointHealth
+	http     *http.Server
+	listener net.Listener
+	// closers undo what New has done, in the order they were done; Run's
+	// shutdown (or New on a failure) calls them in reverse.
+	closers []func()
+}
+
+// New assembles a server from cfg, which Load or Validate has checked. It
+// opens and, for SQLite, migrates the store, starts telemetry and the
+// plugins, builds the API, the console and the worker pool, and binds
+// server.listen, so every start-up error is New's and Run only serves.
+// On an error, what New had started is stopped again.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s = &Server{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startTelemetry(ctx); err != nil {
+		return nil, err
+	}
+
+	hostCfg := cfg.PluginHost()
+	hostCfg.TracerProvider, hostCfg.PluginEnv = s.tel.TracerProvider(), s.tel.PluginEnv
+	if s.host, err = pluginhost.New(ctx, hostCfg, log); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.host.Close)
+	metrics, err := s.observe()
+	if err != nil {
+		return nil, err
+	}
+
+	if err := checkOperatorEndpoint(ctx, s.store, cfg.Endpoints.OperatorEndpoint); err != nil {
+		return nil, err
+	}
+	s.health = &fleet.EndpointHealth{
+		Store:               s.store,
+		DisableAfterFailing: cfg.Endpoints.DisableAfterFailing,
+		Interval:            cfg.Endpoints.HealthInterval,
+		OperatorEndpoint:    cfg.Endpoints.OperatorEndpoint,
+		Disabled:            metrics.RecordEndpointDisabled,
+		Log:                 log.With("component", "endpoint-health"),
+	}
+	workerCfg := cfg.Worker()
+	workerCfg.TracerProvider, workerCfg.Metrics, workerCfg.Disabler = s.tel.TracerProvider(), metrics, s.health
+	if s.pool, err = worker.New(s.store, s.host, workerCfg, log.With("component", "worker")); err != nil {
+		return nil, err
+	}
+
+	handler, err := s.handler()
+	if err != nil {
+		return nil, err
+	}
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if s.listener, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
+		return nil, fmt.Errorf("server.listen %s: %w", cfg.Server.Listen, err)
+	}
+	s.closers = append(s.closers, func() { s.listener.Close() })
+	return s, nil
+}
+
+// openStore opens the database, migrates it when it is SQLite, and checks
+// its schema is the one this build knows.
+func (s *Server) openStore(ctx context.Context) error {
+	dbURL := s.cfg.Database.URL.Reveal()
+	store, err := database.Open(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	s.store = store
+	s.closers = append(s.closers, func() { s.closeStore(store) })
+	// The embedded SQLite default needs no set-up step: a single node
+	// migrates its own file. PostgreSQL, shared by many processes, is
+	// migrated deliberately with `hymical migrate` after the old build stops.
+	if strings.HasPrefix(dbURL, "sqlite:") {
+		if err := fleet.CheckNoOtherBuilds(ctx, store, time.Now()); err != nil {
+			return err
+		}
+		res, err := store.Migrate(ctx, storage.MigrateParams{})
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", redact.URL(dbURL), err)
+		}
+		if len(res.Applied) > 0 {
+			s.log.Info("migrated the database", "database", redact.URL(dbURL), "from", res.From, "to", res.To, "applied", strings.Join(res.Applied, ", "))
+		}
+	}
+	s.schema, err = database.CheckSchema(ctx, store)
+	return err
+}
+
+// startTelemetry sets up tracing and metrics as the config says. This is
+// the one place the OpenTelemetry globals are touched: export errors (a
+// collector that is down) have no per-provider handler, so the global one
+// is pointed at the server's log rather than the standard library's.
+func (s *Server) startTelemetry(ctx context.Context) error {
+	settings := s.cfg.Telemetry.Settings()
+	// The plugins get the OTEL_* variables of this process (PluginEnv).
+	settings.ServiceVersion, settings.Environ = fleet.Build(), os.Environ()
+	tel, err := telemetry.New(ctx, settings)
+	if err != nil {
+		return err
+	}
+	s.tel = tel
+	// Closed after the plugins (closers run in reverse), so the last spans
+	// of the shutdown are flushed too.
+	s.closers = append(s.closers, func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
+		defer cancel()
+		if err := tel.Shutdown(flushCtx); err != nil {
+			s.log.Warn("telemetry did not flush on shutdown", "error", err)
+		}
+	})
+	if tel.Tracing() {
+		tlog := s.log.With("component", "telemetry")
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			tlog.Warn("exporting telemetry failed", "error", err)
+		}))
+	}
+	return nil
+}
+
+// handler is the API, with the operator console mounted at /console/ on
+// the same listener when the config turns it on.
+func (s *Server) handler() (http.Handler, error) {
+	cfg := s.cfg
+	apiHandler, err := api.New(api.Options{
+		Store:               s.store,
+		Transports:          s.host,
+		AdminToken:          cfg.Server.AdminToken.Reveal(),
+		IngestKeys:          revealAll(cfg.Server.IngestKeys),
+		Insecure:            cfg.Server.InsecureDevMode,
+		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
+		SecretRotationGrace: cfg.Server.SecretRotationGrace,
+		RetryBounds:         cfg.Worker().EndpointRetry,
+		Logger:              s.log.With("component", "api"),
+		TracerProvider:      s.tel.TracerProvider(),
+		Metrics:             s.tel.MetricsHandler(),
+		MetricsPublic:       cfg.Telemetry.MetricsPublic,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Console.Enabled {
+		return apiHandler, nil
+	}
+	// Load has checked the template; this only converts it.
+	traceURL, err := telemetry.ParseTraceURLTemplate(cfg.Console.TraceURLTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("console.trace_url_template: %w", err)
+	}
+	opts := console.Options{
+		Store:               s.store,
+		Insecure:            cfg.Server.InsecureDevMode,
+		TraceURL:            traceURL,
+		SecretRotationGrace: cfg.Server.SecretRotationGrace,
+		SessionTTL:          cfg.Console.SessionTTL,
+		Logger:              s.log,
+	}
+	if tok := cfg.Server.AdminToken.Reveal(); tok != "" {
+		opts.AdminTokenDigest = sha256.Sum256([]byte(tok))
+	}
+	consoleHandler, err := console.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	// The mux itself sends /console on to /console/.
+	mux.Handle(console.Prefix+"/", consoleHandler)
+	mux.Handle("/", apiHandler)
+	return mux, nil
+}
+
+// Addr is where the API listens.
+func (s *Server) Addr() net.Addr { return s.listener.Addr() }
+
+// Describe writes what is running, for the start-up banner: where it
+// listens, the database (its password masked) and schema, the transports,
+// telemetry and the console.
+func (s *Server) Describe(w io.Writer) {
+	cfg := s.cfg
+	fmt.Fprintf(w, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
+		fleet.Build(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, strings.Join(s.host.Names(), ", "), cfg.Plugins.Dir)
+	if s.tel.Tracing() || s.tel.MetricsHandler() != nil {
+		fmt.Fprintf(w, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
+	}
+	if cfg.Console.Enabled {
+		fmt.Fprintf(w, "  console http://%s%s/ (log in with the admin token)\n", s.Addr(), console.Prefix)
+	}
+	if cfg.Server.InsecureDevMode {
+		fmt.Fprintln(w, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")
+	}
+}
+
+// Run serves the API and runs the worker pool and the fleet jobs until ctx
+// ends or one of them fails, then shuts down in order: the listener stops
+// taking requests and those in progress get HTTPShutdownTimeout; the pool
+// claims nothing more, gives back what it had not started, and records
+// what its in-flight sends produced for at most one lease (see worker.Run);
+// the heartbeat deregisters this process; then the plugins stop, telemetry
+// flushes and the store closes. Every step is bounded, so a database that
+// stops answering cannot keep the process from exiting: the whole shutdown
+// takes at most about the lease plus HTTPShutdownTimeout. Run may be
+// called once.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.close()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, 2)
+	)
+	wg.Go(func() {
+		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("HTTP API: %w", err)
+			stop()
+		}
+	})
+	wg.Go(func() {
+		if err := s.pool.Run(runCtx); err != nil {
+			errs <- fmt.Errorf("worker pool: %w", err)
+			stop()
+		}
+	})
+	wg.Go(func() {
+		fleet.RunHeartbeat(runCtx, s.store, fleet.NewWorker(s.schema, time.Now()), s.log)
+	})
+	wg.Go(func() { s.health.Run(runCtx) })
+	wg.Go(func() {
+		fleet.RunRetention(runCtx, s.store, s.cfg.Retention.DeliveredMaxAge, s.cfg.Retention.Interval, s.log.With("component", "retention"))
+	})
+
+	<-runCtx.Done()
+	s.log.Info("shutting down: no new claims; in-flight sends finish within their deadline")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HTTPShutdownTimeout)
+	defer cancel()
+	if err := s.http.Shutdown(shutdownCtx); err != nil {
+		s.log.Warn("HTTP API did not shut down cleanly", "error", err)
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// closeStore closes the store, waiting storeCloseTimeout at most: by then
+// everything has been recorded or given up, and the process is exiting, so
+// a close that has not finished is left to finish (or not) on its own.
+func (s *Server) closeStore(store storage.Store) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		store.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(storeCloseTimeout):
+		s.log.Warn("the database did not answer the closing of its connections; leaving them", "waited", storeCloseTimeout)
+	}
+}
+
+// close undoes what New did, last first.
+func (s *Server) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// checkOperatorEndpoint refuses to start with an operator endpoint that
+// does not exist, rather than finding out when the first endpoint is
+// disabled and nobody is told.
+func checkOperatorEndpoint(ctx context.Context, store storage.Store, id string) error {
+	if id == "" {
+		return nil
+	}
+	if _, err := store.EndpointGet(ctx, id); err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return fmt.Errorf("endpoints.operator_endpoint %s does not exist in this database: create the endpoint first (POST /v1/endpoints) and give its id, or leave endpoints.operator_endpoint empty", id)
+		}
+		return fmt.Errorf("endpoints.operator_endpoint %s: %w", id, err)
+	}
+	return nil
+}
+
+// observe creates the worker's instruments and registers the gauges read
+// from the database and the plugin host on every scrape.
+func (s *Server) observe() (*telemetry.Metrics, error) {
+	mp := s.tel.MeterProvider()
+	metrics, err := telemetry.NewMetrics(mp)
+	if err != nil {
+		return nil, err
+	}
+	_, err = telemetry.ObserveDeliveries(mp, func(ctx context.Context) (telemetry.DeliveryGauges, error) {
+		st, err := s.store.DeliveryStats(ctx, time.Time{})
+		if err != nil {
+			return telemetry.DeliveryGauges{}, err
+		}
+		byState := make(map[string]int64, len(st.ByState))
+		for state, n := range st.ByState {
+			byState[string(state)] = n
+		}
+		return telemetry.DeliveryGauges{ByState: byState, Due: st.Due, Held: st.Held}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = telemetry.ObserveDisabledEndpoints(mp, func(ctx context.Context) (map[string]int64, error) {
+		endpoints, err := s.store.EndpointList(ctx)
+		if err != nil {
+			return nil, err
+		}
+		byReason := map[string]int64{}
+		for _, e := range endpoints {
+			if e.DisabledAt != nil {
+				byReason[e.DisabledReason]++
+			}
+		}
+		return byReason, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = telemetry.ObservePluginRestarts(mp, func() map[string]int {
+		out := map[string]int{}
+		for _, p := range s.host.Plugins() {
+			out[p.Name] = p.Restarts
+		}
+		return out
+	})
+	return metrics, err
+}
+
+func metricsShown(t config.TelemetryConfig) string {
+	switch {
+	case !t.Metrics:
+		return "off"
+	case t.MetricsPublic:
+		return "on /metrics (public)"
+	}
+	return "on /metrics (admin token)"
+}
+
+func revealAll(keys []config.Secret) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.Reveal()
+	}
+	return out
+}
