@@ -2,18 +2,28 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/config"
+	"github.com/hymical/hymical/server/event"
+	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/postgres"
+	"github.com/hymical/hymical/storage/postgres/pgtest"
 )
 
 var pluginDir string
@@ -111,6 +121,222 @@ func TestNewMountsTheConsoleBesideTheAPI(t *testing.T) {
 			}
 			if code, got := r.get(t, "/v1/deliveries"); code != http.StatusOK || !strings.Contains(got, `"deliveries"`) {
 				t.Errorf("/v1/deliveries: %d %.200s, want the API's list", code, got)
+			}
+		})
+	}
+}
+
+// freezer is a TCP proxy to PostgreSQL that can stop answering: once
+// frozen it forwards nothing more in either direction and accepts
+// connections it never serves, the way a database host that hangs (or a
+// network that drops everything) looks from the server.
+type freezer struct {
+	ln     net.Listener
+	target string
+	frozen chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln, target: target, frozen: make(chan struct{})}
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+	})
+	go f.serve()
+	return f
+}
+
+func (f *freezer) freeze() { f.once.Do(func() { close(f.frozen) }) }
+
+func (f *freezer) track(c net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.conns = append(f.conns, c)
+}
+
+func (f *freezer) serve() {
+	for {
+		client, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.track(client)
+		select {
+		case <-f.frozen:
+			continue // accepted, never answered
+		default:
+		}
+		db, err := net.Dial("tcp", f.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		f.track(db)
+		go f.pipe(db, client)
+		go f.pipe(client, db)
+	}
+}
+
+// pipe copies src to dst until src ends or the proxy freezes; a chunk read
+// after the freeze is dropped.
+func (f *freezer) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-f.frozen:
+			<-make(chan struct{}) // hold the connection open, silent
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// slowReceiver verifies nothing and answers 204 after delay, counting the
+// requests it got and the ones it answered.
+type slowReceiver struct {
+	got, answered atomic.Int64
+	delay         time.Duration
+}
+
+func (s *slowReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.got.Add(1)
+	time.Sleep(s.delay)
+	w.WriteHeader(http.StatusNoContent)
+	s.answered.Add(1)
+}
+
+// TestShutdownIsBoundedWhenTheDatabaseStopsAnswering stops a server on
+// PostgreSQL while its sends are in flight. With the database answering,
+// every request that went out is recorded before Run returns. With the
+// database stopping to answer as the shutdown begins, Run still returns
+// within about the lease, and no delivery is lost or failed: what could
+// not be recorded is left processing, for its lease to expire and another
+// server to send it again.
+func TestShutdownIsBoundedWhenTheDatabaseStopsAnswering(t *testing.T) {
+	t.Parallel()
+	for _, stopsAnswering := range []bool{false, true} {
+		t.Run(fmt.Sprintf("database stops answering=%v", stopsAnswering), func(t *testing.T) {
+			t.Parallel()
+			dsn := pgtest.NewDatabase(t)
+			direct, err := postgres.Open(t.Context(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer direct.Close()
+			if _, err := direct.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+				t.Fatal(err)
+			}
+			u, err := url.Parse(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy := newFreezer(t, u.Host)
+			u.Host = proxy.ln.Addr().String()
+
+			recv := &slowReceiver{delay: 1500 * time.Millisecond}
+			rs := &http.Server{Handler: recv, ReadHeaderTimeout: 5 * time.Second}
+			rln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = rs.Serve(rln) }()
+			defer rs.Close()
+
+			secret, err := webhook.NewSecret()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := direct.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "http://" + rln.Addr().String() + "/",
+				FormIDs: []string{"form_1"}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{}}); err != nil {
+				t.Fatal(err)
+			}
+			const n = 20
+			for i := range n {
+				ev, err := event.Submission("form_1", json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := direct.EventCreate(t.Context(), ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			cfg := testConfig(u.String())
+			cfg.Console.Enabled = false
+			cfg.Webhook.ConnectTimeoutSeconds, cfg.Webhook.ReadTimeoutSeconds = 1, 2
+			cfg.Workers.LeaseSeconds = 6
+			cfg.Workers.Concurrency = 4
+			lease := time.Duration(cfg.Workers.LeaseSeconds) * time.Second
+			r := start(t, cfg)
+
+			e2etest.WaitUntil(t, 20*time.Second, "requests in flight", func() (bool, string) {
+				got := recv.got.Load() - recv.answered.Load()
+				return got >= 2, fmt.Sprintf("%d in flight", got)
+			})
+			if stopsAnswering {
+				proxy.freeze()
+			}
+			began := time.Now()
+			r.stop()
+			select {
+			case <-r.done:
+			case <-time.After(3 * lease):
+				t.Fatalf("Run had not returned %s after the shutdown began (lease %s)", 3*lease, lease)
+			}
+			took := time.Since(began)
+			t.Logf("Run returned %s after the shutdown began (lease %s): %v", took.Round(time.Millisecond), lease, r.err)
+			if bound := lease + 3*time.Second; took > bound {
+				t.Errorf("the shutdown took %s, more than the lease plus 3s (%s)", took, bound)
+			}
+
+			ctx := t.Context()
+			st, err := direct.DeliveryStats(ctx, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var total int64
+			for _, c := range st.ByState {
+				total += c
+			}
+			if total != n || st.ByState[storage.StateFailed] != 0 {
+				t.Fatalf("deliveries by state %v: want all %d kept and none failed", st.ByState, n)
+			}
+			ds, err := direct.DeliveryList(ctx, storage.DeliveryListParams{Limit: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recorded := 0
+			for _, d := range ds {
+				recorded += d.Attempts
+			}
+			answered := int(recv.answered.Load())
+			if recorded > int(recv.got.Load()) {
+				t.Errorf("%d attempts recorded but the receiver got only %d requests", recorded, recv.got.Load())
+			}
+			if !stopsAnswering && recorded != answered {
+				t.Errorf("the receiver answered %d requests and %d attempts were recorded: with the database answering, every request that went out must be recorded on shutdown", answered, recorded)
+			}
+			if stopsAnswering && st.ByState[storage.StateProcessing] == 0 {
+				t.Errorf("deliveries by state %v: the sends cut off from the database should be left processing", st.ByState)
 			}
 		})
 	}

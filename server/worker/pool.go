@@ -209,13 +209,34 @@ type queued struct {
 // records whatever outcomes have arrived in one fenced batch, one
 // transaction for many attempts.
 func (p *Pool) Run(ctx context.Context) error {
+	// Recording outlives ctx, so that a request already on the wire has its
+	// answer written while the process stops, but by one lease at most: by
+	// then its claim has expired and been taken over anyway, and a database
+	// that stopped answering must not keep the process from exiting.
+	record, stopRecording := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRecording()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-record.Done():
+			return
+		}
+		grace := time.NewTimer(p.cfg.Lease)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			stopRecording()
+		case <-record.Done():
+		}
+	}()
+
 	queue := make(chan queued, p.cfg.BatchSize)
 	// taken wakes the claimer when a sender takes a claim off the queue.
 	taken := make(chan struct{}, 1)
 	rec := &recorder{done: make(chan completion), slots: make(chan struct{}, 2*p.cfg.Concurrency)}
 
 	var completer sync.WaitGroup
-	completer.Go(func() { p.completeLoop(rec.done) })
+	completer.Go(func() { p.completeLoop(record, rec.done) })
 	var senders sync.WaitGroup
 	for range p.cfg.Concurrency {
 		senders.Go(func() {
@@ -224,7 +245,7 @@ func (p *Pool) Run(ctx context.Context) error {
 				case taken <- struct{}{}:
 				default:
 				}
-				p.process(c.ctx, c.claim, c.at, rec)
+				p.process(ctx, c.ctx, c.claim, c.at, rec)
 			}
 		})
 	}
@@ -259,7 +280,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		claims, err := p.store.DeliveryClaim(stmtCtx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
 		cancel()
 		at := p.now()
-		claimCtx := p.claimSpan(ctx, n, claims, err, claimStart, at)
+		claimCtx := p.claimSpan(record, n, claims, err, claimStart, at)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -316,7 +337,8 @@ type completion struct {
 // everything else already waiting, up to a batch, and writes them in one
 // transaction. Under load a batch fills while the one before is written;
 // alone, an outcome is written at once. It returns when done is closed.
-func (p *Pool) completeLoop(done <-chan completion) {
+// ctx is Run's recording context, which outlives shutdown by a lease.
+func (p *Pool) completeLoop(ctx context.Context, done <-chan completion) {
 	limit := min(storage.MaxCompleteBatch, max(p.cfg.Concurrency, p.cfg.BatchSize))
 	batch := make([]completion, 0, limit)
 	params := make([]storage.DeliveryCompleteParams, 0, limit)
@@ -338,9 +360,7 @@ func (p *Pool) completeLoop(done <-chan completion) {
 		for _, c := range batch {
 			params = append(params, c.params)
 		}
-		// Recording outlives shutdown: a request that went out is recorded
-		// even while the process is stopping.
-		res, err := p.store.DeliveryCompleteBatch(context.Background(), params)
+		res, err := p.store.DeliveryCompleteBatch(ctx, params)
 		for i, c := range batch {
 			if err != nil {
 				c.reply <- storage.DeliveryCompleteResult{Err: err}
@@ -432,15 +452,15 @@ func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.End
 	return p.tracer.Start(ctx, telemetry.SpanAttempt, opts...)
 }
 
-// process sends one claimed delivery and records what happened. ctx carries
-// the claim's span; claimed is when the claim was made.
-func (p *Pool) process(ctx context.Context, c storage.Claim, claimed time.Time, rec *recorder) {
-	// Recording must outlive shutdown: a request that went out is recorded
-	// even while the process is stopping, or the history would under-count.
-	record := context.WithoutCancel(ctx)
+// process sends one claimed delivery and records what happened. run is
+// Run's context, which ends at shutdown; record carries the claim's span
+// and outlives shutdown by a lease, so that a request that went out is
+// recorded even while the process stops, or the history would under-count.
+// claimed is when the claim was made.
+func (p *Pool) process(run, record context.Context, c storage.Claim, claimed time.Time, rec *recorder) {
 	log := deliveryLog{l: p.log, c: &c}
 	ep := c.Endpoint
-	if ctx.Err() != nil {
+	if run.Err() != nil {
 		p.release(record, log, c, 0)
 		return
 	}
