@@ -30,7 +30,7 @@ func TestImportBoundaries(t *testing.T) {
 		{"./plugins/...", []string{"server", "storage"}},
 		{"./examples/...", []string{"server", "storage"}},
 		{"./server/pluginhost/...", []string{"storage"}},
-		{"./storage/...", []string{"server", "sdk", "plugins"}},
+		{"./storage/...", []string{"server", "sdk/transport", "sdk/webhook", "plugins"}},
 		{"./server/console/...", []string{"server/api", "server/worker", "server/pluginhost", "plugins"}},
 	}
 	for _, r := range rules {
