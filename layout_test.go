@@ -25,7 +25,7 @@ func TestImportBoundaries(t *testing.T) {
 		pattern   string
 		forbidden []string
 	}{
-		{"./sdk/...", []string{"server", "storage", "plugins"}},
+		{"./sdk/...", []string{"server", "storage", "plugins", "internal", "harness"}},
 		{"./sdk/webhook/...", []string{"sdk/transport", "modernc.org/sqlite", "github.com/jackc/pgx", "github.com/lib/pq", "github.com/mattn/go-sqlite3"}},
 		{"./plugins/...", []string{"server", "storage"}},
 		{"./examples/...", []string{"server", "storage"}},
