@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hymical/hymical/internal/boundtext"
+	"github.com/hymical/hymical/sdk/boundtext"
 )
 
 // NewID mints an id written prefix + "_" + 32 lowercase hex digits. The

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/hymical/hymical/internal/boundtext"
+	"github.com/hymical/hymical/sdk/boundtext"
 )
 
 // Transport is what a plugin implements. The host calls Configure once after

@@ -7,8 +7,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/hymical/hymical/internal/boundtext"
-
+	"github.com/hymical/hymical/sdk/boundtext"
 	"github.com/hymical/hymical/storage"
 )
 

@@ -2,7 +2,8 @@
 // receiver's reason) safe to carry across the plugin boundary and to store:
 // valid UTF-8, no NUL bytes (which PostgreSQL text rejects), and at most a
 // given number of bytes, cut on a rune boundary. The core and the SDK share
-// this one rule so a message is never cut differently on the two sides.
+// this one rule so a message is never cut differently on the two sides; it
+// lives in the SDK module because that is the side the core may import.
 package boundtext
 
 import (
