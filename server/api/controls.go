@@ -70,7 +70,7 @@ func (c endpointControls) apply(e *storage.Endpoint, retry RetryBounds) error {
 }
 
 // RetryBounds checks an endpoint's own retry schedule against the server's
-// bounds (worker.EndpointRetryBounds).
+// bounds (retrypolicy.EndpointBounds).
 type RetryBounds interface {
 	Check(delays []time.Duration) error
 }
