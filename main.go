@@ -27,6 +27,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hymical/hymical/internal/buildinfo"
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/storage"
@@ -57,7 +58,7 @@ Commands:
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
   bench        measure delivery throughput, latency and cost against a loopback receiver
-  version      print the build and the schema version it needs
+  version      print the build (version, revision, time) and the schema version it needs
 
 Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADMIN_TOKEN):
   submit       send a sample (or your own) form submission
@@ -262,7 +263,14 @@ func newLogger(w io.Writer) *slog.Logger {
 
 const versionUsage = `usage: hymical version
 
-Prints the build and the schema version it needs. hymical --version is the same.`
+Prints the build: its identity and the schema version it needs, then the
+module version, the VCS revision it was built from, the build time and the
+Go toolchain. hymical --version is the same.
+
+The build time is the revision's commit time: Go records no clock of the
+build itself. A build records its revision only when go build runs in a git
+checkout with -buildvcs on (not -buildvcs=false, not in a linked git
+worktree); otherwise both are unknown.`
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("version", versionUsage)
@@ -277,6 +285,27 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "hymical %s (schema version %d)\n", server.Build(), v)
+	writeVersion(stdout, buildinfo.Read(), server.Build(), v)
 	return nil
+}
+
+// writeVersion writes what hymical version prints: the build's identity
+// and schema version on the first line, as it always was, then the parts.
+func writeVersion(w io.Writer, b buildinfo.Info, identity string, schema int) {
+	fmt.Fprintf(w, "hymical %s (schema version %d)\n", identity, schema)
+	fmt.Fprintf(w, "version   %s\n", b.Version)
+	switch {
+	case b.Revision == "":
+		fmt.Fprintln(w, "revision  unknown: the build recorded none (go build outside a git checkout, in a linked worktree, or with -buildvcs=false)")
+	case b.Modified:
+		fmt.Fprintf(w, "revision  %s, with uncommitted changes\n", b.Revision)
+	default:
+		fmt.Fprintf(w, "revision  %s\n", b.Revision)
+	}
+	if b.Time.IsZero() {
+		fmt.Fprintln(w, "built     unknown (the build time is the revision's commit time, and there is none)")
+	} else {
+		fmt.Fprintf(w, "built     %s (the revision's commit time; Go records no build clock)\n", b.Time.Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "go        %s\n", b.GoVersion)
 }
