@@ -131,7 +131,8 @@ func outputFlag(fs *flagSet) func() (asJSON bool, err error) {
 	}
 }
 
-func writeJSON(w io.Writer, v any) error {
+// printJSON writes v indented, as -o json shows it.
+func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
@@ -186,7 +187,7 @@ func runDeliveriesList(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	if asJSON {
-		return writeJSON(stdout, page)
+		return printJSON(stdout, page)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tATTEMPTS\tCYCLE\tENDPOINT\tCREATED")
@@ -232,7 +233,7 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	if asJSON {
-		return writeJSON(stdout, d)
+		return printJSON(stdout, d)
 	}
 	state := string(d.State)
 	if d.Held {
@@ -488,7 +489,7 @@ func runEndpointsList(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	switch {
 	case asJSON:
-		return writeJSON(stdout, list)
+		return printJSON(stdout, list)
 	case *wide:
 		return writeEndpointsWide(stdout, list.Endpoints)
 	}
