@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,20 +33,12 @@ phases.
 Examples:
   go build -o bin/ . && go build -o bin/hymical-plugin-http ./plugins/http
   bin/hymical bench --backend sqlite --submissions 5000 --endpoints 2
-  bin/hymical bench --backend postgres --database postgres://me@127.0.0.1/postgres
-
-Flags:
-`
+  bin/hymical bench --backend postgres --database postgres://me@127.0.0.1/postgres`
 
 // runBench is `hymical bench`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d := bench.DefaultOptions()
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("bench", benchUsage)
 	backend := fs.String("backend", d.Backend, "database: sqlite or postgres")
 	dbURL := fs.String("database", os.Getenv("FORMS_DATABASE_URL"), "postgres only: a postgres:// URL of a server where the bench may create and drop databases (env FORMS_DATABASE_URL); add pool_max_conns=N to size the pool")
 	sqliteDir := fs.String("sqlite-dir", "", "sqlite only: where each phase's new database file is made (default: the temporary directory)")
@@ -75,10 +66,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	logLevel := fs.String("log-level", "error", "level of the server parts' logs on stderr: debug, info, warn, error (info logs every attempt, as serve does)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
 		return fmt.Errorf("bench takes no arguments, got %q", fs.Args())
 	}
 	var level slog.Level

@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,11 +15,15 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
+
+	"github.com/hymical/hymical/server/api/apiwire"
 )
 
 // The operator commands talk to a running server's HTTP API, so they see
 // exactly what the API enforces (auth, validation, the audit of replays)
-// and work against a server on another host as well as this one.
+// and work against a server on another host as well as this one. What they
+// send and read are the API's own types, apiwire.
 
 // apiClient calls the HTTP API with the admin token.
 type apiClient struct {
@@ -32,7 +34,7 @@ type apiClient struct {
 }
 
 // clientFlags adds the flags every API command takes.
-func clientFlags(fs *flag.FlagSet) func() (*apiClient, error) {
+func clientFlags(fs *flagSet) func() (*apiClient, error) {
 	server := fs.String("server", envOr("HYMICAL_SERVER", "http://127.0.0.1:8080"), "base URL of the running server (env HYMICAL_SERVER)")
 	token := fs.String("token", "", "admin token (default: env FORMS_SERVER_ADMIN_TOKEN; a flag is visible in the process list)")
 	operator := fs.String("operator", envOr("USER", ""), "who you are, recorded in the replay audit")
@@ -56,23 +58,13 @@ func envOr(key, def string) string {
 	return def
 }
 
-// apiError is the API's error shape.
-type apiError struct {
-	Status  int
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("server answered %d %s: %s", e.Status, e.Code, e.Message)
-}
-
 // do sends body (nil for none) and decodes the answer into out (nil to drop it).
 func (c *apiClient) do(ctx context.Context, method, path string, body, out any) error {
 	return c.doWith(ctx, method, path, nil, body, out)
 }
 
-// doWith is do with extra request headers.
+// doWith is do with extra request headers. An answer in the API's error
+// shape comes back as an error wrapping *apiwire.Error, with its status.
 func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.Header, body, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -108,9 +100,7 @@ func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.
 		return fmt.Errorf("read the server's answer: %w", err)
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error apiError `json:"error"`
-		}
+		var e apiwire.ErrorResponse
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
 			return fmt.Errorf("server answered %s", resp.Status)
 		}
@@ -118,7 +108,7 @@ func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.
 		if resp.StatusCode == http.StatusUnauthorized && c.token == "" {
 			e.Error.Message += " (set FORMS_SERVER_ADMIN_TOKEN or pass --token)"
 		}
-		return &e.Error
+		return fmt.Errorf("server answered %w", &e.Error)
 	}
 	if out == nil {
 		return nil
@@ -126,83 +116,64 @@ func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.
 	return json.Unmarshal(data, out)
 }
 
-type deliveryView struct {
-	ID             string     `json:"id"`
-	EndpointID     string     `json:"endpoint_id"`
-	EventID        string     `json:"event_id"`
-	State          string     `json:"state"`
-	Attempts       int        `json:"attempts"`
-	CycleAttempts  int        `json:"cycle_attempts"`
-	NextAttemptAt  time.Time  `json:"next_attempt_at"`
-	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
-	CreatedAt      time.Time  `json:"created_at"`
-	CompletedAt    *time.Time `json:"completed_at"`
-	Held           bool       `json:"held"`
+// outputFlag adds -o: table (the default) or json, the API's answer as it
+// came.
+func outputFlag(fs *flagSet) func() (asJSON bool, err error) {
+	o := fs.String("o", "table", "output: table, or json (the API's answer, indented)")
+	return func() (bool, error) {
+		switch *o {
+		case "table", "":
+			return false, nil
+		case "json":
+			return true, nil
+		}
+		return false, fmt.Errorf("-o %q: use table or json", *o)
+	}
 }
 
-type attemptView struct {
-	Number     int       `json:"number"`
-	Outcome    string    `json:"outcome"`
-	HTTPStatus *int      `json:"http_status"`
-	Error      string    `json:"error"`
-	Late       bool      `json:"late"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	TraceID    string    `json:"trace_id"`
+// printJSON writes v indented, as -o json shows it.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func runDeliveries(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "show") {
-		return errors.New("usage: hymical deliveries list [filters] | hymical deliveries show DELIVERY_ID")
-	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("deliveries "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	return runGroup(ctx, "deliveries", []subcommand{
+		{"list", "the newest deliveries, filtered, a page at a time", runDeliveriesList},
+		{"show", "one delivery with its attempt history", runDeliveriesShow},
+	}, args, stdout, stderr)
+}
+
+const deliveriesListUsage = `usage: hymical deliveries list [flags]
+
+Lists deliveries, newest first, a page at a time; the last line says how to
+ask for the next page.`
+
+func runDeliveriesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("deliveries list", deliveriesListUsage)
 	client := clientFlags(fs)
 	state := fs.String("state", "", "pending, processing, delivered or failed")
 	endpoint := fs.String("endpoint", "", "endpoint id")
 	form := fs.String("form", "", "form id")
 	limit := fs.Int("limit", 50, "page size")
 	cursor := fs.String("cursor", "", "the next_cursor a previous page printed")
-	if err := fs.Parse(args); err != nil {
+	output := outputFlag(fs)
+	if err := fs.parse(args, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return fmt.Errorf("deliveries list takes no arguments, got %q; filter with the flags", fs.Args())
+	}
+	asJSON, err := output()
+	if err != nil {
 		return err
 	}
 	c, err := client()
 	if err != nil {
 		return err
-	}
-	if sub == "show" {
-		if fs.NArg() != 1 {
-			return errors.New("usage: hymical deliveries show DELIVERY_ID")
-		}
-		id := url.PathEscape(fs.Arg(0))
-		var d deliveryView
-		if err := c.do(ctx, http.MethodGet, "/v1/deliveries/"+id, nil, &d); err != nil {
-			return err
-		}
-		var as struct {
-			Attempts []attemptView `json:"attempts"`
-		}
-		if err := c.do(ctx, http.MethodGet, "/v1/deliveries/"+id+"/attempts", nil, &as); err != nil {
-			return err
-		}
-		state := d.State
-		if d.Held {
-			state += " (held: its endpoint is disabled, or it waits its turn at an ordered endpoint)"
-		}
-		fmt.Fprintf(stdout, "delivery %s  endpoint %s  event %s\nstate %s  attempts %d  cycle_attempts %d  next attempt %s\n",
-			d.ID, d.EndpointID, d.EventID, state, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "#\tOUTCOME\tHTTP\tLATE\tSTARTED\tTOOK\tTRACE\tERROR")
-		for _, a := range as.Attempts {
-			status := "-"
-			if a.HTTPStatus != nil {
-				status = fmt.Sprint(*a.HTTPStatus)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, status, a.Late,
-				a.StartedAt.Format(time.RFC3339), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), dash(a.TraceID), a.Error)
-		}
-		return tw.Flush()
 	}
 	q := url.Values{}
 	for k, v := range map[string]string{"state": *state, "endpoint_id": *endpoint, "form_id": *form, "cursor": *cursor} {
@@ -211,12 +182,12 @@ func runDeliveries(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	q.Set("limit", fmt.Sprint(*limit))
-	var page struct {
-		Deliveries []deliveryView `json:"deliveries"`
-		NextCursor *string        `json:"next_cursor"`
-	}
+	var page apiwire.DeliveryPage
 	if err := c.do(ctx, http.MethodGet, "/v1/deliveries?"+q.Encode(), nil, &page); err != nil {
 		return err
+	}
+	if asJSON {
+		return printJSON(stdout, page)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tATTEMPTS\tCYCLE\tENDPOINT\tCREATED")
@@ -232,6 +203,57 @@ func runDeliveries(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return nil
 }
 
+const deliveriesShowUsage = `usage: hymical deliveries show [flags] DELIVERY_ID
+
+Shows one delivery, its state and counters, and every attempt: outcome, HTTP
+status, whether it was late, when, how long, its trace id and its error.`
+
+func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("deliveries show", deliveriesShowUsage)
+	client := clientFlags(fs)
+	output := outputFlag(fs)
+	id, err := fs.parseWithArg(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		fs.printUsage(stderr)
+		return errors.New("deliveries show needs the delivery id")
+	}
+	asJSON, err := output()
+	if err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	var d apiwire.DeliveryDetail
+	if err := c.do(ctx, http.MethodGet, "/v1/deliveries/"+url.PathEscape(id), nil, &d); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, d)
+	}
+	state := string(d.State)
+	if d.Held {
+		state += " (held: its endpoint is disabled, or it waits its turn at an ordered endpoint)"
+	}
+	fmt.Fprintf(stdout, "delivery %s  endpoint %s  event %s\nstate %s  attempts %d  cycle_attempts %d  next attempt %s\n",
+		d.ID, d.EndpointID, d.EventID, state, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tOUTCOME\tHTTP\tLATE\tSTARTED\tTOOK\tTRACE\tERROR")
+	for _, a := range d.AttemptHistory {
+		status := "-"
+		if a.HTTPStatus != nil {
+			status = fmt.Sprint(*a.HTTPStatus)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, status, a.Late,
+			a.StartedAt.Format(time.RFC3339), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), dash(a.TraceID), a.Error)
+	}
+	return tw.Flush()
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -239,19 +261,22 @@ func dash(s string) string {
 	return s
 }
 
+const replayUsage = `usage: hymical replay [flags] DELIVERY_ID
+       hymical replay --state failed [--endpoint ID] [--form ID] [--limit N] [flags]
+
+Makes finished deliveries due again, with a fresh retry allowance; the
+server records who replayed them (--operator) and when. With an id, that one
+delivery; with --state, every delivery in that state the filters match.`
+
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("replay", replayUsage)
 	client := clientFlags(fs)
 	state := fs.String("state", "", "bulk: replay every delivery in this terminal state (failed or delivered)")
 	endpoint := fs.String("endpoint", "", "bulk: only this endpoint's deliveries")
 	form := fs.String("form", "", "bulk: only this form's deliveries")
 	limit := fs.Int("limit", 0, "bulk: at most this many (0: the server's cap)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: hymical replay DELIVERY_ID\n       hymical replay --state failed [--endpoint ID] [--form ID] [--limit N]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	id, err := fs.parseWithArg(args, stdout, stderr)
+	if err != nil {
 		return err
 	}
 	c, err := client()
@@ -259,178 +284,277 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	switch {
-	case fs.NArg() == 1 && *state == "":
-		var d deliveryView
-		if err := c.do(ctx, http.MethodPost, "/v1/deliveries/"+url.PathEscape(fs.Arg(0))+"/replay", nil, &d); err != nil {
+	case id != "" && *state == "":
+		var d apiwire.Delivery
+		if err := c.do(ctx, http.MethodPost, "/v1/deliveries/"+url.PathEscape(id)+"/replay", nil, &d); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "replayed %s: %s, due now, cycle_attempts %d, attempts %d\n", d.ID, d.State, d.CycleAttempts, d.Attempts)
 		return nil
-	case fs.NArg() == 0 && *state != "":
-		body := map[string]any{"state": *state}
-		if *endpoint != "" {
-			body["endpoint_id"] = *endpoint
-		}
-		if *form != "" {
-			body["form_id"] = *form
-		}
-		if *limit > 0 {
-			body["limit"] = *limit
-		}
-		var res struct {
-			Count int `json:"count"`
-		}
+	case id == "" && *state != "":
+		var res apiwire.ReplayCount
+		body := apiwire.ReplayRequest{State: *state, EndpointID: *endpoint, FormID: *form, Limit: max(*limit, 0)}
 		if err := c.do(ctx, http.MethodPost, "/v1/deliveries/replay", body, &res); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "replayed %d %s deliveries\n", res.Count, *state)
 		return nil
 	default:
-		fs.Usage()
+		fs.printUsage(stderr)
 		return errors.New("give one delivery id, or --state for a bulk replay")
 	}
 }
 
-const endpointsUsage = `usage:
-  hymical endpoints add --url URL [--form ID]... [--endpoint-config KEY=VALUE]... [--signature-scheme v1|v1a] [controls]
-  hymical endpoints set ID [controls]
-  hymical endpoints disable ID | hymical endpoints enable ID
-  hymical endpoints list
-controls: --rate-limit N --rate-burst N --max-in-flight N --ordered=true|false --retry-schedule 30s,5m,1h`
-
 func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || !slices.Contains([]string{"add", "set", "disable", "enable", "list"}, args[0]) {
-		return errors.New(endpointsUsage)
-	}
-	sub, args := args[0], args[1:]
-	var id string
-	if sub == "set" || sub == "disable" || sub == "enable" {
-		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-			return fmt.Errorf("endpoints %s needs the endpoint id first\n%s", sub, endpointsUsage)
-		}
-		id, args = args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("endpoints "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	return runGroup(ctx, "endpoints", []subcommand{
+		{"add", "register an endpoint; prints its signing secret once", runEndpointsAdd},
+		{"list", "every endpoint, one line each (--wide: every column, -o json)", runEndpointsList},
+		{"set", "change an endpoint's controls: rate limit, in-flight cap, order, retries", runEndpointsSet},
+		{"disable", "pause an endpoint: its deliveries are held, not failed", runEndpointsSwitch("disable")},
+		{"enable", "resume a disabled endpoint", runEndpointsSwitch("enable")},
+	}, args, stdout, stderr)
+}
+
+const endpointsAddUsage = `usage: hymical endpoints add --url URL [flags]
+       hymical endpoints add --transport NAME --endpoint-config KEY=VALUE... [flags]
+
+Registers an endpoint and prints its id and its signing secret (v1) or, for
+v1a, its public key and signing key. The secret is shown this once.`
+
+func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("endpoints add", endpointsAddUsage)
 	client := clientFlags(fs)
-	target := fs.String("url", "", "add: the receiver's URL")
-	transportName := fs.String("transport", "http", "add: the transport plugin")
-	description := fs.String("description", "", "add: a note for operators")
-	scheme := fs.String("signature-scheme", "v1", "add: v1 (HMAC-SHA256, a shared whsec_ secret) or v1a (Ed25519: receivers verify with a whpk_ public key)")
+	target := fs.String("url", "", "the receiver's URL")
+	transportName := fs.String("transport", "http", "the transport plugin that sends to it")
+	description := fs.String("description", "", "a note for operators")
+	scheme := fs.String("signature-scheme", "v1", "v1 (HMAC-SHA256, a shared whsec_ secret) or v1a (Ed25519: receivers verify with a whpk_ public key)")
 	controls := controlFlags(fs)
 	var forms, types, settings listFlag
-	fs.Var(&forms, "form", "add: a form id to subscribe to (repeat; none means every form)")
-	fs.Var(&types, "event-type", "add: an event type to subscribe to (repeat; none means every type)")
-	fs.Var(&settings, "endpoint-config", "add: KEY=VALUE for the transport, e.g. subject=forms.new for nats (repeat)")
-	if err := fs.Parse(args); err != nil {
+	fs.Var(&forms, "form", "a form id to subscribe to (repeat; none means every form)")
+	fs.Var(&types, "event-type", "an event type to subscribe to (repeat; none means every type)")
+	fs.Var(&settings, "endpoint-config", "KEY=VALUE for the transport, e.g. subject=forms.new for nats (repeat)")
+	if err := fs.parse(args, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return fmt.Errorf("endpoints add takes no arguments, got %q; give the URL with --url", fs.Args())
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	if *target == "" && len(settings) == 0 {
+		return errors.New("endpoints add needs --url, or --endpoint-config for a transport that takes no URL")
+	}
+	epConfig := map[string]string{}
+	for _, kv := range settings {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--endpoint-config %q is not KEY=VALUE", kv)
+		}
+		epConfig[k] = v
+	}
+	ctl, err := controls()
+	if err != nil {
+		return err
+	}
+	body := apiwire.EndpointCreate{
+		URL: *target, Transport: *transportName, FormIDs: forms, EventTypes: types, Description: *description,
+		Config: epConfig, SignatureScheme: *scheme, EndpointControls: ctl,
+	}
+	var created apiwire.EndpointCreated
+	if err := c.do(ctx, http.MethodPost, "/v1/endpoints", body, &created); err != nil {
+		return err
+	}
+	shown := created.URL
+	if shown == "" {
+		shown = "transport " + *transportName
+	}
+	if len(created.PublicKeys) == 0 {
+		fmt.Fprintf(stdout, "endpoint %s → %s\nsigning secret (shown once; give it to the receiver): %s\n", created.ID, shown, created.Secret)
+		return nil
+	}
+	// A v1a receiver needs only the public key, which stays on show;
+	// the signing key is printed once, like a secret, for safekeeping.
+	fmt.Fprintf(stdout, "endpoint %s → %s (signature scheme %s)\npublic key (give it to the receiver; `hymical endpoints list --wide` shows it again): %s\nsigning key (shown once; the server signs with it, the receiver does not need it): %s\n",
+		created.ID, shown, created.SignatureScheme, strings.Join(created.PublicKeys, " "), created.Secret)
+	return nil
+}
+
+const endpointsSetUsage = `usage: hymical endpoints set ENDPOINT_ID [flags]
+
+Changes an endpoint's controls; a control not given keeps its value.`
+
+func runEndpointsSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("endpoints set", endpointsSetUsage)
+	client := clientFlags(fs)
+	controls := controlFlags(fs)
+	id, err := fs.parseWithArg(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		fs.printUsage(stderr)
+		return errors.New("endpoints set needs the endpoint id")
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	ctl, err := controls()
+	if err != nil {
+		return err
+	}
+	if ctl == (apiwire.EndpointControls{}) {
+		fs.printUsage(stderr)
+		return fmt.Errorf("endpoints set %s changes nothing: give at least one control", id)
+	}
+	var e apiwire.Endpoint
+	if err := c.do(ctx, http.MethodPatch, "/v1/endpoints/"+url.PathEscape(id), apiwire.EndpointPatch{EndpointControls: ctl}, &e); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "endpoint %s: %s; %s\n", e.ID, endpointStatus(e), endpointLimits(e))
+	return nil
+}
+
+// runEndpointsSwitch is endpoints disable or endpoints enable.
+func runEndpointsSwitch(action string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := `usage: hymical endpoints disable [flags] ENDPOINT_ID
+
+Pauses an endpoint: nothing is sent to it, and its deliveries, those of
+events that arrive meanwhile included, are held until it is enabled again.`
+	if action == "enable" {
+		usage = `usage: hymical endpoints enable [flags] ENDPOINT_ID
+
+Resumes a disabled endpoint: its held deliveries go out again.`
+	}
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		fs := newFlagSet("endpoints "+action, usage)
+		client := clientFlags(fs)
+		id, err := fs.parseWithArg(args, stdout, stderr)
+		if err != nil {
+			return err
+		}
+		if id == "" {
+			fs.printUsage(stderr)
+			return fmt.Errorf("endpoints %s needs the endpoint id", action)
+		}
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		var e apiwire.Endpoint
+		if err := c.do(ctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/"+action, nil, &e); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "endpoint %s: %s\n", e.ID, endpointStatus(e))
+		return nil
+	}
+}
+
+const endpointsListUsage = `usage: hymical endpoints list [flags]
+
+Lists every endpoint, one line each, in 120 columns: its id, transport,
+status (enabled, failing, or disabled and why) and target (its URL without
+the query, shortened in the middle if need be, or its transport settings).
+--wide shows every column in full; -o json prints the API's answer.`
+
+// listWidth is the width endpoints list fits its lines in.
+const listWidth = 120
+
+func runEndpointsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("endpoints list", endpointsListUsage)
+	client := clientFlags(fs)
+	wide := fs.Bool("wide", false, "every column, in full: forms, event types, controls, scheme, public keys, description")
+	output := outputFlag(fs)
+	if err := fs.parse(args, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return fmt.Errorf("endpoints list takes no arguments, got %q", fs.Args())
+	}
+	asJSON, err := output()
+	if err != nil {
 		return err
 	}
 	c, err := client()
 	if err != nil {
 		return err
 	}
-	switch sub {
-	case "disable", "enable":
-		var e endpointStatus
-		if err := c.do(ctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/"+sub, nil, &e); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "endpoint %s: %s\n", e.ID, e.status())
-		return nil
-	case "set":
-		body, err := controls()
-		if err != nil {
-			return err
-		}
-		if len(body) == 0 {
-			return fmt.Errorf("endpoints set %s changes nothing: give at least one control\n%s", id, endpointsUsage)
-		}
-		var e endpointStatus
-		if err := c.do(ctx, http.MethodPatch, "/v1/endpoints/"+url.PathEscape(id), body, &e); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "endpoint %s: %s; %s\n", e.ID, e.status(), e.limits())
-		return nil
-	}
-	if sub == "add" {
-		if *target == "" && len(settings) == 0 {
-			return errors.New("endpoints add needs --url, or --endpoint-config for a transport that takes no URL")
-		}
-		epConfig := map[string]string{}
-		for _, kv := range settings {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return fmt.Errorf("--endpoint-config %q is not KEY=VALUE", kv)
-			}
-			epConfig[k] = v
-		}
-		body, err := controls()
-		if err != nil {
-			return err
-		}
-		maps.Copy(body, map[string]any{"url": *target, "transport": *transportName, "form_ids": forms.list(), "event_types": types.list(), "description": *description, "config": epConfig,
-			"signature_scheme": *scheme})
-		var created struct {
-			ID         string   `json:"id"`
-			URL        string   `json:"url"`
-			Secret     string   `json:"secret"`
-			Scheme     string   `json:"signature_scheme"`
-			PublicKeys []string `json:"public_keys"`
-		}
-		if err := c.do(ctx, http.MethodPost, "/v1/endpoints", body, &created); err != nil {
-			return err
-		}
-		target := created.URL
-		if target == "" {
-			target = "transport " + *transportName
-		}
-		if len(created.PublicKeys) == 0 {
-			fmt.Fprintf(stdout, "endpoint %s → %s\nsigning secret (shown once; give it to the receiver): %s\n", created.ID, target, created.Secret)
-			return nil
-		}
-		// A v1a receiver needs only the public key, which stays on show;
-		// the signing key is printed once, like a secret, for safekeeping.
-		fmt.Fprintf(stdout, "endpoint %s → %s (signature scheme %s)\npublic key (give it to the receiver; `hymical endpoints list` shows it again): %s\nsigning key (shown once; the server signs with it, the receiver does not need it): %s\n",
-			created.ID, target, created.Scheme, strings.Join(created.PublicKeys, " "), created.Secret)
-		return nil
-	}
-	var list struct {
-		Endpoints []struct {
-			endpointStatus
-			URL        string   `json:"url"`
-			Transport  string   `json:"transport"`
-			FormIDs    []string `json:"form_ids"`
-			Scheme     string   `json:"signature_scheme"`
-			PublicKeys []string `json:"public_keys"`
-		} `json:"endpoints"`
-	}
+	var list apiwire.EndpointList
 	if err := c.do(ctx, http.MethodGet, "/v1/endpoints", nil, &list); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tFORMS\tSTATUS\tCONTROLS\tSCHEME\tPUBLIC KEYS")
-	for _, e := range list.Endpoints {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Transport, e.URL, dash(strings.Join(e.FormIDs, ",")), e.status(),
-			e.limits(), dash(e.Scheme), dash(strings.Join(e.PublicKeys, " ")))
+	switch {
+	case asJSON:
+		return printJSON(stdout, list)
+	case *wide:
+		return writeEndpointsWide(stdout, list.Endpoints)
+	}
+	return writeEndpoints(stdout, list.Endpoints, listWidth)
+}
+
+// writeEndpoints writes the narrow list: the id in full (it is what the
+// other commands take), the transport, a short status, and the target in
+// what is left of width.
+func writeEndpoints(w io.Writer, eps []apiwire.Endpoint, width int) error {
+	const gap = 2
+	type row struct{ id, transport, status, target string }
+	rows := []row{{"ID", "TRANSPORT", "STATUS", "TARGET"}}
+	for _, e := range eps {
+		rows = append(rows, row{e.ID, clipRight(e.Transport, 16), clipRight(shortStatus(e), 24), endpointTarget(e)})
+	}
+	var idW, trW, stW int
+	for _, r := range rows {
+		idW = max(idW, utf8.RuneCountInString(r.id))
+		trW = max(trW, utf8.RuneCountInString(r.transport))
+		stW = max(stW, utf8.RuneCountInString(r.status))
+	}
+	targetW := max(width-idW-trW-stW-3*gap, len("TARGET"))
+	var b strings.Builder
+	for _, r := range rows {
+		b.Reset()
+		b.WriteString(pad(r.id, idW+gap))
+		b.WriteString(pad(r.transport, trW+gap))
+		b.WriteString(pad(r.status, stW+gap))
+		b.WriteString(shortenURL(r.target, targetW))
+		if _, err := fmt.Fprintln(w, strings.TrimRight(b.String(), " ")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeEndpointsWide writes every column in full, as wide as it takes.
+func writeEndpointsWide(w io.Writer, eps []apiwire.Endpoint) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tCONFIG\tFORMS\tEVENT TYPES\tSTATUS\tCONTROLS\tSCHEME\tSECRETS\tPUBLIC KEYS\tDESCRIPTION")
+	for _, e := range eps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Transport, dash(e.URL), dash(configText(e.Config)),
+			dash(strings.Join(e.FormIDs, ",")), dash(strings.Join(e.EventTypes, ",")), endpointStatus(e), endpointLimits(e),
+			dash(e.SignatureScheme), len(e.Secrets), dash(strings.Join(e.PublicKeys, " ")), dash(oneLine(e.Description)))
 	}
 	return tw.Flush()
 }
 
-// endpointStatus is what the CLI shows of an endpoint's state and controls.
-type endpointStatus struct {
-	ID             string     `json:"id"`
-	Disabled       bool       `json:"disabled"`
-	DisabledAt     *time.Time `json:"disabled_at"`
-	DisabledReason string     `json:"disabled_reason"`
-	FailingSince   *time.Time `json:"failing_since"`
-	RateLimit      float64    `json:"rate_limit"`
-	RateBurst      int        `json:"rate_burst"`
-	MaxInFlight    int        `json:"max_in_flight"`
-	Ordered        bool       `json:"ordered"`
-	RetrySchedule  []string   `json:"retry_schedule"`
+// shortStatus is the status in a word or two: enabled, failing (enabled,
+// every attempt failing lately), or disabled (and why).
+func shortStatus(e apiwire.Endpoint) string {
+	switch {
+	case e.Disabled && e.DisabledReason != "":
+		return "disabled (" + e.DisabledReason + ")"
+	case e.Disabled:
+		return "disabled"
+	case e.FailingSince != nil:
+		return "failing"
+	}
+	return "enabled"
 }
 
-func (e endpointStatus) status() string {
+// endpointStatus is the status in full, with when.
+func endpointStatus(e apiwire.Endpoint) string {
 	var s string
 	switch {
 	case e.Disabled && e.DisabledAt != nil:
@@ -446,7 +570,8 @@ func (e endpointStatus) status() string {
 	return s
 }
 
-func (e endpointStatus) limits() string {
+// endpointLimits names the endpoint's controls; "none" when it has none.
+func endpointLimits(e apiwire.Endpoint) string {
 	var parts []string
 	if e.RateLimit > 0 {
 		burst := ""
@@ -470,63 +595,164 @@ func (e endpointStatus) limits() string {
 	return strings.Join(parts, ", ")
 }
 
+// endpointTarget is where the endpoint sends: its URL, or for a transport
+// that takes none, its settings.
+func endpointTarget(e apiwire.Endpoint) string {
+	if e.URL != "" {
+		return e.URL
+	}
+	return dash(configText(e.Config))
+}
+
+// configText is a transport's settings as KEY=VALUE, sorted by key. The API
+// has already redacted what is secret.
+func configText(cfg map[string]string) string {
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + cfg[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// shortenURL fits a URL in width columns. Its query goes first (it is the
+// least telling part and may hold a token), shown as "?…"; then the middle
+// of the path, so the scheme and host and the end of the path stay. Text
+// that is not a URL is cut at the end.
+func shortenURL(s string, width int) string {
+	if utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return clipRight(s, width)
+	}
+	suffix := ""
+	if base, _, ok := strings.Cut(s, "?"); ok {
+		s, suffix = base, "?…"
+	}
+	width -= len([]rune(suffix))
+	head := utf8.RuneCountInString(u.Scheme + "://" + u.Host)
+	if head+2 > width {
+		return clipRight(s+suffix, width+len([]rune(suffix)))
+	}
+	return clipMiddle(s, width, head+1) + suffix
+}
+
+// clipRight cuts s to width runes, the last of them "…".
+func clipRight(s string, width int) string {
+	r := []rune(s)
+	if len(r) <= width {
+		return s
+	}
+	if width < 1 {
+		return ""
+	}
+	return string(r[:width-1]) + "…"
+}
+
+// clipMiddle cuts s to width runes by replacing its middle with "…",
+// keeping at least its first keep runes.
+func clipMiddle(s string, width, keep int) string {
+	r := []rune(s)
+	if len(r) <= width {
+		return s
+	}
+	tail := width - 1 - keep
+	if tail < 0 {
+		return clipRight(s, width)
+	}
+	// Share what is left between the two sides, favouring the end of the
+	// path, which names the hook, over the start.
+	extra := tail / 3
+	keep += extra
+	tail -= extra
+	return string(r[:keep]) + "…" + string(r[len(r)-tail:])
+}
+
+// pad fills s with spaces to width runes.
+func pad(s string, width int) string {
+	if n := utf8.RuneCountInString(s); n < width {
+		return s + strings.Repeat(" ", width-n)
+	}
+	return s
+}
+
+// oneLine keeps a table row on one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
 // controlFlags declares the endpoint control flags and returns a function
-// giving the JSON fields of the ones that were set.
-func controlFlags(fs *flag.FlagSet) func() (map[string]any, error) {
-	rate := fs.String("rate-limit", "", "add, set: most sends per second, across every server process (0: no limit)")
-	burst := fs.String("rate-burst", "", "add, set: sends allowed at once after a quiet spell (0: the rate, rounded up)")
-	inFlight := fs.String("max-in-flight", "", "add, set: most sends under way at once, across every server process (0: no cap)")
-	ordered := fs.String("ordered", "", "add, set: true sends one delivery at a time, in order")
-	schedule := fs.String("retry-schedule", "", "add, set: this endpoint's retry delays, e.g. 30s,5m,1h (\"none\": the server's)")
-	return func() (map[string]any, error) {
-		out := map[string]any{}
+// giving the controls that were set.
+func controlFlags(fs *flagSet) func() (apiwire.EndpointControls, error) {
+	rate := fs.String("rate-limit", "", "most sends per second, across every server process (0: no limit)")
+	burst := fs.String("rate-burst", "", "sends allowed at once after a quiet spell (0: the rate, rounded up)")
+	inFlight := fs.String("max-in-flight", "", "most sends under way at once, across every server process (0: no cap)")
+	ordered := fs.String("ordered", "", "true sends one delivery at a time, in order")
+	schedule := fs.String("retry-schedule", "", "this endpoint's retry delays, e.g. 30s,5m,1h (\"none\": the server's)")
+	return func() (apiwire.EndpointControls, error) {
+		var c apiwire.EndpointControls
 		if *rate != "" {
 			v, err := strconv.ParseFloat(*rate, 64)
 			if err != nil {
-				return nil, fmt.Errorf("--rate-limit %q is not a number of sends per second", *rate)
+				return c, fmt.Errorf("--rate-limit %q is not a number of sends per second", *rate)
 			}
-			out["rate_limit"] = v
+			c.RateLimit = &v
 		}
-		for flagName, field := range map[string]struct {
-			text *string
-			key  string
-		}{"rate-burst": {burst, "rate_burst"}, "max-in-flight": {inFlight, "max_in_flight"}} {
-			if *field.text == "" {
+		for _, f := range []struct {
+			name, text string
+			dst        **int
+		}{{"rate-burst", *burst, &c.RateBurst}, {"max-in-flight", *inFlight, &c.MaxInFlight}} {
+			if f.text == "" {
 				continue
 			}
-			v, err := strconv.Atoi(*field.text)
+			v, err := strconv.Atoi(f.text)
 			if err != nil {
-				return nil, fmt.Errorf("--%s %q is not a whole number", flagName, *field.text)
+				return c, fmt.Errorf("--%s %q is not a whole number", f.name, f.text)
 			}
-			out[field.key] = v
+			*f.dst = &v
 		}
 		if *ordered != "" {
 			v, err := strconv.ParseBool(*ordered)
 			if err != nil {
-				return nil, fmt.Errorf("--ordered %q is not true or false", *ordered)
+				return c, fmt.Errorf("--ordered %q is not true or false", *ordered)
 			}
-			out["ordered"] = v
+			c.Ordered = &v
 		}
 		switch *schedule {
 		case "":
 		case "none":
-			out["retry_schedule"] = []string{}
+			c.RetrySchedule = &[]string{}
 		default:
-			out["retry_schedule"] = strings.Split(*schedule, ",")
+			delays := strings.Split(*schedule, ",")
+			c.RetrySchedule = &delays
 		}
-		return out, nil
+		return c, nil
 	}
 }
 
+const submitUsage = `usage: hymical submit [flags]
+
+Sends one form submission, a sample unless --data says otherwise, and prints
+its submission id and the deliveries it fanned out to.`
+
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("submit", submitUsage)
 	client := clientFlags(fs)
 	form := fs.String("form", "form_demo", "the form id")
 	data := fs.String("data", `{"name":"Ada Lovelace","email":"ada@example.com","message":"Hello"}`, "the submission's data, a JSON object")
 	key := fs.String("idempotency-key", "", "send the same key again and the server returns the first submission")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return fmt.Errorf("submit takes no arguments, got %q; give the data with --data", fs.Args())
 	}
 	c, err := client()
 	if err != nil {
@@ -540,11 +766,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *key != "" {
 		extra = http.Header{"Idempotency-Key": {*key}}
 	}
-	var res struct {
-		SubmissionID string   `json:"submission_id"`
-		EventID      string   `json:"event_id"`
-		Deliveries   []string `json:"deliveries"`
-	}
+	var res apiwire.IngestResult
 	if err := c.doWith(ctx, http.MethodPost, "/v1/forms/"+url.PathEscape(*form)+"/submissions", extra, body, &res); err != nil {
 		return err
 	}
@@ -557,9 +779,3 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
-func (l listFlag) list() []string {
-	if l == nil {
-		return []string{}
-	}
-	return l
-}

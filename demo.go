@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,19 +16,17 @@ import (
 
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server"
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/config"
 )
 
-const demoUsage = `usage: hymical demo [--plugins DIR] [--timeout 30s]
+const demoUsage = `usage: hymical demo [flags]
 
 Runs the server that 'hymical serve' runs, on a SQLite file in a temporary
 directory of its own (removed when the demo ends), creates an endpoint for a
 receiver on loopback that verifies the signature and dedupes on the
 submission id, submits a sample form submission through the HTTP API, and
-shows its delivery and attempt history.
-
-Flags:
-`
+shows its delivery with its attempt history.`
 
 // runDemo is the whole path in one process, through the same server.New
 // and Run as serve: the store (a fresh SQLite file), the http plugin as a
@@ -37,19 +34,15 @@ Flags:
 // receiver on loopback. The endpoint and the submission go in through the
 // HTTP API, as a user's would. Nothing is left in the working directory.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("hymical demo", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); fs.PrintDefaults() }
+	fs := newFlagSet("demo", demoUsage)
 	pluginDir := fs.String("plugins", defaultPluginDir(), "directory holding hymical-plugin-<name> executables")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up if the submission is not delivered by then")
-	if err := fs.Parse(args); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, err)
-		}
+	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("hymical demo takes no arguments, got %q", fs.Args())
+		fs.printUsage(stderr)
+		return fmt.Errorf("demo takes no arguments, got %q", fs.Args())
 	}
 
 	dir, err := os.MkdirTemp("", "hymical-demo-")
@@ -115,13 +108,9 @@ func deliverSample(ctx context.Context, c *apiClient, stdout io.Writer) error {
 	}
 	defer recv.close()
 	const formID = "form_demo"
-	var ep struct {
-		ID     string `json:"id"`
-		URL    string `json:"url"`
-		Secret string `json:"secret"`
-	}
-	if err := c.do(ctx, http.MethodPost, "/v1/endpoints", map[string]any{
-		"url": recv.url, "form_ids": []string{formID}, "description": "hymical demo receiver",
+	var ep apiwire.EndpointCreated
+	if err := c.do(ctx, http.MethodPost, "/v1/endpoints", apiwire.EndpointCreate{
+		URL: recv.url, FormIDs: []string{formID}, Description: "hymical demo receiver",
 	}, &ep); err != nil {
 		return fmt.Errorf("create the demo endpoint: %w", err)
 	}
@@ -131,10 +120,7 @@ func deliverSample(ctx context.Context, c *apiClient, stdout io.Writer) error {
 		return err
 	}
 
-	var sub struct {
-		SubmissionID string   `json:"submission_id"`
-		Deliveries   []string `json:"deliveries"`
-	}
+	var sub apiwire.IngestResult
 	if err := c.do(ctx, http.MethodPost, "/v1/forms/"+formID+"/submissions",
 		map[string]any{"name": "Ada Lovelace", "email": "ada@example.com", "message": "Hello <b>from</b> the demo & co"}, &sub); err != nil {
 		return fmt.Errorf("submit the sample: %w", err)
@@ -145,22 +131,12 @@ func deliverSample(ctx context.Context, c *apiClient, stdout io.Writer) error {
 	id := sub.Deliveries[0]
 	fmt.Fprintf(stdout, "submission %s on %s: delivery %s to %s\n", sub.SubmissionID, formID, id, ep.URL)
 
-	var d struct {
-		State         string `json:"state"`
-		Attempts      int    `json:"attempts"`
-		CycleAttempts int    `json:"cycle_attempts"`
-		History       []struct {
-			Number     int    `json:"number"`
-			Outcome    string `json:"outcome"`
-			HTTPStatus *int   `json:"http_status"`
-			Error      string `json:"error"`
-		} `json:"attempt_history"`
-	}
+	var d apiwire.DeliveryDetail
 	for {
 		if err := c.do(ctx, http.MethodGet, "/v1/deliveries/"+id, nil, &d); err != nil {
 			return fmt.Errorf("read delivery %s: %w", id, err)
 		}
-		if d.State == "delivered" || d.State == "failed" {
+		if d.State == apiwire.StateDelivered || d.State == apiwire.StateFailed {
 			break
 		}
 		select {
@@ -169,14 +145,14 @@ func deliverSample(ctx context.Context, c *apiClient, stdout io.Writer) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	for _, a := range d.History {
+	for _, a := range d.AttemptHistory {
 		status := "no HTTP status"
 		if a.HTTPStatus != nil {
 			status = fmt.Sprintf("HTTP %d", *a.HTTPStatus)
 		}
 		fmt.Fprintf(stdout, "  attempt %d: %s, %s %s\n", a.Number, a.Outcome, status, a.Error)
 	}
-	if d.State != "delivered" {
+	if d.State != apiwire.StateDelivered {
 		return fmt.Errorf("delivery %s ended %s", id, d.State)
 	}
 	select {

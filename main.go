@@ -7,6 +7,9 @@
 //	hymical migrate [--database URL] [--to N]   apply pending schema migrations
 //	hymical demo    [--database URL]            deliver a sample submission end to end
 //	hymical version                             print the build and schema version
+//
+// and the operator commands (submit, endpoints, deliveries, replay) that talk
+// to a running server's API. Every command and subcommand takes --help.
 package main
 
 import (
@@ -18,10 +21,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
+	"github.com/hymical/hymical/internal/buildinfo"
 	"github.com/hymical/hymical/internal/redact"
 
 	"github.com/hymical/hymical/migrations"
@@ -43,7 +49,9 @@ func main() {
 	}
 }
 
-const usage = `hymical delivers form submissions, signed, at least once.
+const usage = `usage: hymical COMMAND [flags]
+
+hymical delivers form submissions, signed, at least once.
 
 Commands:
   serve        run the server: HTTP API, delivery workers, transport plugins
@@ -53,17 +61,35 @@ Commands:
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
   bench        measure delivery throughput, latency and cost against a loopback receiver
-  version      print the build and the schema version it needs
+  version      print the build (version, revision, time) and the schema version it needs
 
 Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADMIN_TOKEN):
   submit       send a sample (or your own) form submission
-  endpoints    add | list
+  endpoints    add | list | set | disable | enable
   deliveries   list [--state …] | show DELIVERY_ID (with its attempt history)
   replay       DELIVERY_ID | --state failed [--endpoint ID] [--form ID]
 
-Run 'hymical COMMAND --help' for a command's flags.
+Run 'hymical COMMAND --help' (or 'hymical help COMMAND') for a command's flags.
 `
 
+// commands are the top-level commands, by name.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"serve":      runServe,
+	"migrate":    runMigrate,
+	"plugins":    runPlugins,
+	"demo":       runDemo,
+	"submit":     runSubmit,
+	"endpoints":  runEndpoints,
+	"deliveries": runDeliveries,
+	"replay":     runReplay,
+	"bench":      runBench,
+	"version":    runVersion,
+}
+
+// run is the whole command line. Asked for help, at any level, a command
+// prints its usage on stdout and returns flag.ErrHelp, which main turns into
+// exit status 0; a command it does not know prints the usage on stderr and
+// fails.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -71,48 +97,139 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "serve":
-		return runServe(ctx, rest, stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, rest, stdout, stderr)
-	case "plugins":
-		return runPlugins(ctx, rest, stdout, stderr)
-	case "demo":
-		return runDemo(ctx, rest, stdout, stderr)
-	case "submit":
-		return runSubmit(ctx, rest, stdout, stderr)
-	case "endpoints":
-		return runEndpoints(ctx, rest, stdout, stderr)
-	case "deliveries":
-		return runDeliveries(ctx, rest, stdout, stderr)
-	case "replay":
-		return runReplay(ctx, rest, stdout, stderr)
-	case "bench":
-		return runBench(ctx, rest, stdout, stderr)
-	case "version":
-		v, err := migrations.Latest()
-		if err != nil {
-			return err
+	case "help", "-h", "-help", "--help":
+		if cmd == "help" && len(rest) > 0 {
+			// hymical help endpoints list = hymical endpoints list --help
+			return run(ctx, append(slices.Clone(rest), "--help"), stdout, stderr)
 		}
-		fmt.Fprintf(stdout, "hymical %s (schema version %d)\n", fleet.Build(), v)
-		return nil
-	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
-		return nil
-	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", cmd)
+		return flag.ErrHelp
+	case "-version", "--version":
+		return runVersion(ctx, rest, stdout, stderr)
 	}
+	if fn, ok := commands[cmd]; ok {
+		return fn(ctx, rest, stdout, stderr)
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
 }
 
+// flagSet is one command's flags and its usage text: a synopsis line and
+// what the command does, printed above the flags.
+type flagSet struct {
+	*flag.FlagSet
+	usage string
+}
+
+// newFlagSet makes the flags of the command name ("endpoints list"). The
+// flag package prints nothing itself: parse says where the usage goes.
+func newFlagSet(name, usage string) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, usage: usage}
+}
+
+// parse reads args. Asked for help (-h, --help), it prints the usage on
+// stdout and returns flag.ErrHelp; after a mistake it prints the usage on
+// stderr and returns the mistake, which main prints last.
+func (fs *flagSet) parse(args []string, stdout, stderr io.Writer) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.printUsage(stdout)
+	case err != nil:
+		fs.printUsage(stderr)
+	}
+	return err
+}
+
+// parseWithArg reads args with one positional argument (an id) allowed
+// before, between or after the flags, and returns it; "" when there is none.
+func (fs *flagSet) parseWithArg(args []string, stdout, stderr io.Writer) (string, error) {
+	if err := fs.parse(args, stdout, stderr); err != nil {
+		return "", err
+	}
+	if fs.NArg() == 0 {
+		return "", nil
+	}
+	arg := fs.Arg(0)
+	if err := fs.parse(fs.Args()[1:], stdout, stderr); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return "", fmt.Errorf("%s takes one argument, got %q and %q", fs.Name(), arg, fs.Args())
+	}
+	return arg, nil
+}
+
+func (fs *flagSet) printUsage(w io.Writer) {
+	fmt.Fprint(w, strings.TrimRight(fs.usage, "\n")+"\n")
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// subcommand is one command of a group such as endpoints.
+type subcommand struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// runGroup runs the subcommand args names. The group itself takes no
+// flags: --help lists its subcommands.
+func runGroup(ctx context.Context, group string, subs []subcommand, args []string, stdout, stderr io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: hymical %s COMMAND [flags]\n\nCommands:\n", group)
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, s := range subs {
+		fmt.Fprintf(tw, "  %s\t%s\n", s.name, s.summary)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(&b, "\nRun 'hymical %s COMMAND --help' for a command's flags.\n", group)
+	groupUsage := b.String()
+
+	if len(args) == 0 {
+		fmt.Fprint(stderr, groupUsage)
+		return fmt.Errorf("%s needs a command", group)
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, groupUsage)
+		return flag.ErrHelp
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprint(stderr, groupUsage)
+	return fmt.Errorf("unknown command %q for hymical %s", args[0], group)
+}
+
+const migrateUsage = `usage: hymical migrate [flags]
+
+Applies the pending schema migrations to the database and says what it did.
+It refuses while workers of another build are live, unless --force.`
+
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("migrate", migrateUsage)
 	dbURL := fs.String("database", databaseURLDefault(), "database URL: sqlite:PATH or postgres://USER@HOST/DB (env FORMS_DATABASE_URL)")
 	to := fs.Int("to", 0, "stop at this schema version (0: the newest this build has)")
 	force := fs.Bool("force", false, "migrate even while workers of another build are registered as live")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return fmt.Errorf("migrate takes no arguments, got %q", fs.Args())
 	}
 	store, err := database.Open(ctx, *dbURL)
 	if err != nil {
@@ -145,4 +262,53 @@ func databaseURLDefault() string {
 
 func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+const versionUsage = `usage: hymical version
+
+Prints the build: its identity and the schema version it needs, then the
+module version, the VCS revision it was built from, the build time and the
+Go toolchain. hymical --version is the same.
+
+The build time is the revision's commit time: Go records no clock of the
+build itself. A build records its revision only when go build runs in a git
+checkout with -buildvcs on (not -buildvcs=false, not in a linked git
+worktree); otherwise both are unknown.`
+
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", versionUsage)
+	if err := fs.parse(args, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return fmt.Errorf("version takes no arguments, got %q", fs.Args())
+	}
+	v, err := migrations.Latest()
+	if err != nil {
+		return err
+	}
+	writeVersion(stdout, buildinfo.Read(), buildinfo.String(), v)
+	return nil
+}
+
+// writeVersion writes what hymical version prints: the build's identity
+// and schema version on the first line, as it always was, then the parts.
+func writeVersion(w io.Writer, b buildinfo.Info, identity string, schema int) {
+	fmt.Fprintf(w, "hymical %s (schema version %d)\n", identity, schema)
+	fmt.Fprintf(w, "version   %s\n", b.Version)
+	switch {
+	case b.Revision == "":
+		fmt.Fprintln(w, "revision  unknown: the build recorded none (go build outside a git checkout, in a linked worktree, or with -buildvcs=false)")
+	case b.Modified:
+		fmt.Fprintf(w, "revision  %s, with uncommitted changes\n", b.Revision)
+	default:
+		fmt.Fprintf(w, "revision  %s\n", b.Revision)
+	}
+	if b.Time.IsZero() {
+		fmt.Fprintln(w, "built     unknown (the build time is the revision's commit time, and there is none)")
+	} else {
+		fmt.Fprintf(w, "built     %s (the revision's commit time; Go records no build clock)\n", b.Time.Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "go        %s\n", b.GoVersion)
 }

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,21 +15,35 @@ import (
 )
 
 // TestDemoDeliversASampleSubmission runs the README's run command the way a
-// newcomer does: the real http plugin binary, a fresh SQLite file.
+// newcomer does: the real http plugin binary, through the server serve
+// runs. The demo keeps its database in a temporary directory of its own,
+// removes it, and leaves nothing in the working directory.
 func TestDemoDeliversASampleSubmission(t *testing.T) {
 	dir := t.TempDir()
 	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
 		t.Fatal(err)
 	}
+	cwd := t.TempDir()
+	t.Chdir(cwd)
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"demo", "--plugins", dir, "--database", "sqlite:" + filepath.Join(dir, "demo.db")}, &stdout, &stderr)
+	err := run(context.Background(), []string{"demo", "--plugins", dir}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"migrated", "attempt 1: delivered, HTTP 204", "receiver verified the signature", "delivered: attempts=1 cycle_attempts=1"} {
+	for _, want := range []string{"listening on http://127.0.0.1:", "attempt 1: delivered, HTTP 204", "receiver verified the signature", "delivered: attempts=1 cycle_attempts=1"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout.String())
 		}
+	}
+	db := regexp.MustCompile(`database sqlite:(\S+)`).FindStringSubmatch(stdout.String())
+	if db == nil {
+		t.Fatalf("demo did not say where its database is:\n%s", stdout.String())
+	}
+	if _, err := os.Stat(filepath.Dir(db[1])); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the demo's directory %s is still there (%v)", filepath.Dir(db[1]), err)
+	}
+	if left, err := os.ReadDir(cwd); err != nil || len(left) > 0 {
+		t.Errorf("the demo left %v in the working directory (%v)", left, err)
 	}
 }
 

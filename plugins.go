@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,14 +11,18 @@ import (
 	"github.com/hymical/hymical/server/pluginhost"
 )
 
-// runPlugins lists the transport plugins a server with this configuration
-// would run, after starting each one to prove it answers.
 func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "list" {
-		return errors.New("usage: hymical plugins list [the serve flags, e.g. --plugins.dir DIR]")
-	}
+	return runGroup(ctx, "plugins", []subcommand{
+		{"list", "the transport plugins serve would run, started to prove they answer, with their SHA-256 (takes serve's flags)", runPluginsList},
+	}, args, stdout, stderr)
+}
+
+// runPluginsList lists the transport plugins a server with this
+// configuration would run, after starting each one to prove it answers. It
+// reads the configuration as serve does, so --help lists serve's keys.
+func runPluginsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, _, err := config.Load(config.LoadOptions{
-		Environ: os.Environ(), Args: args[1:], Program: "hymical plugins list", Output: stdout,
+		Environ: os.Environ(), Args: args, Program: "hymical plugins list", Output: stdout,
 		// Listing plugins needs no API, so no token either.
 		GenerateAdminToken: randomToken,
 	})

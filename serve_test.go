@@ -111,7 +111,10 @@ func TestServeAndOperatorCommands(t *testing.T) {
 	if off := hymical("endpoints", "disable", ep, "--server", base); !strings.Contains(off, "disabled (operator") {
 		t.Fatalf("endpoints disable: %s", off)
 	}
-	if list := hymical("endpoints", "list", "--server", base); !strings.Contains(list, "disabled (operator") || !strings.Contains(list, "5/s") {
+	if list := hymical("endpoints", "list", "--server", base); !strings.Contains(list, "disabled (operator)") {
+		t.Fatalf("endpoints list does not show the disabled endpoint:\n%s", list)
+	}
+	if list := hymical("endpoints", "list", "--wide", "--server", base); !strings.Contains(list, "disabled (operator") || !strings.Contains(list, "5/s") {
 		t.Fatalf("endpoints list does not show the disabled endpoint and its limits:\n%s", list)
 	}
 	held := regexp.MustCompile(`(dlv_[0-9a-f]{32})`).FindString(hymical("submit", "--server", base, "--form", "form_demo"))

@@ -106,7 +106,7 @@ func TestServeDeliversV1aSignedMessages(t *testing.T) {
 	if derived, err := webhook.PublicKey(sk); err != nil || derived != pks[0] {
 		t.Fatal("the public key the API shows is not that of the signing key it issued")
 	}
-	if list := hymical("endpoints", "list"); !strings.Contains(list, pks[0]) || !strings.Contains(list, "v1a") || strings.Contains(list, "whsk_") {
+	if list := hymical("endpoints", "list", "--wide"); !strings.Contains(list, pks[0]) || !strings.Contains(list, "v1a") || strings.Contains(list, "whsk_") {
 		t.Fatalf("endpoints list:\n%s", list)
 	}
 

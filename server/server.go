@@ -28,6 +28,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 
+	"github.com/hymical/hymical/internal/buildinfo"
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/config"
@@ -168,7 +169,7 @@ func (s *Server) openStore(ctx context.Context) error {
 func (s *Server) startTelemetry(ctx context.Context) error {
 	settings := s.cfg.Telemetry.Settings()
 	// The plugins get the OTEL_* variables of this process (PluginEnv).
-	settings.ServiceVersion, settings.Environ = fleet.Build(), os.Environ()
+	settings.ServiceVersion, settings.Environ = buildinfo.String(), os.Environ()
 	tel, err := telemetry.New(ctx, settings)
 	if err != nil {
 		return err
@@ -252,7 +253,7 @@ func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 func (s *Server) Describe(w io.Writer) {
 	cfg := s.cfg
 	fmt.Fprintf(w, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
-		fleet.Build(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, strings.Join(s.host.Names(), ", "), cfg.Plugins.Dir)
+		buildinfo.String(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, strings.Join(s.host.Names(), ", "), cfg.Plugins.Dir)
 	if s.tel.Tracing() || s.tel.MetricsHandler() != nil {
 		fmt.Fprintf(w, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
 	}

@@ -13,8 +13,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
-	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -70,7 +70,7 @@ type Options struct {
 	// next to the new one; zero means DefaultSecretRotationGrace.
 	SecretRotationGrace time.Duration
 	// RetryBounds checks the retry schedule an endpoint sets for itself;
-	// nil means worker.DefaultEndpointRetryBounds.
+	// nil means retrypolicy.DefaultEndpointBounds.
 	RetryBounds RetryBounds
 	// Logger receives request failures; nil means slog.Default().
 	Logger *slog.Logger
@@ -168,7 +168,7 @@ func newHandler(opts Options) (*handler, error) {
 			if opts.RetryBounds != nil {
 				return opts.RetryBounds
 			}
-			return worker.DefaultEndpointRetryBounds()
+			return retrypolicy.DefaultEndpointBounds()
 		}(),
 		log:   log,
 		ready: opts.Ready,

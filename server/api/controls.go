@@ -5,28 +5,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/storage"
 )
 
-// endpointControls are the per-endpoint controls a create or a PATCH may
-// set; a field left out (or null) keeps its value (on create: none).
-type endpointControls struct {
-	RateLimit   *float64 `json:"rate_limit"`
-	RateBurst   *int     `json:"rate_burst"`
-	MaxInFlight *int     `json:"max_in_flight"`
-	Ordered     *bool    `json:"ordered"`
-	// RetrySchedule is Go durations such as "30s" or "2h"; [] goes back
-	// to the server's schedule.
-	RetrySchedule *[]string `json:"retry_schedule"`
-}
-
-func (c endpointControls) set() bool {
+// controlsSet reports whether c sets any control.
+func controlsSet(c apiwire.EndpointControls) bool {
 	return c.RateLimit != nil || c.RateBurst != nil || c.MaxInFlight != nil || c.Ordered != nil || c.RetrySchedule != nil
 }
 
-// apply writes the controls given onto e and checks the result, so an
-// answer names what is wrong and what is allowed before the store does.
-func (c endpointControls) apply(e *storage.Endpoint, retry RetryBounds) error {
+// applyControls writes the controls given onto e and checks the result, so
+// an answer names what is wrong and what is allowed before the store does.
+func applyControls(c apiwire.EndpointControls, e *storage.Endpoint, retry RetryBounds) error {
 	if c.RateLimit != nil {
 		e.RateLimit = *c.RateLimit
 	}
@@ -70,7 +60,7 @@ func (c endpointControls) apply(e *storage.Endpoint, retry RetryBounds) error {
 }
 
 // RetryBounds checks an endpoint's own retry schedule against the server's
-// bounds (worker.EndpointRetryBounds).
+// bounds (retrypolicy.EndpointBounds).
 type RetryBounds interface {
 	Check(delays []time.Duration) error
 }

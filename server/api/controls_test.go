@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/server/api"
-	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/server/retrypolicy"
 )
 
 func TestEndpointControls(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		f := newFixture(t, b, func(o *api.Options) {
-			o.RetryBounds = worker.EndpointRetryBounds{MinDelay: time.Second, MaxDelay: time.Hour, MaxAttempts: 4}
+			o.RetryBounds = retrypolicy.EndpointBounds{MinDelay: time.Second, MaxDelay: time.Hour, MaxAttempts: 4}
 		})
 		created := f.admin("POST", "/v1/endpoints", map[string]any{
 			"url":            "https://hooks.example.com/in",

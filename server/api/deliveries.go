@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -55,12 +56,6 @@ func (p filterParams) filter() (storage.DeliveryFilter, error) {
 	return f, nil
 }
 
-type deliveryPage struct {
-	Deliveries []deliveryView `json:"deliveries"`
-	// NextCursor is passed as ?cursor= for the next page; null on the last.
-	NextCursor *string `json:"next_cursor"`
-}
-
 // GET /v1/deliveries
 func (h *handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	q, err := query(r, "state", "endpoint_id", "form_id", "event_id", "created_after", "created_before", "limit", "cursor")
@@ -88,7 +83,7 @@ func (h *handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, "the deliveries")
 	}
-	page := deliveryPage{Deliveries: make([]deliveryView, 0, min(len(ds), limit))}
+	page := apiwire.DeliveryPage{Deliveries: make([]apiwire.Delivery, 0, min(len(ds), limit))}
 	for i, d := range ds {
 		if i == limit {
 			next := ds[limit-1].ID
@@ -116,7 +111,7 @@ func (h *handler) getDelivery(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, deliveryName(id))
 	}
-	writeJSON(w, http.StatusOK, deliveryDetail{deliveryView: viewDelivery(d), Event: viewEvent(ev), AttemptList: viewAttempts(as)})
+	writeJSON(w, http.StatusOK, apiwire.DeliveryDetail{Delivery: viewDelivery(d), Event: viewEvent(ev), AttemptHistory: viewAttempts(as)})
 	return nil
 }
 
@@ -127,9 +122,7 @@ func (h *handler) listAttempts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, deliveryName(id))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Attempts []attemptView `json:"attempts"`
-	}{viewAttempts(as)})
+	writeJSON(w, http.StatusOK, apiwire.AttemptList{Attempts: viewAttempts(as)})
 	return nil
 }
 
@@ -140,9 +133,7 @@ func (h *handler) listReplays(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return storeError(err, deliveryName(id))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Replays []replayView `json:"replays"`
-	}{viewReplays(rs)})
+	writeJSON(w, http.StatusOK, apiwire.ReplayList{Replays: viewReplays(rs)})
 	return nil
 }
 
@@ -169,16 +160,6 @@ func (h *handler) replayDelivery(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type replayRequest struct {
-	State         string `json:"state"`
-	EndpointID    string `json:"endpoint_id"`
-	FormID        string `json:"form_id"`
-	EventID       string `json:"event_id"`
-	CreatedAfter  string `json:"created_after"`
-	CreatedBefore string `json:"created_before"`
-	Limit         int    `json:"limit"`
-}
-
 // POST /v1/deliveries/replay
 //
 // The state defaults to failed: replaying delivered deliveries sends
@@ -188,7 +169,7 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	var req replayRequest
+	var req apiwire.ReplayRequest
 	if err := decodeObject(body, &req, true); err != nil {
 		return err
 	}
@@ -221,8 +202,6 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return storeError(err, "the deliveries")
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Count int `json:"count"`
-	}{n})
+	writeJSON(w, http.StatusOK, apiwire.ReplayCount{Count: n})
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/storage"
 )
@@ -21,30 +22,6 @@ const defaultTransport = "http"
 
 // validateTimeout bounds asking a plugin about one endpoint.
 const validateTimeout = 10 * time.Second
-
-type endpointCreate struct {
-	URL         string            `json:"url"`
-	Transport   string            `json:"transport"`
-	EventTypes  []string          `json:"event_types"`
-	FormIDs     []string          `json:"form_ids"`
-	Config      map[string]string `json:"config"`
-	Description string            `json:"description"`
-	// SignatureScheme is "v1" (HMAC-SHA256, the default) or "v1a" (Ed25519).
-	SignatureScheme string `json:"signature_scheme"`
-	endpointControls
-}
-
-// endpointPatch holds the fields a PATCH may change; a field left out (or
-// null) keeps its value.
-type endpointPatch struct {
-	URL         *string            `json:"url"`
-	Transport   *string            `json:"transport"`
-	EventTypes  *[]string          `json:"event_types"`
-	FormIDs     *[]string          `json:"form_ids"`
-	Config      *map[string]string `json:"config"`
-	Description *string            `json:"description"`
-	endpointControls
-}
 
 // noFields is the body of an action that takes none; it may be empty or {}.
 type noFields struct{}
@@ -133,7 +110,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req endpointCreate
+	var req apiwire.EndpointCreate
 	if err := decodeObject(body, &req, false); err != nil {
 		return err
 	}
@@ -154,7 +131,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := checkFields(&ep); err != nil {
 		return err
 	}
-	if err := req.endpointControls.apply(&ep, h.retryBounds); err != nil {
+	if err := applyControls(req.EndpointControls, &ep, h.retryBounds); err != nil {
 		return err
 	}
 	if err := h.checkTarget(r.Context(), ep); err != nil {
@@ -170,7 +147,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 		return storeError(err, "the endpoint")
 	}
 	w.Header().Set("Location", "/v1/endpoints/"+created.ID)
-	writeJSON(w, http.StatusCreated, endpointCreated{endpointView: viewEndpoint(created, h.now()), Secret: secret})
+	writeJSON(w, http.StatusCreated, apiwire.EndpointCreated{Endpoint: viewEndpoint(created, h.now()), Secret: secret})
 	return nil
 }
 
@@ -184,13 +161,11 @@ func (h *handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 		return storeError(err, "the endpoints")
 	}
 	now := h.now()
-	out := make([]endpointView, 0, len(eps))
+	out := apiwire.EndpointList{Endpoints: make([]apiwire.Endpoint, 0, len(eps))}
 	for _, e := range eps {
-		out = append(out, viewEndpoint(e, now))
+		out.Endpoints = append(out.Endpoints, viewEndpoint(e, now))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Endpoints []endpointView `json:"endpoints"`
-	}{out})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -229,7 +204,7 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var p endpointPatch
+	var p apiwire.EndpointPatch
 	if err := decodeObject(body, &p, false); err != nil {
 		return err
 	}
@@ -259,7 +234,7 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 		if err := checkFields(e); err != nil {
 			return false, err
 		}
-		if err := p.endpointControls.apply(e, h.retryBounds); err != nil {
+		if err := applyControls(p.EndpointControls, e, h.retryBounds); err != nil {
 			return false, err
 		}
 		// Only a change to where or how it sends needs the plugin's word;
@@ -270,7 +245,7 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 		return p.URL != nil || p.Transport != nil || p.Config != nil || p.EventTypes != nil ||
-			p.FormIDs != nil || p.Description != nil || p.endpointControls.set(), nil
+			p.FormIDs != nil || p.Description != nil || controlsSet(p.EndpointControls), nil
 	})
 	if err != nil {
 		return err
@@ -327,8 +302,8 @@ func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return h.endpointError(err, id)
 	}
-	writeJSON(w, http.StatusOK, endpointCreated{
-		endpointView: viewEndpoint(rot.Endpoint, now), Secret: rot.Secret, PreviousSecretsExpireAt: rot.PreviousSecretsExpireAt,
+	writeJSON(w, http.StatusOK, apiwire.EndpointCreated{
+		Endpoint: viewEndpoint(rot.Endpoint, now), Secret: rot.Secret, PreviousSecretsExpireAt: rot.PreviousSecretsExpireAt,
 	})
 	return nil
 }

@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/storage"
 )
 
-// apiError is an answer other than success, in the one error shape every
-// route uses: {"error":{"code":"…","message":"…"}}. Message is written for
-// the caller: it says what was wrong and what to do, and never carries a
-// secret or a database's own words.
+// apiError is an answer other than success, written in the one error shape
+// every route uses (apiwire.ErrorResponse) with its cause kept for the log.
+// Message is written for the caller: it says what was wrong and what to do,
+// and never carries a secret or a database's own words.
 type apiError struct {
 	Status  int
 	Code    string
@@ -94,20 +95,11 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, ae)
 }
 
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hymical"`)
 	}
-	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message}})
+	writeJSON(w, e.Status, apiwire.ErrorResponse{Error: apiwire.Error{Code: e.Code, Message: e.Message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/sqlite"
 )
@@ -153,11 +154,7 @@ func (z *ingestFuzz) serve(t *testing.T, r fuzzRequest) fuzzAnswer {
 	}
 	switch a.status {
 	case http.StatusAccepted, http.StatusOK:
-		var body struct {
-			SubmissionID string   `json:"submission_id"`
-			EventID      string   `json:"event_id"`
-			Deliveries   []string `json:"deliveries"`
-		}
+		var body apiwire.IngestResult
 		if err := json.Unmarshal(raw, &body); err != nil || body.EventID == "" {
 			t.Fatalf("%+v answered %d without an event id: %s", r, a.status, raw)
 		}
@@ -170,12 +167,7 @@ func (z *ingestFuzz) serve(t *testing.T, r fuzzRequest) fuzzAnswer {
 				eventsAfter-eventsBefore, deliveriesAfter-deliveriesBefore)
 		}
 	default:
-		var e struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var e apiwire.ErrorResponse
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&e); err != nil || e.Error.Code == "" || e.Error.Message == "" {

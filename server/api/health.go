@@ -7,20 +7,17 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/migrations"
+	"github.com/hymical/hymical/server/api/apiwire"
 )
 
 // readyTimeout bounds one readiness check, so a hung database makes the
 // probe fail rather than hang.
 const readyTimeout = 3 * time.Second
 
-type status struct {
-	Status string `json:"status"`
-}
-
 // GET /healthz: the process is up and serving. It checks nothing else, so
 // a database outage does not get a healthy process restarted.
 func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) error {
-	writeJSON(w, http.StatusOK, status{Status: "ok"})
+	writeJSON(w, http.StatusOK, apiwire.Status{Status: "ok"})
 	return nil
 }
 
@@ -53,6 +50,6 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 			return notReady("%v", err)
 		}
 	}
-	writeJSON(w, http.StatusOK, status{Status: "ready"})
+	writeJSON(w, http.StatusOK, apiwire.Status{Status: "ready"})
 	return nil
 }

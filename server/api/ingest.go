@@ -15,16 +15,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
-
-type ingestResult struct {
-	SubmissionID string   `json:"submission_id,omitempty"`
-	EventID      string   `json:"event_id"`
-	Deliveries   []string `json:"deliveries"`
-}
 
 // idempotencyKey reads the Idempotency-Key header; "" when absent.
 func idempotencyKey(r *http.Request) (string, error) {
@@ -147,12 +142,6 @@ func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-type eventRequest struct {
-	Type    string          `json:"type"`
-	FormID  string          `json:"form_id"`
-	Payload json.RawMessage `json:"payload"`
-}
-
 // genericBody is the signed payload of a generic event: the same shape as a
 // submission's, with event.id as what receivers dedupe on.
 type genericBody struct {
@@ -177,7 +166,7 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req eventRequest
+	var req apiwire.EventRequest
 	if err := decodeObject(body, &req, false); err != nil {
 		return err
 	}
@@ -253,7 +242,7 @@ func (h *handler) writeIngest(w http.ResponseWriter, res storage.EventCreateResu
 		status = http.StatusOK
 		w.Header().Set(HeaderIdempotentReplayed, "true")
 	}
-	writeJSON(w, status, ingestResult{SubmissionID: submissionID, EventID: res.Event.ID, Deliveries: ids})
+	writeJSON(w, status, apiwire.IngestResult{SubmissionID: submissionID, EventID: res.Event.ID, Deliveries: ids})
 }
 
 // sameJSON reports whether two JSON texts hold the same value, whatever

@@ -27,6 +27,7 @@ import (
 
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/worker"
 )
@@ -247,7 +248,7 @@ func (c Config) Worker() worker.Config {
 		SendTimeout:      c.Webhook.ConnectTimeout() + c.Webhook.ReadTimeout() + PluginHopMargin,
 		PollInterval:     c.Workers.PollInterval,
 		MaxCycleAttempts: c.Workers.MaxAttempts,
-		EndpointRetry: worker.EndpointRetryBounds{
+		EndpointRetry: retrypolicy.EndpointBounds{
 			MinDelay:    c.Endpoints.RetryMinDelay,
 			MaxDelay:    c.Endpoints.RetryMaxDelay,
 			MaxAttempts: c.Endpoints.RetryMaxAttempts,

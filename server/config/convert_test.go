@@ -9,6 +9,7 @@ import (
 	"github.com/hymical/hymical/plugins/http/httptransport"
 	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/worker"
 )
 
@@ -50,7 +51,7 @@ endpoints:
 			SendTimeout:  12 * time.Second,
 			PollInterval: 250 * time.Millisecond, MaxCycleAttempts: 8,
 			Retry:         worker.RetrySchedule{Delays: []time.Duration{time.Second, time.Minute}, Jitter: 0.1, MaxRetryAfter: 5 * time.Minute},
-			EndpointRetry: worker.EndpointRetryBounds{MinDelay: 2 * time.Second, MaxDelay: 3 * time.Hour, MaxAttempts: 12},
+			EndpointRetry: retrypolicy.EndpointBounds{MinDelay: 2 * time.Second, MaxDelay: 3 * time.Hour, MaxAttempts: 12},
 		}
 		got := cfg.Worker()
 		if !reflect.DeepEqual(got, want) {

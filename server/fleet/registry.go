@@ -12,10 +12,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
+	"github.com/hymical/hymical/internal/buildinfo"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -33,32 +33,12 @@ const (
 // registrySchemaVersion is the migration that added the worker registry.
 const registrySchemaVersion = 4
 
-// Build identifies this binary: its module version and, when the build
-// recorded it, the VCS revision. Two binaries with the same Build maintain
-// the claim token the same way.
-func Build() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && s.Value != "" {
-			v += "+" + s.Value
-		}
-	}
-	return v
-}
-
 // NewWorker describes this process for the registry.
 func NewWorker(schemaVersion int, now time.Time) storage.Worker {
 	host, _ := os.Hostname()
 	return storage.Worker{
 		ID:            storage.NewID("wrk"),
-		Build:         Build(),
+		Build:         buildinfo.String(),
 		SchemaVersion: schemaVersion,
 		Host:          host,
 		StartedAt:     now,
@@ -111,7 +91,7 @@ func CheckNoOtherBuilds(ctx context.Context, store storage.Store, now time.Time)
 	if err != nil {
 		return fmt.Errorf("list live workers: %w", err)
 	}
-	mine := Build()
+	mine := buildinfo.String()
 	var others []string
 	for _, w := range live {
 		if w.Build != mine {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -71,7 +72,7 @@ type Config struct {
 	MaxCycleAttempts int
 	Retry            RetrySchedule
 	// EndpointRetry bounds the retry schedule an endpoint sets for itself.
-	EndpointRetry EndpointRetryBounds
+	EndpointRetry retrypolicy.EndpointBounds
 	// Disabler disables an endpoint whose receiver answered 410 Gone; nil
 	// leaves such endpoints enabled and records the 410 as a permanent
 	// failure, as any other 4xx.
@@ -96,7 +97,7 @@ func DefaultConfig() Config {
 		PollInterval:     500 * time.Millisecond,
 		MaxCycleAttempts: storage.DefaultMaxCycleAttempts,
 		Retry:            DefaultRetrySchedule(),
-		EndpointRetry:    DefaultEndpointRetryBounds(),
+		EndpointRetry:    retrypolicy.DefaultEndpointBounds(),
 	}
 }
 
@@ -123,7 +124,7 @@ func (c Config) withDefaults() Config {
 	if c.Retry.Delays == nil {
 		c.Retry = d.Retry
 	}
-	if c.EndpointRetry == (EndpointRetryBounds{}) {
+	if c.EndpointRetry == (retrypolicy.EndpointBounds{}) {
 		c.EndpointRetry = d.EndpointRetry
 	}
 	if c.TracerProvider == nil {

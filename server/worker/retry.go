@@ -69,50 +69,6 @@ func (s RetrySchedule) Delay(cycleAttempt int, retryAfter time.Duration) time.Du
 	return d
 }
 
-// EndpointRetryBounds bound the retry schedule an endpoint may set for
-// itself (storage.Endpoint.RetrySchedule): each delay within
-// [MinDelay, MaxDelay], and at most MaxAttempts requests a cycle, so that one
-// endpoint can neither hammer its receiver nor keep deliveries open for
-// months.
-type EndpointRetryBounds struct {
-	MinDelay, MaxDelay time.Duration
-	MaxAttempts        int
-}
-
-// DefaultEndpointRetryBounds allow delays from 1 s to 24 h and up to 20
-// requests a cycle.
-func DefaultEndpointRetryBounds() EndpointRetryBounds {
-	return EndpointRetryBounds{MinDelay: time.Second, MaxDelay: 24 * time.Hour, MaxAttempts: 20}
-}
-
-// Validate checks the bounds themselves.
-func (b EndpointRetryBounds) Validate() error {
-	switch {
-	case b.MinDelay <= 0:
-		return fmt.Errorf("endpoint retry bounds: the shortest delay must be positive, got %s", b.MinDelay)
-	case b.MaxDelay < b.MinDelay:
-		return fmt.Errorf("endpoint retry bounds: the longest delay %s is shorter than the shortest %s", b.MaxDelay, b.MinDelay)
-	case b.MaxAttempts < 2:
-		return fmt.Errorf("endpoint retry bounds: at least 2 attempts are needed for a schedule to mean anything, got %d", b.MaxAttempts)
-	}
-	return nil
-}
-
-// Check says whether an endpoint's schedule is within the bounds, and if
-// not, what is wrong and what is allowed.
-func (b EndpointRetryBounds) Check(delays []time.Duration) error {
-	if len(delays)+1 > b.MaxAttempts {
-		return fmt.Errorf("retry_schedule has %d delays, which makes %d attempts; this server allows at most %d attempts, so at most %d delays",
-			len(delays), len(delays)+1, b.MaxAttempts, b.MaxAttempts-1)
-	}
-	for i, d := range delays {
-		if d < b.MinDelay || d > b.MaxDelay {
-			return fmt.Errorf("retry_schedule delay %d is %s; this server allows delays from %s to %s", i+1, d, b.MinDelay, b.MaxDelay)
-		}
-	}
-	return nil
-}
-
 // retryFor is the schedule and allowance for a delivery to ep: the
 // endpoint's own schedule when it has one, clamped into the bounds should
 // they have been tightened since it was set, otherwise the server's.
@@ -120,14 +76,10 @@ func (p *Pool) retryFor(ep storage.Endpoint) (RetrySchedule, int) {
 	if len(ep.RetrySchedule) == 0 {
 		return p.cfg.Retry, p.cfg.MaxCycleAttempts
 	}
-	b := p.cfg.EndpointRetry
-	delays := make([]time.Duration, len(ep.RetrySchedule))
-	for i, d := range ep.RetrySchedule {
-		delays[i] = min(max(d, b.MinDelay), b.MaxDelay)
-	}
 	s := p.cfg.Retry
+	delays, allowance := p.cfg.EndpointRetry.Clamp(ep.RetrySchedule)
 	s.Delays = delays
-	return s, min(len(delays)+1, b.MaxAttempts)
+	return s, allowance
 }
 
 // EndpointDisabler disables an endpoint for a reason (one of the

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/server/api/apiwire"
+)
+
+// TestEveryCommandHasItsOwnHelp runs --help on every command and
+// subcommand: each exits 0 (run returns flag.ErrHelp, which main maps to
+// 0, or nil), prints its own usage on stdout, and lists its own flags, not
+// another command's.
+func TestEveryCommandHasItsOwnHelp(t *testing.T) {
+	t.Parallel()
+	client := []string{"server", "token", "operator"}
+	controls := []string{"rate-limit", "rate-burst", "max-in-flight", "ordered", "retry-schedule"}
+	cat := func(lists ...[]string) []string {
+		var out []string
+		for _, l := range lists {
+			out = append(out, l...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		args []string
+		// usage is how the usage starts.
+		usage string
+		// flags are named as -NAME in the flag listing; serve's keys as
+		// --KEY; lines are what else it must say.
+		flags, notFlags, lines []string
+	}{
+		{args: nil, usage: "usage: hymical COMMAND", lines: []string{"serve", "endpoints", "deliveries", "version"}},
+		{args: []string{"help"}, usage: "usage: hymical COMMAND"},
+		{args: []string{"serve"}, usage: "Usage: hymical serve", lines: []string{"--database.url", "--worker.lease_seconds", "--server.listen"}},
+		{args: []string{"migrate"}, usage: "usage: hymical migrate", flags: []string{"database", "to", "force"}, notFlags: client},
+		{args: []string{"plugins"}, usage: "usage: hymical plugins COMMAND", lines: []string{"  list "}},
+		{args: []string{"plugins", "list"}, usage: "Usage: hymical plugins list", lines: []string{"--plugins.dir", "--database.url"}},
+		{args: []string{"demo"}, usage: "usage: hymical demo", flags: []string{"plugins", "timeout"}, notFlags: cat(client, []string{"database"})},
+		{args: []string{"submit"}, usage: "usage: hymical submit", flags: cat(client, []string{"form", "data", "idempotency-key"}), notFlags: cat(controls, []string{"url", "state"})},
+		{args: []string{"endpoints"}, usage: "usage: hymical endpoints COMMAND", lines: []string{"  add ", "  list ", "  set ", "  disable ", "  enable "}},
+		{args: []string{"endpoints", "add"}, usage: "usage: hymical endpoints add",
+			flags:    cat(client, controls, []string{"url", "transport", "description", "signature-scheme", "form", "event-type", "endpoint-config"}),
+			notFlags: []string{"wide", "o", "state", "cursor"}},
+		{args: []string{"endpoints", "list"}, usage: "usage: hymical endpoints list", flags: cat(client, []string{"wide", "o"}),
+			notFlags: cat(controls, []string{"url", "transport", "description", "form", "state"})},
+		{args: []string{"endpoints", "set"}, usage: "usage: hymical endpoints set", flags: cat(client, controls),
+			notFlags: []string{"url", "transport", "form", "wide", "signature-scheme"}},
+		{args: []string{"endpoints", "disable"}, usage: "usage: hymical endpoints disable", flags: client, notFlags: cat(controls, []string{"url", "wide"})},
+		{args: []string{"endpoints", "enable"}, usage: "usage: hymical endpoints enable", flags: client, notFlags: cat(controls, []string{"url", "wide"})},
+		{args: []string{"deliveries"}, usage: "usage: hymical deliveries COMMAND", lines: []string{"  list ", "  show "}},
+		{args: []string{"deliveries", "list"}, usage: "usage: hymical deliveries list", flags: cat(client, []string{"state", "endpoint", "form", "limit", "cursor", "o"}),
+			notFlags: cat(controls, []string{"url", "wide"})},
+		{args: []string{"deliveries", "show"}, usage: "usage: hymical deliveries show", flags: cat(client, []string{"o"}),
+			notFlags: []string{"state", "cursor", "limit", "url"}},
+		{args: []string{"replay"}, usage: "usage: hymical replay", flags: cat(client, []string{"state", "endpoint", "form", "limit"}), notFlags: []string{"cursor", "url", "wide"}},
+		{args: []string{"bench"}, usage: "usage: hymical bench", flags: []string{"backend", "submissions", "endpoints", "concurrency", "json"}, notFlags: client},
+		{args: []string{"version"}, usage: "usage: hymical version", notFlags: client},
+	} {
+		name := strings.Join(append(tc.args, "--help"), " ")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), append(tc.args, "--help"), &stdout, &stderr)
+			if err != nil && !errors.Is(err, flag.ErrHelp) {
+				t.Fatalf("hymical %s: %v (exit 1)\nstdout:\n%s\nstderr:\n%s", name, err, stdout.String(), stderr.String())
+			}
+			out, other := stdout.String(), stderr.String()
+			if other != "" {
+				t.Errorf("hymical %s wrote to the other stream:\n%s", name, other)
+			}
+			if !strings.HasPrefix(out, tc.usage) {
+				t.Errorf("hymical %s does not start with %q:\n%s", name, tc.usage, out)
+			}
+			for _, f := range tc.flags {
+				if !flagListed(out, f) {
+					t.Errorf("hymical %s does not list its flag -%s:\n%s", name, f, out)
+				}
+			}
+			for _, f := range tc.notFlags {
+				if flagListed(out, f) {
+					t.Errorf("hymical %s lists -%s, which it does not take:\n%s", name, f, out)
+				}
+			}
+			for _, l := range tc.lines {
+				if !strings.Contains(out, l) {
+					t.Errorf("hymical %s does not say %q:\n%s", name, l, out)
+				}
+			}
+		})
+	}
+	// Other ways of asking.
+	for _, args := range [][]string{{"-h"}, {"help", "endpoints", "list"}, {"endpoints", "list", "-h"}, {"endpoints", "help"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) || stdout.Len() == 0 || stderr.Len() > 0 {
+			t.Errorf("hymical %s: %v, %d bytes of usage on stdout, stderr %q", strings.Join(args, " "), err, stdout.Len(), stderr.String())
+		}
+	}
+}
+
+// flagListed reports whether a flag package listing names -name.
+func flagListed(usage, name string) bool {
+	return regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(name) + `( |$)`).MatchString(usage)
+}
+
+// TestUnknownCommandsFail: a command or subcommand that does not exist is
+// an error, with the usage on stderr and nothing on stdout.
+func TestUnknownCommandsFail(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args  []string
+		usage string
+	}{
+		{nil, "usage: hymical COMMAND"},
+		{[]string{"bogus"}, "usage: hymical COMMAND"},
+		{[]string{"endpoints"}, "usage: hymical endpoints COMMAND"},
+		{[]string{"endpoints", "bogus"}, "usage: hymical endpoints COMMAND"},
+		{[]string{"deliveries", "bogus"}, "usage: hymical deliveries COMMAND"},
+		{[]string{"plugins", "bogus"}, "usage: hymical plugins COMMAND"},
+		{[]string{"endpoints", "list", "--bogus"}, "usage: hymical endpoints list"},
+		{[]string{"endpoints", "set"}, "usage: hymical endpoints set"},
+		{[]string{"deliveries", "show"}, "usage: hymical deliveries show"},
+		{[]string{"migrate", "extra"}, "usage: hymical migrate"},
+		{[]string{"version", "extra"}, "usage: hymical version"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tc.args, &stdout, &stderr)
+		if err == nil || errors.Is(err, flag.ErrHelp) {
+			t.Errorf("hymical %s: %v, want an error", strings.Join(tc.args, " "), err)
+		}
+		if stdout.Len() > 0 || !strings.HasPrefix(stderr.String(), tc.usage) {
+			t.Errorf("hymical %s: stdout %q, stderr %q; want the usage %q on stderr only", strings.Join(tc.args, " "), stdout.String(), stderr.String(), tc.usage)
+		}
+	}
+}
+
+// TestEndpointListFits checks the narrow list against the worst rows it
+// can get: the longest status, a long transport name, URLs far longer than
+// the line, a query that may hold a token.
+func TestEndpointListFits(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	long := "https://hooks.example.com/" + strings.Repeat("segment/", 30) + "the-hook?token=" + strings.Repeat("s", 80)
+	eps := []apiwire.Endpoint{
+		{ID: "ep_" + strings.Repeat("a", 32), Transport: "http", URL: long},
+		{ID: "ep_" + strings.Repeat("b", 32), Transport: "a-transport-with-a-long-name", URL: "https://" + strings.Repeat("sub.", 40) + "example.com/x",
+			Disabled: true, DisabledAt: &now, DisabledReason: "a reason longer than any the server gives"},
+		{ID: "ep_" + strings.Repeat("c", 32), Transport: "nats", Config: map[string]string{"subject": strings.Repeat("forms.", 40), "url": "nats://[redacted]@n:4222"}},
+		{ID: "ep_" + strings.Repeat("d", 32), Transport: "http", URL: "https://short.example.com/in", FailingSince: &now},
+	}
+	var b bytes.Buffer
+	if err := writeEndpoints(&b, eps, listWidth); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != len(eps)+1 {
+		t.Fatalf("%d lines for %d endpoints:\n%s", len(lines), len(eps), b.String())
+	}
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > listWidth {
+			t.Errorf("%d columns: %s", n, l)
+		}
+	}
+	for i, e := range eps {
+		if !strings.HasPrefix(lines[i+1], e.ID+" ") {
+			t.Errorf("line %d does not start with the whole id %s: %s", i+1, e.ID, lines[i+1])
+		}
+	}
+	for _, want := range []string{"https://hooks.example.com/seg", "-hook?…", "https://short.example.com/in", "failing", "disabled (a reason"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the list does not show %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "token=") {
+		t.Errorf("a shortened URL kept its query:\n%s", b.String())
+	}
+}
+
+func TestShortenURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in    string
+		width int
+		want  string
+	}{
+		{"https://a.example/in", 40, "https://a.example/in"},
+		{"https://a.example/in?token=secret", 25, "https://a.example/in?…"},
+		{"https://a.example/aaaaaaaaaa/bbbbbbbbbb/hook", 30, "https://a.example/aaa…bbb/hook"},
+		{"https://a.example/aaaaaaaaaa/bbbbbbbbbb/hook?token=secret", 30, "https://a.example/aaa…b/hook?…"},
+		{"https://" + strings.Repeat("sub.", 10) + "example/in", 20, "https://sub.sub.sub…"},
+		{"not a url at all, and long", 10, "not a url…"},
+	} {
+		got := shortenURL(tc.in, tc.width)
+		if got != tc.want || utf8.RuneCountInString(got) > tc.width {
+			t.Errorf("shortenURL(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
+		}
+	}
+}
+
+// TestEndpointsListOnARealServer renders endpoints list against `hymical
+// serve` with several endpoints whose URLs are longer than a line: the
+// default fits in 120 columns, --wide shows everything in full, -o json is
+// the API's answer.
+func TestEndpointsListOnARealServer(t *testing.T) {
+	dir := t.TempDir()
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FORMS_SERVER_ADMIN_TOKEN", "test-admin-token-0123456789")
+	base, _, _ := startServe(t, dir)
+	hymical := func(args ...string) string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := run(t.Context(), append(args, "--server", base), &b, &b); err != nil {
+			t.Fatalf("hymical %s: %v\n%s", strings.Join(args, " "), err, b.String())
+		}
+		return b.String()
+	}
+	urls := []string{
+		"http://127.0.0.1:9/" + strings.Repeat("a-long-path-segment/", 8) + "hook",
+		"http://127.0.0.1:9/in?token=" + strings.Repeat("t", 120),
+		"http://127.0.0.1:9/short",
+		"http://127.0.0.1:9/forms/" + strings.Repeat("x", 200),
+	}
+	var ids []string
+	for i, u := range urls {
+		out := hymical("endpoints", "add", "--url", u, "--form", fmt.Sprintf("form_%d", i), "--description", "endpoint number "+fmt.Sprint(i))
+		id := regexp.MustCompile(`ep_[0-9a-f]{32}`).FindString(out)
+		if id == "" {
+			t.Fatalf("endpoints add printed no id: %s", out)
+		}
+		ids = append(ids, id)
+	}
+	hymical("endpoints", "disable", ids[0])
+	hymical("endpoints", "set", ids[1], "--rate-limit", "5", "--ordered=true")
+
+	list := hymical("endpoints", "list")
+	lines := strings.Split(strings.TrimSuffix(list, "\n"), "\n")
+	if len(lines) != len(ids)+1 || !strings.HasPrefix(lines[0], "ID ") {
+		t.Fatalf("endpoints list: a header and %d rows expected:\n%s", len(ids), list)
+	}
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > listWidth {
+			t.Errorf("endpoints list line of %d columns: %s", n, l)
+		}
+	}
+	for _, id := range ids {
+		if !strings.Contains(list, id+" ") {
+			t.Errorf("endpoints list does not show the whole id %s:\n%s", id, list)
+		}
+	}
+	if !strings.Contains(list, "disabled (operator)") || !strings.Contains(list, "http://127.0.0.1:9/short") {
+		t.Errorf("endpoints list:\n%s", list)
+	}
+	t.Logf("endpoints list:\n%s", list)
+
+	wide := hymical("endpoints", "list", "--wide")
+	for _, want := range append(urls, "5/s, ordered", "form_3", "endpoint number 2", "disabled (operator, ") {
+		if !strings.Contains(wide, want) {
+			t.Errorf("endpoints list --wide does not show %q:\n%s", want, wide)
+		}
+	}
+
+	var got apiwire.EndpointList
+	if err := json.Unmarshal([]byte(hymical("endpoints", "list", "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Endpoints) != len(urls) {
+		t.Fatalf("-o json has %d endpoints, want %d", len(got.Endpoints), len(urls))
+	}
+	byID := map[string]apiwire.Endpoint{}
+	for _, e := range got.Endpoints {
+		byID[e.ID] = e
+	}
+	for i, id := range ids {
+		if byID[id].URL != urls[i] {
+			t.Errorf("-o json: endpoint %s has URL %q, want %q", id, byID[id].URL, urls[i])
+		}
+	}
+	if e := byID[ids[1]]; e.RateLimit != 5 || !e.Ordered || !byID[ids[0]].Disabled {
+		t.Errorf("-o json lost the controls or the disabling: %+v", got.Endpoints)
+	}
+}
