@@ -87,10 +87,11 @@ type WebhookConfig struct {
 
 // PluginsConfig is the plugin host's.
 type PluginsConfig struct {
-	Dir          string         `koanf:"dir" doc:"Directory of hymical-plugin-NAME executables; every one is run. Empty means the directory of the running hymical executable."`
-	SendGrace    time.Duration  `koanf:"send_grace" doc:"How long past a send's deadline the host waits for a plugin's answer before it counts the plugin as hung and restarts it."`
-	StartTimeout time.Duration  `koanf:"start_timeout" doc:"Time allowed to start and configure one plugin process."`
-	List         []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts and networks from the webhook section."`
+	Dir             string         `koanf:"dir" doc:"Directory of hymical-plugin-NAME executables; every one is run. Empty means the directory of the running hymical executable."`
+	SendGrace       time.Duration  `koanf:"send_grace" doc:"How long past a send's deadline the host waits for a plugin's answer before it counts the plugin as hung and restarts it."`
+	StartTimeout    time.Duration  `koanf:"start_timeout" doc:"Time allowed to start and configure one plugin process."`
+	ValidateTimeout time.Duration  `koanf:"validate_timeout" doc:"Time a plugin has to say whether it can send to an endpoint being created or changed; a plugin that takes longer counts as hung, is restarted, and the request is answered 503."`
+	List            []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts and networks from the webhook section."`
 }
 
 // PluginConfig configures one plugin.
@@ -209,8 +210,9 @@ func Default() Config {
 			ReadTimeoutSeconds:    10,
 		},
 		Plugins: PluginsConfig{
-			SendGrace:    pluginhost.DefaultSendGrace,
-			StartTimeout: pluginhost.DefaultStartTimeout,
+			SendGrace:       pluginhost.DefaultSendGrace,
+			StartTimeout:    pluginhost.DefaultStartTimeout,
+			ValidateTimeout: pluginhost.DefaultValidateTimeout,
 		},
 		Log: LogConfig{Level: "info", Format: "text"},
 		Endpoints: EndpointsConfig{
@@ -283,9 +285,10 @@ func (c Config) PluginHost() pluginhost.Config {
 	// it empty (the host then says what to set) if that cannot be found.
 	dir, _ := resolvePluginDir(c.Plugins.Dir)
 	out := pluginhost.Config{
-		Dir:          dir,
-		SendGrace:    c.Plugins.SendGrace,
-		StartTimeout: c.Plugins.StartTimeout,
+		Dir:             dir,
+		SendGrace:       c.Plugins.SendGrace,
+		StartTimeout:    c.Plugins.StartTimeout,
+		ValidateTimeout: c.Plugins.ValidateTimeout,
 	}
 	sawHTTP := false
 	for _, p := range c.Plugins.List {

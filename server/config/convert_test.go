@@ -77,8 +77,9 @@ func TestPluginHostConversion(t *testing.T) {
 			Plugins: []pluginhost.PluginConfig{{Name: "http", Settings: map[string]string{
 				"connect_timeout": "5s", "read_timeout": "10s", "allowed_networks": "",
 			}}},
-			SendGrace:    3 * time.Second,
-			StartTimeout: pluginhost.DefaultStartTimeout,
+			SendGrace:       3 * time.Second,
+			StartTimeout:    pluginhost.DefaultStartTimeout,
+			ValidateTimeout: pluginhost.DefaultValidateTimeout,
 		}
 		if got := cfg.PluginHost(); !reflect.DeepEqual(got, want) {
 			t.Errorf("PluginHost() = %+v, want %+v", got, want)

@@ -115,6 +115,7 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "zero poll interval", file: "worker:\n  poll_interval: 0s\n", key: "worker.poll_interval", want: []string{"positive"}},
 		{name: "negative grace", file: "plugins:\n  send_grace: -1s\n", key: "plugins.send_grace", want: []string{"positive"}},
 		{name: "zero start timeout", env: []string{"FORMS_PLUGINS_START_TIMEOUT=0"}, key: "plugins.start_timeout", want: []string{"positive"}},
+		{name: "zero validate timeout", env: []string{"FORMS_PLUGINS_VALIDATE_TIMEOUT=0"}, key: "plugins.validate_timeout", want: []string{"positive"}},
 		{name: "zero rotation grace", file: "server:\n  secret_rotation_grace: 0s\n", key: "server.secret_rotation_grace", want: []string{"positive"}},
 		{name: "retention too short", env: []string{"FORMS_RETENTION_DELIVERED_MAX_AGE=30m"}, key: "retention.delivered_max_age", want: []string{"at least 1h", "0 to keep everything"}},
 		{name: "zero retention interval", file: "retention:\n  interval: 0s\n", key: "retention.interval", want: []string{"positive"}},

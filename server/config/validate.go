@@ -166,6 +166,7 @@ func (c *Config) check(r *report, src map[string]string) {
 	}
 	positiveDuration(r, "plugins.send_grace", at, c.Plugins.SendGrace, d.Plugins.SendGrace)
 	positiveDuration(r, "plugins.start_timeout", at, c.Plugins.StartTimeout, d.Plugins.StartTimeout)
+	positiveDuration(r, "plugins.validate_timeout", at, c.Plugins.ValidateTimeout, d.Plugins.ValidateTimeout)
 	if !skip("plugins.list") {
 		c.checkPlugins(r)
 	}

@@ -60,42 +60,42 @@ type Config struct {
 	// Dir holds plugin executables named hymical-plugin-<name>; each one is
 	// run. Empty means no directory; a directory that does not exist is an
 	// error.
-	Dir string `koanf:"dir"`
+	Dir string
 	// Plugins configures plugins by name: where one is (when not in Dir),
 	// its SHA-256 pin, and its settings.
-	Plugins []PluginConfig `koanf:"plugins"`
+	Plugins []PluginConfig
 	// SendGrace is how long past a send's deadline the host waits before
 	// it counts the plugin as hung; zero means DefaultSendGrace.
-	SendGrace time.Duration `koanf:"send_grace"`
+	SendGrace time.Duration
 	// StartTimeout bounds starting and configuring one plugin; zero means
 	// DefaultStartTimeout.
-	StartTimeout time.Duration `koanf:"start_timeout"`
+	StartTimeout time.Duration
 	// ValidateTimeout bounds one Validate call, after which the plugin
 	// counts as hung; zero means DefaultValidateTimeout.
-	ValidateTimeout time.Duration `koanf:"validate_timeout"`
+	ValidateTimeout time.Duration
 	// TracerProvider makes a client span for every call to a plugin; nil
 	// means none. Either way the trace context of the caller's context
 	// crosses to the plugin.
-	TracerProvider trace.TracerProvider `koanf:"-"`
+	TracerProvider trace.TracerProvider
 	// PluginEnv, when set, is the extra environment each plugin gets,
 	// by plugin name: the plugin's own tracing set-up
 	// (telemetry.Telemetry.PluginEnv). It is added to the few variables a
 	// plugin inherits, never to the server's whole environment.
-	PluginEnv func(name string) []string `koanf:"-"`
+	PluginEnv func(name string) []string
 }
 
 // PluginConfig is one configured plugin.
 type PluginConfig struct {
 	// Name is what endpoints name as their transport, e.g. "http".
-	Name string `koanf:"name"`
+	Name string
 	// Path is the executable; empty means Dir/hymical-plugin-<Name>.
-	Path string `koanf:"path"`
+	Path string
 	// SHA256, when set, is the hex SHA-256 the executable must have; a
 	// plugin that does not match is not run. It must come from a trusted
 	// source, such as the release notes of the build that was installed.
-	SHA256 string `koanf:"sha256"`
+	SHA256 string
 	// Settings are handed to the plugin's Configure after every launch.
-	Settings map[string]string `koanf:"settings"`
+	Settings map[string]string
 }
 
 // Errors New, Validate and Send's outcomes are built on; check them with
