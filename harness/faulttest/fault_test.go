@@ -19,6 +19,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the harness's own raw reads
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/storage"
 )
@@ -235,9 +236,7 @@ func (h *harness) createEndpoint() {
 	if err != nil || status != http.StatusCreated {
 		h.t.Fatalf("create the endpoint: %d %s %v", status, raw, err)
 	}
-	var ep struct {
-		Secret string `json:"secret"`
-	}
+	var ep apiwire.EndpointCreated
 	if err := json.Unmarshal(raw, &ep); err != nil || ep.Secret == "" {
 		h.t.Fatalf("endpoint answer without a secret: %s", raw)
 	}
@@ -305,10 +304,7 @@ func (h *harness) submit(ctx context.Context, i int) bool {
 			case err != nil || status >= 500:
 				// The server or its database is away: try again.
 			case status == http.StatusAccepted || status == http.StatusOK:
-				var res struct {
-					SubmissionID string   `json:"submission_id"`
-					Deliveries   []string `json:"deliveries"`
-				}
+				var res apiwire.IngestResult
 				if err := json.Unmarshal(raw, &res); err != nil || len(res.Deliveries) != 1 || res.SubmissionID == "" {
 					h.t.Errorf("submission %s: answer %d %s, want one delivery", key, status, raw)
 					return false
