@@ -212,13 +212,9 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs := newFlagSet("deliveries show", deliveriesShowUsage)
 	client := clientFlags(fs)
 	output := outputFlag(fs)
-	id, err := fs.parseWithArg(args, stdout, stderr)
+	id, err := fs.parseWithID(args, stdout, stderr, "delivery")
 	if err != nil {
 		return err
-	}
-	if id == "" {
-		fs.printUsage(stderr)
-		return errors.New("deliveries show needs the delivery id")
 	}
 	asJSON, err := output()
 	if err != nil {
@@ -390,13 +386,9 @@ func runEndpointsSet(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlagSet("endpoints set", endpointsSetUsage)
 	client := clientFlags(fs)
 	controls := controlFlags(fs)
-	id, err := fs.parseWithArg(args, stdout, stderr)
+	id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
 	if err != nil {
 		return err
-	}
-	if id == "" {
-		fs.printUsage(stderr)
-		return errors.New("endpoints set needs the endpoint id")
 	}
 	c, err := client()
 	if err != nil {
@@ -432,13 +424,9 @@ Resumes a disabled endpoint: its held deliveries go out again.`
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs := newFlagSet("endpoints "+action, usage)
 		client := clientFlags(fs)
-		id, err := fs.parseWithArg(args, stdout, stderr)
+		id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
 		if err != nil {
 			return err
-		}
-		if id == "" {
-			fs.printUsage(stderr)
-			return fmt.Errorf("endpoints %s needs the endpoint id", action)
 		}
 		c, err := client()
 		if err != nil {

@@ -164,6 +164,17 @@ func (fs *flagSet) parseWithArg(args []string, stdout, stderr io.Writer) (string
 	return arg, nil
 }
 
+// parseWithID is parseWithArg for a command that cannot run without the id
+// of its object (what: "delivery", "endpoint").
+func (fs *flagSet) parseWithID(args []string, stdout, stderr io.Writer, what string) (string, error) {
+	id, err := fs.parseWithArg(args, stdout, stderr)
+	if err == nil && id == "" {
+		fs.printUsage(stderr)
+		err = fmt.Errorf("%s needs the %s id", fs.Name(), what)
+	}
+	return id, err
+}
+
 func (fs *flagSet) printUsage(w io.Writer) {
 	fmt.Fprint(w, strings.TrimRight(fs.usage, "\n")+"\n")
 	n := 0
