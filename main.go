@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -269,10 +268,6 @@ func databaseURLDefault() string {
 		return v
 	}
 	return database.DefaultURL
-}
-
-func newLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 const versionUsage = `usage: hymical version
