@@ -42,6 +42,16 @@ func (p DeliveryClaimParams) Validate() error {
 	if p.Lease <= 0 {
 		return fmt.Errorf("%w: claim lease must be positive, got %s", ErrInvalid, p.Lease)
 	}
+	if p.Share != nil {
+		if p.Share.Default < 0 {
+			return fmt.Errorf("%w: claim share default room must not be negative, got %d", ErrInvalid, p.Share.Default)
+		}
+		for id, r := range p.Share.Room {
+			if r < 0 {
+				return fmt.Errorf("%w: claim share room of endpoint %s must not be negative, got %d", ErrInvalid, id, r)
+			}
+		}
+	}
 	return nil
 }
 

@@ -316,8 +316,38 @@ type DeliveryClaimParams struct {
 	Limit int
 	// Lease is how long the claim holds; positive.
 	Lease time.Duration
+	// Share, when set, bounds how many pending deliveries of each endpoint
+	// this claim takes: the worker's fair share between endpoints. Nil
+	// takes the oldest due, whoever they go to.
+	Share *ClaimShare
 	// Now overrides the store's clock; zero means the store's clock.
 	Now time.Time
+}
+
+// ClaimShare is how many pending deliveries a claim may take of each
+// endpoint. With a share, a claim still takes the oldest due first, but
+// none of an endpoint past its room: the deliveries of other endpoints
+// behind them are found however many of the capped one's are due first.
+// Leases that expired are claimed regardless: they are few, and their
+// sends are already owed.
+type ClaimShare struct {
+	// Default is the room of an endpoint not in Room; 0 takes none of it.
+	Default int
+	// Room gives the endpoints it names a room of their own; 0 takes none.
+	Room map[string]int
+}
+
+// ClaimWindow is how many of the oldest due rows a claim with a share
+// looks at before it looks endpoint by endpoint: enough that the usual
+// mix of endpoints fills the claim from it.
+func ClaimWindow(limit int) int { return 8 * limit }
+
+// RoomOf is the room of the endpoint with id.
+func (s *ClaimShare) RoomOf(id string) int {
+	if r, ok := s.Room[id]; ok {
+		return r
+	}
+	return s.Default
 }
 
 // DeliveryCompleteParams ends a claim with the outcome of the owner's request.

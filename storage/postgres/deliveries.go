@@ -53,6 +53,79 @@ JOIN webhook_events AS e ON e.id = d.event_id
 JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
 ORDER BY d.next_attempt_at, d.id`
 
+// claimFairSQL is claimSQL with a room per endpoint ($4, $5: endpoint ids
+// and rooms; $6: the room of the rest). It walks a window of the oldest due
+// rows ($7 of them, a few times the limit) and keeps each endpoint's first
+// rows up to its room. Only when that window was full and still left the
+// claim short, which means the rows ahead belong to endpoints without room,
+// does it look endpoint by endpoint: one probe of webhook_deliveries_endpoint_due
+// per enabled endpoint with room, however long the backlog ahead. Both
+// picks are a prefix of an endpoint's due rows, so their union keeps every
+// endpoint within its room. The picked rows are then locked, skipping those
+// another claim holds, and checked again, as a claim without a share does.
+const claimFairSQL = `
+WITH room AS (
+	SELECT * FROM unnest($4::text[], $5::integer[]) AS r(endpoint_id, room)
+), walk AS (
+	SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
+	WHERE state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
+	ORDER BY next_attempt_at, id
+	LIMIT $7
+), windowed AS (
+	SELECT w.id, w.next_attempt_at FROM (
+		SELECT walk.*, row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at, id) AS rn
+		FROM walk) AS w
+	LEFT JOIN room AS r ON r.endpoint_id = w.endpoint_id
+	WHERE w.rn <= coalesce(r.room, $6)
+), discovered AS (
+	SELECT c.id, c.next_attempt_at
+	FROM webhook_endpoints AS ep
+	LEFT JOIN room AS r ON r.endpoint_id = ep.id
+	CROSS JOIN LATERAL (
+		SELECT d.id, d.next_attempt_at FROM webhook_deliveries AS d
+		WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND NOT d.held
+			AND d.next_attempt_at <= coalesce($1::timestamptz, now())
+		ORDER BY d.next_attempt_at, d.id
+		LIMIT coalesce(r.room, $6)) AS c
+	WHERE ep.disabled_at IS NULL AND coalesce(r.room, $6) > 0
+		AND (SELECT count(*) FROM walk) = $7 AND (SELECT count(*) FROM windowed) < $2
+), picked AS (
+	SELECT id, next_attempt_at FROM windowed
+	UNION
+	SELECT id, next_attempt_at FROM discovered
+	ORDER BY next_attempt_at, id
+	LIMIT $2
+), pending AS (
+	SELECT id, next_attempt_at FROM webhook_deliveries
+	WHERE id IN (SELECT id FROM picked)
+		AND state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
+	ORDER BY next_attempt_at, id
+	FOR UPDATE SKIP LOCKED
+), expired AS (
+	SELECT id, next_attempt_at FROM webhook_deliveries
+	WHERE state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())
+	ORDER BY next_attempt_at, id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), due AS (
+	SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS u
+	ORDER BY next_attempt_at, id
+	LIMIT $2
+), claimed AS (
+	UPDATE webhook_deliveries AS d
+	SET state = 'processing',
+		claim_expires_at = coalesce($1::timestamptz, now()) + $3::bigint * interval '1 microsecond',
+		claim_token = gen_random_uuid()::text
+	FROM due
+	WHERE d.id = due.id
+	RETURNING d.*
+)
+SELECT ` + deliveryColumns + `, d.claim_token, ` + eventColumns + `, ` + epEndpointColumns + `
+FROM claimed AS d
+JOIN webhook_events AS e ON e.id = d.event_id
+JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+ORDER BY d.next_attempt_at, d.id`
+
 // DeliveryClaim claims up to p.Limit claimable deliveries, oldest due first,
 // each with a fresh random token, the event it carries and its endpoint,
 // and returns those the endpoints' controls admit (see admitClaims).
@@ -84,7 +157,20 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 
 // claimIn runs the claim statement in tx.
 func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
-	rows, err := tx.Query(ctx, claimSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds())
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if sh := p.Share; sh != nil {
+		ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
+		for id, r := range sh.Room {
+			ids, rooms = append(ids, id), append(rooms, int32(r))
+		}
+		rows, err = tx.Query(ctx, claimFairSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds(),
+			ids, rooms, sh.Default, storage.ClaimWindow(p.Limit))
+	} else {
+		rows, err = tx.Query(ctx, claimSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds())
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -114,6 +114,135 @@ const claimSQL = `
 		ORDER BY next_attempt_at, id LIMIT :limit)
 	RETURNING ` + deliveryColumns + `, claim_token`
 
+// claimFairSQL claims the pending rows pickFair chose (:picked, a JSON list
+// of ids) and the oldest expired leases, oldest due first.
+const claimFairSQL = `
+	UPDATE webhook_deliveries
+	SET state = 'processing',
+		claim_expires_at = :now + :lease,
+		claim_token = lower(hex(randomblob(16)))
+	WHERE id IN (
+		SELECT id FROM (
+			SELECT id, next_attempt_at FROM webhook_deliveries
+			WHERE id IN (SELECT value FROM json_each(:picked))
+				AND state = 'pending' AND held = 0 AND next_attempt_at <= :now
+			UNION ALL
+			SELECT id, next_attempt_at FROM (
+				SELECT id, next_attempt_at FROM webhook_deliveries INDEXED BY webhook_deliveries_processing_order
+				WHERE state = 'processing' AND claim_expires_at < :now
+				ORDER BY next_attempt_at, id LIMIT :limit))
+		ORDER BY next_attempt_at, id LIMIT :limit)
+	RETURNING ` + deliveryColumns + `, claim_token`
+
+// The reads pickFair makes: the window of the oldest due rows, the enabled
+// endpoints, and one endpoint's oldest due rows.
+const (
+	dueWindowSQL = `SELECT id, endpoint_id, next_attempt_at
+		FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
+		WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
+		ORDER BY next_attempt_at, id LIMIT :window`
+	enabledEndpointsSQL = `SELECT id FROM webhook_endpoints WHERE disabled_at IS NULL`
+	endpointDueSQL      = `SELECT id, next_attempt_at
+		FROM webhook_deliveries INDEXED BY webhook_deliveries_endpoint_due
+		WHERE endpoint_id = :endpoint AND state = 'pending' AND held = 0 AND next_attempt_at <= :now
+		ORDER BY next_attempt_at, id LIMIT :room`
+)
+
+// pickFair chooses which pending rows a claim with a share takes: from a
+// window of the oldest due rows, each endpoint's first ones up to its room.
+// Only when that window was full and still left the claim short, which
+// means the rows ahead belong to endpoints without room, does it look
+// endpoint by endpoint, one probe of webhook_deliveries_endpoint_due each,
+// so the others are found however long the backlog ahead of them. Both
+// picks are a prefix of an endpoint's due rows, so every endpoint stays
+// within its room.
+func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
+	type due struct {
+		id   string
+		next int64
+	}
+	window := storage.ClaimWindow(p.Limit)
+	rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window))
+	if err != nil {
+		return nil, err
+	}
+	var picked []due
+	seen := map[string]bool{}
+	taken := map[string]int{}
+	walked := 0
+	for rows.Next() {
+		var d due
+		var endpoint string
+		if err := rows.Scan(&d.id, &endpoint, &d.next); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		walked++
+		if taken[endpoint] < p.Share.RoomOf(endpoint) {
+			taken[endpoint]++
+			picked, seen[d.id] = append(picked, d), true
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if walked == window && len(picked) < p.Limit {
+		endpoints, err := tx.QueryContext(ctx, enabledEndpointsSQL)
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for endpoints.Next() {
+			var id string
+			if err := endpoints.Scan(&id); err != nil {
+				endpoints.Close()
+				return nil, err
+			}
+			ids = append(ids, id)
+		}
+		endpoints.Close()
+		if err := endpoints.Err(); err != nil {
+			return nil, err
+		}
+		for _, endpoint := range ids {
+			room := p.Share.RoomOf(endpoint)
+			if room == 0 {
+				continue
+			}
+			rows, err := tx.QueryContext(ctx, endpointDueSQL, sql.Named("endpoint", endpoint), sql.Named("now", now), sql.Named("room", room))
+			if err != nil {
+				return nil, err
+			}
+			for rows.Next() {
+				var d due
+				if err := rows.Scan(&d.id, &d.next); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				if !seen[d.id] {
+					picked, seen[d.id] = append(picked, d), true
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sort.Slice(picked, func(i, j int) bool {
+		if picked[i].next != picked[j].next {
+			return picked[i].next < picked[j].next
+		}
+		return picked[i].id < picked[j].id
+	})
+	out := make([]string, 0, min(len(picked), p.Limit))
+	for _, d := range picked[:min(len(picked), p.Limit)] {
+		out = append(out, d.id)
+	}
+	return out, nil
+}
+
 const endpointsByIDSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
 	WHERE id IN (SELECT value FROM json_each(?))`
 
@@ -128,7 +257,11 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	st, err := s.prepare(ctx, claimSQL, eventsByIDSQL, endpointsByIDSQL)
+	claim := claimSQL
+	if p.Share != nil {
+		claim = claimFairSQL
+	}
+	st, err := s.prepare(ctx, claim, eventsByIDSQL, endpointsByIDSQL)
 	if err != nil {
 		return nil, s.mapErr(op, err)
 	}
@@ -136,8 +269,15 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	now := micros(nowTime)
 	claims := []storage.Claim{}
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		rows, err := tx.StmtContext(ctx, st[0]).QueryContext(ctx,
-			sql.Named("now", now), sql.Named("lease", p.Lease.Microseconds()), sql.Named("limit", p.Limit))
+		args := []any{sql.Named("now", now), sql.Named("lease", p.Lease.Microseconds()), sql.Named("limit", p.Limit)}
+		if p.Share != nil {
+			picked, err := pickFair(ctx, tx, p, now)
+			if err != nil {
+				return err
+			}
+			args = append(args, sql.Named("picked", jsonList(picked)))
+		}
+		rows, err := tx.StmtContext(ctx, st[0]).QueryContext(ctx, args...)
 		if err != nil {
 			return err
 		}

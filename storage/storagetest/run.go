@@ -28,6 +28,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Batch", func(t *testing.T) { t.Parallel(); testBatch(t, b) })
 	t.Run("Prune", func(t *testing.T) { t.Parallel(); testPrune(t, b) })
 	t.Run("Controls", func(t *testing.T) { t.Parallel(); testControls(t, b) })
+	t.Run("Share", func(t *testing.T) { t.Parallel(); testShare(t, b) })
 }
 
 // lease is the lease every test claims with unless it says otherwise.

@@ -1,0 +1,168 @@
+package storagetest
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// testShare holds the claim's fair share between endpoints: a claim with a
+// share takes no endpoint past its room, still oldest due first, and finds
+// the other endpoints' deliveries however many of a full one's are due
+// ahead of them.
+func testShare(t *testing.T, b Backend) {
+	// forms creates an endpoint per form and n[i] deliveries to the i-th,
+	// one endpoint's after another, so the first endpoint's are due first.
+	forms := func(f *fixture, n ...int) (eps []storage.Endpoint, byEndpoint map[string][]string) {
+		f.t.Helper()
+		byEndpoint = map[string][]string{}
+		for i := range n {
+			form := "form_" + string(rune('a'+i))
+			eps = append(eps, f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{form} }))
+		}
+		for i, k := range n {
+			for range k {
+				res := f.event("form_" + string(rune('a'+i)))
+				byEndpoint[eps[i].ID] = append(byEndpoint[eps[i].ID], res.Deliveries[0].ID)
+			}
+		}
+		return eps, byEndpoint
+	}
+	claimShare := func(f *fixture, s storage.Store, limit int, share storage.ClaimShare) []storage.Claim {
+		f.t.Helper()
+		claims, err := s.DeliveryClaim(f.ctx, storage.DeliveryClaimParams{Limit: limit, Lease: lease, Now: f.now, Share: &share})
+		if err != nil {
+			f.t.Fatalf("DeliveryClaim with share %+v: %v", share, err)
+		}
+		return claims
+	}
+	perEndpoint := func(claims []storage.Claim) map[string][]string {
+		out := map[string][]string{}
+		for _, c := range claims {
+			out[c.Delivery.EndpointID] = append(out[c.Delivery.EndpointID], c.Delivery.ID)
+		}
+		return out
+	}
+
+	t.Run("a share takes each endpoint's oldest due up to its room, and the rest of the claim from the others", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		eps, want := forms(f, 6, 3, 1)
+		got := perEndpoint(claimShare(f, f.store, 10, storage.ClaimShare{Default: 2}))
+		for i, room := range []int{2, 2, 1} {
+			if e := eps[i].ID; !slices.Equal(got[e], want[e][:room]) {
+				t.Errorf("endpoint %d: claimed %v, want its oldest %d: %v", i, got[e], room, want[e][:room])
+			}
+		}
+	})
+
+	t.Run("a room of its own overrides the default, and a room of 0 takes none", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		eps, want := forms(f, 4, 4, 4)
+		got := perEndpoint(claimShare(f, f.store, 10, storage.ClaimShare{Default: 3, Room: map[string]int{eps[0].ID: 1, eps[1].ID: 0}}))
+		for i, room := range []int{1, 0, 3} {
+			if e := eps[i].ID; !slices.Equal(got[e], want[e][:room]) {
+				t.Errorf("endpoint %d: claimed %v, want its oldest %d", i, got[e], room)
+			}
+		}
+		if n := len(claimShare(f, f.store, 10, storage.ClaimShare{})); n != 0 {
+			t.Errorf("a share whose every room is 0 claimed %d", n)
+		}
+	})
+
+	t.Run("behind a backlog longer than the claim looks at, the other endpoints are still found", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		const limit = 4
+		backlog := storage.ClaimWindow(limit) + 20
+		eps, want := forms(f, backlog, 2, 3)
+		got := perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: 2, Room: map[string]int{eps[0].ID: 0}}))
+		if len(got[eps[0].ID]) != 0 {
+			t.Errorf("the endpoint without room got %d", len(got[eps[0].ID]))
+		}
+		if !slices.Equal(got[eps[1].ID], want[eps[1].ID]) || !slices.Equal(got[eps[2].ID], want[eps[2].ID][:2]) {
+			t.Errorf("claimed %v and %v, want %v and the oldest 2 of %v", got[eps[1].ID], got[eps[2].ID], want[eps[1].ID], want[eps[2].ID])
+		}
+		// With room, the backlog ahead is claimed first, as without a share.
+		got = perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: limit}))
+		if !slices.Equal(got[eps[0].ID], want[eps[0].ID][:limit]) {
+			t.Errorf("with room, claimed %v of the backlog, want its oldest %d", got[eps[0].ID], limit)
+		}
+	})
+
+	t.Run("a disabled endpoint's deliveries are not claimed through a share", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		const limit = 2
+		eps, want := forms(f, storage.ClaimWindow(limit)+5, 1)
+		f.setDisabled(eps[1], true)
+		got := claimShare(f, f.store, limit, storage.ClaimShare{Default: 1, Room: map[string]int{eps[0].ID: 0}})
+		if len(got) != 0 {
+			t.Errorf("claimed %v, want none: one endpoint has no room, the other is disabled (%v)", claimIDs(got), want[eps[1].ID])
+		}
+	})
+
+	t.Run("a negative room is refused", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		for _, share := range []storage.ClaimShare{{Default: -1}, {Room: map[string]int{"ep_x": -2}}} {
+			_, err := f.store.DeliveryClaim(f.ctx, storage.DeliveryClaimParams{Limit: 1, Lease: lease, Now: f.now, Share: &share})
+			if !errors.Is(err, storage.ErrInvalid) {
+				t.Errorf("share %+v: %v, want ErrInvalid", share, err)
+			}
+		}
+	})
+
+	t.Run("stores claiming with shares at once never claim a delivery twice, and each keeps every room", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		_, want := forms(f, 30, 30, 30)
+		total := 0
+		for _, ids := range want {
+			total += len(ids)
+		}
+		stores := []storage.Store{f.store, f.db.Open(t), f.db.Open(t)}
+		var (
+			mu      sync.Mutex
+			claimed = map[string]int{}
+			wg      sync.WaitGroup
+		)
+		for _, s := range stores {
+			wg.Go(func() {
+				for {
+					claims, err := s.DeliveryClaim(f.ctx, storage.DeliveryClaimParams{Limit: 5, Lease: lease, Now: f.now, Share: &storage.ClaimShare{Default: 2}})
+					if err != nil {
+						t.Errorf("DeliveryClaim: %v", err)
+						return
+					}
+					if len(claims) == 0 {
+						return
+					}
+					for e, ids := range perEndpoint(claims) {
+						if len(ids) > 2 {
+							t.Errorf("one claim took %d of endpoint %s, room 2", len(ids), e)
+						}
+					}
+					mu.Lock()
+					for _, c := range claims {
+						claimed[c.Delivery.ID]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(claimed) != total {
+			t.Errorf("claimed %d distinct deliveries, want all %d", len(claimed), total)
+		}
+		for id, n := range claimed {
+			if n != 1 {
+				t.Errorf("delivery %s was claimed %d times", id, n)
+			}
+		}
+	})
+}
