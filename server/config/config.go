@@ -70,6 +70,7 @@ type ServerConfig struct {
 type WorkerConfig struct {
 	LeaseSeconds  int             `koanf:"lease_seconds" doc:"How long a claim holds, in seconds. Lower recovers faster from a dead worker; it must comfortably outlast webhook.connect_timeout_seconds + webhook.read_timeout_seconds (refused at or below their sum plus the 2s plugin margin, warned below twice their sum), or a delivery still in flight is claimed and sent again."`
 	Concurrency   int             `koanf:"concurrency" doc:"How many sends may be in flight at once in this process."`
+	EndpointShare float64         `koanf:"endpoint_share" doc:"Fair share: the fraction of this process's worker.concurrency senders one endpoint may hold while other endpoints have due work (at least one sender), so a receiver that hangs cannot stall the rest. Endpoints whose sends are not yet known to be quick (new ones, and those with a send slower than 1s) share half of the senders between them. An endpoint whose sends are quick may use every sender when nothing else is due. 1 turns the share off."`
 	BatchSize     int             `koanf:"batch_size" doc:"Most deliveries claimed in one database statement."`
 	PollInterval  time.Duration   `koanf:"poll_interval" doc:"How long the worker waits before looking again when nothing was due."`
 	MaxAttempts   int             `koanf:"max_attempts" doc:"Requests a delivery gets per cycle before it fails for good (a replay starts a fresh cycle)."`
@@ -198,6 +199,7 @@ func Default() Config {
 		Workers: WorkerConfig{
 			LeaseSeconds:  int(w.Lease / time.Second),
 			Concurrency:   w.Concurrency,
+			EndpointShare: w.EndpointShare,
 			BatchSize:     w.BatchSize,
 			PollInterval:  w.PollInterval,
 			MaxAttempts:   w.MaxCycleAttempts,
@@ -245,6 +247,7 @@ func (w WebhookConfig) ReadTimeout() time.Duration {
 func (c Config) Worker() worker.Config {
 	return worker.Config{
 		Concurrency:      c.Workers.Concurrency,
+		EndpointShare:    c.Workers.EndpointShare,
 		BatchSize:        c.Workers.BatchSize,
 		Lease:            time.Duration(c.Workers.LeaseSeconds) * time.Second,
 		SendTimeout:      c.Webhook.ConnectTimeout() + c.Webhook.ReadTimeout() + PluginHopMargin,

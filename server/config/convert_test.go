@@ -28,6 +28,7 @@ func TestWorkerConversion(t *testing.T) {
 worker:
   lease_seconds: 45
   concurrency: 3
+  endpoint_share: 0.5
   batch_size: 2
   poll_interval: 250ms
   max_attempts: 8
@@ -45,7 +46,7 @@ endpoints:
   retry_max_attempts: 12
 `, withToken())
 		want := worker.Config{
-			Concurrency: 3, BatchSize: 2, Lease: 45 * time.Second,
+			Concurrency: 3, EndpointShare: 0.5, BatchSize: 2, Lease: 45 * time.Second,
 			// 3 s connect + 7 s read + the fixed 2 s margin; send_grace
 			// does not lengthen it.
 			SendTimeout:  12 * time.Second,

@@ -79,7 +79,7 @@ var allKeys = []string{
 	"database.url",
 	"server.listen", "server.admin_token", "server.ingest_keys", "server.insecure_dev_mode",
 	"server.max_body_bytes", "server.secret_rotation_grace",
-	"worker.lease_seconds", "worker.concurrency", "worker.batch_size", "worker.poll_interval",
+	"worker.lease_seconds", "worker.concurrency", "worker.endpoint_share", "worker.batch_size", "worker.poll_interval",
 	"worker.max_attempts", "worker.retry_delays", "worker.retry_jitter", "worker.max_retry_after",
 	"webhook.connect_timeout_seconds", "webhook.read_timeout_seconds", "webhook.allowed_networks",
 	"plugins.dir", "plugins.send_grace", "plugins.start_timeout", "plugins.validate_timeout", "plugins.list",

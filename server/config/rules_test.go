@@ -131,6 +131,8 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "retry delays as a map", file: "worker:\n  retry_delays:\n    first: 30s\n", key: "worker.retry_delays", want: []string{"must be a list"}},
 		// Fractions and flags.
 		{name: "jitter of 1", file: "worker:\n  retry_jitter: 1\n", key: "worker.retry_jitter", want: []string{"less than 1"}},
+		{name: "no endpoint share", env: []string{"FORMS_WORKER_ENDPOINT_SHARE=0"}, key: "worker.endpoint_share", want: []string{"more than 0 and at most 1"}},
+		{name: "endpoint share over 1", file: "worker:\n  endpoint_share: 1.5\n", key: "worker.endpoint_share", want: []string{"more than 0 and at most 1"}},
 		{name: "negative jitter", env: []string{"FORMS_WORKER_RETRY_JITTER=-0.1"}, key: "worker.retry_jitter", want: []string{"at least 0"}},
 		{name: "NaN jitter", file: "worker:\n  retry_jitter: .nan\n", key: "worker.retry_jitter", want: []string{"finite"}},
 		{name: "not a bool", env: []string{"FORMS_SERVER_INSECURE_DEV_MODE=maybe"}, key: "server.insecure_dev_mode", want: []string{"true or false"}},

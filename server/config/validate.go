@@ -121,6 +121,9 @@ func (c *Config) check(r *report, src map[string]string) {
 			}
 		}
 	}
+	if s := c.Workers.EndpointShare; !skip("worker.endpoint_share") && !(s > 0 && s <= 1) {
+		r.invalid("worker.endpoint_share", "worker.endpoint_share%s is %s: it must be more than 0 and at most 1 (0.25 lets one endpoint hold a quarter of the senders while others wait; 1 turns the share off)", at("worker.endpoint_share"), strconv.FormatFloat(s, 'g', -1, 64))
+	}
 	if j := c.Workers.RetryJitter; !skip("worker.retry_jitter") && (j < 0 || j >= 1) {
 		r.invalid("worker.retry_jitter", "worker.retry_jitter%s is %s: it must be at least 0 and less than 1 (0.2 spreads each delay by ±20%%)", at("worker.retry_jitter"), strconv.FormatFloat(j, 'g', -1, 64))
 	}

@@ -58,6 +58,10 @@ type Sender interface {
 type Config struct {
 	// Concurrency is how many sends may be in flight at once.
 	Concurrency int
+	// EndpointShare is the fraction of the Concurrency senders one endpoint
+	// may hold while other endpoints have due work (at least one sender);
+	// 1 lets one endpoint hold them all. See fairShare for the policy.
+	EndpointShare float64
 	// BatchSize is the most deliveries claimed in one statement.
 	BatchSize int
 	// Lease is how long a claim holds. It must outlast SendTimeout.
@@ -91,6 +95,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Concurrency:      16,
+		EndpointShare:    DefaultEndpointShare,
 		BatchSize:        16,
 		Lease:            60 * time.Second,
 		SendTimeout:      17 * time.Second,
@@ -105,6 +110,9 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Concurrency == 0 {
 		c.Concurrency = d.Concurrency
+	}
+	if c.EndpointShare == 0 {
+		c.EndpointShare = d.EndpointShare
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = d.BatchSize
@@ -140,6 +148,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker concurrency must be at least 1, got %d", c.Concurrency)
 	case c.BatchSize < 1:
 		return fmt.Errorf("worker batch size must be at least 1, got %d", c.BatchSize)
+	case !(c.EndpointShare > 0 && c.EndpointShare <= 1):
+		return fmt.Errorf("worker endpoint share must be more than 0 and at most 1, got %g", c.EndpointShare)
 	case c.SendTimeout <= 0:
 		return fmt.Errorf("send timeout must be positive, got %s", c.SendTimeout)
 	case c.Lease <= c.SendTimeout:
@@ -167,6 +177,7 @@ type Pool struct {
 	traced  bool
 	metrics *telemetry.Metrics
 	now     func() time.Time
+	share   *fairShare
 }
 
 // New checks cfg and returns a pool; Run starts it.
@@ -181,6 +192,7 @@ func New(store Store, sender Sender, cfg Config, log *slog.Logger) (*Pool, error
 	return &Pool{
 		store: store, sender: sender, cfg: cfg, log: log, now: time.Now,
 		tracer: cfg.TracerProvider.Tracer(telemetry.ScopeName), traced: !isNoop(cfg.TracerProvider), metrics: cfg.Metrics,
+		share: newFairShare(cfg.Concurrency, cfg.EndpointShare, time.Now),
 	}, nil
 }
 
@@ -278,7 +290,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		// those would wait out their lease. Claims that arrive after
 		// shutdown began are given back unspent by the senders.
 		stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Lease)
-		claims, err := p.store.DeliveryClaim(stmtCtx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+		claims, err := p.claim(stmtCtx, n)
 		cancel()
 		at := p.now()
 		claimCtx := p.claimSpan(record, n, claims, err, claimStart, at)
@@ -305,6 +317,34 @@ func (p *Pool) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// claim claims up to n deliveries within the endpoints' fair share, then,
+// when that left the claim short, tops it up from the trusted endpoints
+// that filled their room: with nothing else due, one endpoint may use every
+// sender. The claims count as held from here until process is done with
+// them.
+func (p *Pool) claim(ctx context.Context, n int) ([]storage.Claim, error) {
+	claims, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: p.share.rooms()})
+	if err != nil {
+		return nil, err
+	}
+	p.share.claimed(claims)
+	if len(claims) == n {
+		return claims, nil
+	}
+	more := p.share.topUp()
+	if more == nil {
+		return claims, nil
+	}
+	extra, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n - len(claims), Lease: p.cfg.Lease, Share: more})
+	if err != nil {
+		// What the first statement claimed is this process's to send.
+		p.log.Warn("topping up a claim failed; sending what was claimed", "error", err)
+		return claims, nil
+	}
+	p.share.claimed(extra)
+	return append(claims, extra...), nil
 }
 
 // recorder records outcomes off the senders' path: a sender hands its
@@ -461,6 +501,7 @@ func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.End
 func (p *Pool) process(run, record context.Context, c storage.Claim, claimed time.Time, rec *recorder) {
 	log := deliveryLog{l: p.log, c: &c}
 	ep := c.Endpoint
+	defer p.share.done(c.Delivery.EndpointID)
 	if run.Err() != nil {
 		p.release(record, log, c, 0)
 		return
@@ -495,7 +536,10 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 	// the sender, not onto ctx: the sender enforces it and tells a plugin
 	// that hung past it (and must be restarted) from a caller that gave up.
 	// actx carries the attempt's span to the plugin and on to the receiver.
-	finish(p.sender.Send(actx, ep.Transport, msg, deadline))
+	p.share.sending(c.Delivery.EndpointID, start)
+	o := p.sender.Send(actx, ep.Transport, msg, deadline)
+	p.share.sent(c.Delivery.EndpointID, start, p.now().Sub(start))
+	finish(o)
 }
 
 // message builds the signed message for one attempt. The secret is used

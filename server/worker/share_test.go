@@ -1,0 +1,149 @@
+package worker_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/storage"
+)
+
+// gauge counts the requests a receiver holds at once, and the most it held.
+type gauge struct{ now, peak, total atomic.Int64 }
+
+func (g *gauge) enter() {
+	g.total.Add(1)
+	n := g.now.Add(1)
+	for {
+		p := g.peak.Load()
+		if n <= p || g.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (g *gauge) leave() { g.now.Add(-1) }
+
+// shareEnv is one store and the http plugin, sending to loopback with the
+// scenario's timeouts: 1 s to connect, 3 s to read.
+func shareEnv(t *testing.T, open func(*testing.T) storage.Store) (storage.Store, *pluginhost.Host) {
+	t.Helper()
+	store := open(t)
+	host, err := pluginhost.New(t.Context(), pluginhost.Config{
+		Dir: pluginDir,
+		Plugins: []pluginhost.PluginConfig{
+			{Name: "http", Settings: map[string]string{"allowed_networks": "127.0.0.0/8", "connect_timeout": "1s", "read_timeout": "3s"}},
+		},
+	}, e2etest.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Close)
+	return store, host
+}
+
+// endpointFor creates an endpoint for form that sends to a receiver whose
+// handler is answer, and returns the receiver's gauge.
+func endpointFor(t *testing.T, store storage.Store, form string, answer func(w http.ResponseWriter, r *http.Request)) *gauge {
+	t.Helper()
+	g := &gauge{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.enter()
+		defer g.leave()
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: srv.URL + "/hook", FormIDs: []string{form},
+		Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// shareConfig is the default pool with the scenario's send deadline.
+func shareConfig() worker.Config {
+	return worker.Config{SendTimeout: 6 * time.Second, PollInterval: 20 * time.Millisecond}
+}
+
+// A receiver that accepts and never answers holds no more than its share
+// of the senders, so a healthy endpoint's deliveries submitted behind 200
+// of its own go out at once: all 20 within 2 s, where without the share
+// they waited for the hung ones to time out, batch after batch.
+func TestFairShareAHungReceiverDoesNotStallTheOthers(t *testing.T) {
+	t.Parallel()
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			store, host := shareEnv(t, open)
+			release := make(chan struct{})
+			hung := endpointFor(t, store, "form_hung", func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			t.Cleanup(func() { close(release) })
+			healthy := endpointFor(t, store, "form_ok", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+
+			cfg := shareConfig()
+			e2etest.RunPool(t, store, host, cfg)
+			e2etest.Submit(t, store, "form_hung", 200)
+			e2etest.WaitUntil(t, 10*time.Second, "the hung receiver holding requests", func() (bool, string) {
+				return hung.now.Load() > 0, "none yet"
+			})
+			start := time.Now()
+			e2etest.Submit(t, store, "form_ok", 20)
+			e2etest.WaitUntil(t, 10*time.Second, "the healthy receiver getting all 20", func() (bool, string) {
+				n := healthy.total.Load()
+				return n >= 20, "got " + strconv.FormatInt(n, 10)
+			})
+			took := time.Since(start)
+			t.Logf("healthy endpoint: 20/20 in %s; the hung receiver held at most %d requests at once", took.Round(time.Millisecond), hung.peak.Load())
+			if took > 2*time.Second {
+				t.Errorf("the healthy endpoint's 20 deliveries took %s, want at most 2s", took)
+			}
+			// Concurrency 16 × share 0.25: one endpoint's room is 4.
+			if p := hung.peak.Load(); p > 4 {
+				t.Errorf("the hung receiver held %d requests at once, more than its room of 4 of the 16 senders", p)
+			}
+		})
+	}
+}
+
+// An endpoint alone may use every sender once its sends have shown they
+// are quick: the share holds it back only while others have due work.
+func TestFairShareAnEndpointAloneUsesEverySender(t *testing.T) {
+	t.Parallel()
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			store, host := shareEnv(t, open)
+			busy := endpointFor(t, store, "form_busy", func(w http.ResponseWriter, r *http.Request) {
+				time.Sleep(50 * time.Millisecond)
+				w.WriteHeader(http.StatusNoContent)
+			})
+			cfg := shareConfig()
+			e2etest.RunPool(t, store, host, cfg)
+			e2etest.Submit(t, store, "form_busy", 400)
+			e2etest.WaitUntil(t, 30*time.Second, "all 400 delivered", func() (bool, string) {
+				n := busy.total.Load()
+				return n >= 400, "got " + strconv.FormatInt(n, 10)
+			})
+			t.Logf("the endpoint alone held up to %d of the 16 senders", busy.peak.Load())
+			if p := busy.peak.Load(); p < 12 {
+				t.Errorf("alone, the endpoint held at most %d senders at once, want nearly all 16 (at least 12)", p)
+			}
+		})
+	}
+}
