@@ -341,3 +341,91 @@ func TestShutdownIsBoundedWhenTheDatabaseStopsAnswering(t *testing.T) {
 		})
 	}
 }
+
+// TestFairShareHoldsAcrossServersOnOnePostgreSQL runs three servers on one
+// database with a receiver that accepts and never answers, 200 deliveries
+// to it ahead of 20 to a healthy one: each server keeps the hung endpoint
+// to its share of its own senders (4 of 16), so the three together hold at
+// most 12 of their 48, and the healthy deliveries go out at once.
+func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	direct, err := postgres.Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, err := direct.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	var hungNow, hungPeak, healthy atomic.Int64
+	release := make(chan struct{})
+	defer close(release)
+	receivers := map[string]http.HandlerFunc{
+		"form_hung": func(w http.ResponseWriter, r *http.Request) {
+			n := hungNow.Add(1)
+			defer hungNow.Add(-1)
+			for p := hungPeak.Load(); n > p && !hungPeak.CompareAndSwap(p, n); p = hungPeak.Load() {
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		},
+		"form_ok": func(w http.ResponseWriter, r *http.Request) {
+			healthy.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		},
+	}
+	for form, h := range receivers {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = rs.Serve(ln) }()
+		defer rs.Close()
+		secret, err := webhook.NewSecret()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := direct.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "http://" + ln.Addr().String() + "/",
+			FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		cfg := testConfig(dsn)
+		cfg.Console.Enabled = false
+		cfg.Webhook.ConnectTimeoutSeconds, cfg.Webhook.ReadTimeoutSeconds = 1, 3
+		start(t, cfg)
+	}
+	submit := func(form string, n int) {
+		for i := range n {
+			ev, err := event.Submission(form, json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := direct.EventCreate(t.Context(), ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	submit("form_hung", 200)
+	e2etest.WaitUntil(t, 10*time.Second, "the hung receiver holding requests", func() (bool, string) {
+		return hungNow.Load() >= 8, fmt.Sprintf("%d held", hungNow.Load())
+	})
+	began := time.Now()
+	submit("form_ok", 20)
+	e2etest.WaitUntil(t, 10*time.Second, "the healthy receiver getting all 20", func() (bool, string) {
+		return healthy.Load() >= 20, fmt.Sprintf("got %d", healthy.Load())
+	})
+	took := time.Since(began)
+	t.Logf("three servers: the healthy endpoint's 20 in %s; the hung receiver held at most %d requests", took.Round(time.Millisecond), hungPeak.Load())
+	if took > 2*time.Second {
+		t.Errorf("the healthy endpoint's 20 deliveries took %s, want at most 2s", took)
+	}
+	if p := hungPeak.Load(); p > 12 {
+		t.Errorf("the hung receiver held %d requests at once, more than 3 servers × a room of 4", p)
+	}
+}
