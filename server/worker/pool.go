@@ -567,7 +567,10 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	late := false
 	defer func() { p.metrics.RecordAttempt(ctx, transportName, string(kind), late, end.Sub(start)) }()
 
-	err := p.retryStore(ctx, c, func() error {
+	// One budget for recording this attempt, owner's write and late one
+	// together, independent of the lease (see recordRetryFor).
+	recordBy := p.now().Add(recordRetryFor)
+	err := p.retryUntil(ctx, recordBy, func() error {
 		d, a, err := complete(done, params)
 		if err == nil {
 			log.Info("attempt recorded", "attempt", a.Number, "outcome", a.Outcome, "http_status", a.HTTPStatus, "state", d.State)
@@ -580,7 +583,7 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	})
 	if !errors.Is(err, storage.ErrClaimLost) {
 		if err != nil {
-			log.Error("recording the attempt failed; the lease will expire and the delivery will be sent again", "error", err)
+			log.Error("recording the attempt failed; the request it made is missing from the history, and once the lease expires the delivery is sent again", "error", err)
 			span.RecordError(err)
 		}
 		return
@@ -594,7 +597,7 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 		DeliveryID: c.Delivery.ID, Token: c.Token, Outcome: kind, HTTPStatus: status,
 		Error: o.Error, StartedAt: start, FinishedAt: end, TraceID: traceID,
 	}
-	err = p.retryStore(ctx, c, func() error {
+	err = p.retryUntil(ctx, recordBy, func() error {
 		a, err := p.store.AttemptRecordLate(ctx, lateParams)
 		if err == nil {
 			log.Warn("claim was superseded while the request was out; recorded as a late attempt", "attempt", a.Number, "outcome", a.Outcome)
@@ -605,7 +608,7 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 		return err
 	})
 	if err != nil {
-		log.Error("recording the late attempt failed", "error", err)
+		log.Error("recording the late attempt failed; the request it made is missing from the history", "error", err)
 		span.RecordError(err)
 	}
 }
@@ -665,6 +668,19 @@ func (p *Pool) release(ctx context.Context, log deliveryLog, c storage.Claim, de
 	}
 }
 
+// recordRetryFor bounds how long recording one attempt is retried after a
+// write failed for a passing reason (a dropped connection, a database
+// restarting or failing over). The request went out, so the history must
+// have it, and the claim's lease is no bound here: a superseded worker's
+// lease has usually run out already by the time it learns it is late, and
+// an owner whose lease runs out while it retries still records, as owner
+// if nobody took the delivery over meanwhile and as a late attempt if
+// somebody did (the fence decides). Two minutes rides out a PostgreSQL
+// restart or failover. On shutdown Run's recording context ends retrying
+// sooner, one lease after the shutdown began, so a database that stopped
+// answering does not keep the process from exiting.
+const recordRetryFor = 2 * time.Minute
+
 // retryStore retries a store write that failed for a reason other than the
 // state machine's answer (a dropped connection, a restarting database) until
 // the claim's lease would have expired anyway.
@@ -673,6 +689,13 @@ func (p *Pool) retryStore(ctx context.Context, c storage.Claim, write func() err
 	if c.Delivery.ClaimExpiresAt != nil {
 		until = *c.Delivery.ClaimExpiresAt
 	}
+	return p.retryUntil(ctx, until, write)
+}
+
+// retryUntil retries write, backing off from 100 ms to 2 s, until it
+// succeeds, fails with the state machine's answer, would retry past until,
+// or ctx ends.
+func (p *Pool) retryUntil(ctx context.Context, until time.Time, write func() error) error {
 	wait := 100 * time.Millisecond
 	for {
 		err := write()
