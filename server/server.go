@@ -116,7 +116,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 		Log:                 log.With("component", "endpoint-health"),
 	}
 	workerCfg := cfg.Worker()
-	workerCfg.TracerProvider, workerCfg.Metrics, workerCfg.Disabler = s.tel.TracerProvider(), metrics, s.health
+	workerCfg.TracerProvider, workerCfg.Metrics = s.tel.TracerProvider(), metrics
+	if cfg.Endpoints.DisableOnGone {
+		// Off, the worker records a 410 as its transport classified it.
+		workerCfg.Disabler = s.health
+	}
 	if s.pool, err = worker.New(s.store, s.host, workerCfg, log.With("component", "worker")); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/server/fleet"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
@@ -171,6 +173,65 @@ func TestLateAttemptLandsAfterTheDatabaseRefusedIt(t *testing.T) {
 				t.Fatalf("the late attempt moved the delivery: %+v", got)
 			}
 			wantOutcomes(t, e.attempts(d.ID), "delivered 200", "delivered 200 late")
+		})
+	}
+}
+
+// With endpoints.disable_on_gone on, only the claim's owner acts on a 410:
+// a worker whose claim was taken over while its request was out, and whose
+// receiver answered 410 Gone, records a late attempt as the transport
+// reported it (permanent, 410) and changes nothing else: the endpoint stays
+// enabled and its failing run is not started.
+func TestSupersededWorkersGoneDisablesNothing(t *testing.T) {
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			inFlight := make(chan struct{})
+			release := make(chan struct{})
+			e := newEnv(t, open, "http", func(n int, _ *http.Request) int {
+				if n == 1 {
+					close(inFlight)
+					<-release
+				}
+				return http.StatusGone
+			})
+			cfg := fastConfig(5)
+			cfg.Disabler = &fleet.EndpointHealth{Store: e.store, Log: e2etest.Logger()}
+			pool, err := worker.New(e.store, e.host, cfg, e2etest.Logger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			done := make(chan error, 1)
+			go func() { done <- pool.Run(ctx) }()
+
+			_, d := e.submit()
+			<-inFlight
+			steal, err := e.store.DeliveryClaim(t.Context(), storage.DeliveryClaimParams{Limit: 1, Lease: time.Hour, Now: time.Now().Add(time.Minute)})
+			if err != nil || len(steal) != 1 || steal[0].Delivery.ID != d.ID {
+				t.Fatalf("steal claim: %v, %v", steal, err)
+			}
+			close(release)
+			got := e.waitFor(d.ID, "one late attempt", func(d storage.Delivery) bool { return d.Attempts == 1 })
+			// Run returns once every outcome it had is recorded and acted on,
+			// so whatever the late worker was going to do to the endpoint is
+			// done by then.
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got.State != storage.StateProcessing || got.CycleAttempts != 0 || got.Held {
+				t.Fatalf("the late worker moved the new owner's delivery: %+v", got)
+			}
+			wantOutcomes(t, e.attempts(d.ID), "permanent 410 late")
+			ep, err := e.store.EndpointGet(t.Context(), e.ep.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ep.DisabledAt != nil || ep.DisabledReason != "" || ep.FailingSince != nil {
+				t.Fatalf("a superseded worker's 410 acted on the endpoint: disabled at %v (%q), failing since %v", ep.DisabledAt, ep.DisabledReason, ep.FailingSince)
+			}
 		})
 	}
 }

@@ -73,9 +73,10 @@ type Config struct {
 	Retry            RetrySchedule
 	// EndpointRetry bounds the retry schedule an endpoint sets for itself.
 	EndpointRetry retrypolicy.EndpointBounds
-	// Disabler disables an endpoint whose receiver answered 410 Gone; nil
-	// leaves such endpoints enabled and records the 410 as a permanent
-	// failure, as any other 4xx.
+	// Disabler disables an endpoint whose receiver answered 410 Gone to
+	// the claim's owner (endpoints.disable_on_gone); nil, the default,
+	// leaves such endpoints enabled and records the 410 as the transport
+	// classified it (the http plugin: permanent, as any other 4xx).
 	Disabler EndpointDisabler
 
 	// TracerProvider makes the claim and attempt spans; nil means none.
@@ -541,13 +542,16 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	if status < 100 || status > 599 {
 		status = 0
 	}
-	// 410 Gone says the endpoint is gone, not that this message was
-	// wrong: the endpoint is disabled and the delivery kept, held, for
-	// when an operator enables it again.
-	if status == http.StatusGone && kind != storage.OutcomeDelivered && p.cfg.Disabler != nil {
+	// With a Disabler (endpoints.disable_on_gone), 410 Gone says the
+	// endpoint is gone, not that this message was wrong: the owner's
+	// attempt is recorded retryable, then the endpoint is disabled and
+	// the delivery kept, held, for when an operator enables it again.
+	// Without one, a 410 is recorded as the transport classified it.
+	reported, reportedError := kind, o.Error
+	gone := status == http.StatusGone && kind != storage.OutcomeDelivered && p.cfg.Disabler != nil
+	if gone {
 		kind = storage.OutcomeRetryable
 		o.Error = "the receiver answered 410 Gone: the endpoint is disabled and its deliveries kept until it is enabled again"
-		defer p.endpointGone(ctx, log, c.Endpoint.ID)
 	}
 	schedule, allowance := p.retryFor(c.Endpoint)
 	traceID := telemetry.SampledTraceID(ctx)
@@ -585,10 +589,19 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 		if err != nil {
 			log.Error("recording the attempt failed; the request it made is missing from the history, and once the lease expires the delivery is sent again", "error", err)
 			span.RecordError(err)
+			return
+		}
+		if gone {
+			p.endpointGone(ctx, log, c.Endpoint.ID)
 		}
 		return
 	}
 	late = true
+	// A late attempt changes nothing but the history: it is recorded as
+	// the transport reported it, and its 410 disables nothing, since only
+	// the current owner's outcome may act on the endpoint.
+	kind, o.Error = reported, reportedError
+	outcomeSpan(span, kind, status, o.Error)
 	if span.IsRecording() {
 		span.AddEvent(telemetry.EventClaimLost)
 		span.SetAttributes(telemetry.AttrLate.Bool(true))
@@ -613,8 +626,10 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	}
 }
 
-// endpointGone disables the endpoint after its receiver answered 410 Gone.
-// Several sends may see the 410; the disabler writes only once.
+// endpointGone disables the endpoint after its receiver answered 410 Gone
+// to the claim's owner, once the owner's attempt is recorded: finish never
+// calls it for a superseded worker. Several sends may see the 410; the
+// disabler writes only once.
 func (p *Pool) endpointGone(ctx context.Context, log deliveryLog, endpointID string) {
 	if err := p.cfg.Disabler.DisableEndpoint(ctx, endpointID, storage.DisabledGone); err != nil {
 		log.Error("the receiver answered 410 Gone but disabling the endpoint failed; the delivery will be retried", "error", err)
