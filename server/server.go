@@ -56,16 +56,19 @@ const storeCloseTimeout = 2 * time.Second
 // Server is one running delivery server: everything New assembled, ready
 // for Run.
 type Server struct {
-	cfg      config.Config
-	log      *slog.Logger
-	store    storage.Store
-	schema   int
-	tel      *telemetry.Telemetry
-	host     *pluginhost.Host
-	pool     *worker.Pool
-	health   *fleet.EndpointHealth
-	http     *http.Server
-	listener net.Listener
+	cfg    config.Config
+	log    *slog.Logger
+	store  storage.Store
+	schema int
+	tel    *telemetry.Telemetry
+	host   *pluginhost.Host
+	pool   *worker.Pool
+	health *fleet.EndpointHealth
+	// heartbeat is how often the registry row is refreshed; 0 is
+	// fleet.HeartbeatInterval. Only tests change it.
+	heartbeat time.Duration
+	http      *http.Server
+	listener  net.Listener
 	// closers undo what New has done, in the order they were done; Run's
 	// shutdown (or New on a failure) calls them in reverse.
 	closers []func()
@@ -300,7 +303,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() {
-		fleet.RunHeartbeat(runCtx, s.store, fleet.NewWorker(s.schema, time.Now()), s.log)
+		fleet.RunHeartbeat(runCtx, s.store, fleet.NewWorker(s.schema, time.Now()), s.heartbeat, s.log)
 	})
 	wg.Go(func() { s.health.Run(runCtx) })
 	wg.Go(func() {
