@@ -84,9 +84,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 		log = slog.New(slog.DiscardHandler)
 	}
 	s = &Server{cfg: cfg, log: log}
+	// Not s, which every error return sets to nil before this runs.
+	started := s
 	defer func() {
 		if err != nil {
-			s.close()
+			started.close()
 		}
 	}()
 	if err := s.openStore(ctx); err != nil {
