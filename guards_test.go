@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -124,6 +125,62 @@ func TestServeRefusesANewerSchema(t *testing.T) {
 				if got == nil || !strings.Contains(got.Error(), w) {
 					t.Fatalf("serve on a database at schema %d: %v; want an error saying %q", latest+1, got, w)
 				}
+			}
+		})
+	}
+}
+
+// `hymical migrate` refuses while a live worker of another build is
+// registered, naming it and the way out, and applies nothing; --force
+// migrates anyway.
+func TestMigrateRefusesWhileAnotherBuildIsLiveUnlessForced(t *testing.T) {
+	t.Parallel()
+	latest, err := migrations.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The registry exists from schema 4; stop one short of the latest so
+	// there is something to migrate.
+	from := latest - 1
+	if from < 4 {
+		t.Fatalf("latest schema %d leaves no version with the registry to migrate from", latest)
+	}
+	for name, newDB := range guardDatabases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := newDB(t)
+			ctx := t.Context()
+			var out bytes.Buffer
+			if err := run(ctx, []string{"migrate", "--database", db.url, "--to", fmt.Sprint(from)}, &out, &out); err != nil {
+				t.Fatalf("migrate --to %d: %v\n%s", from, err, out.String())
+			}
+			store := openStore(t, db.url)
+			now := time.Now()
+			old := storage.Worker{ID: "wrk_oldbuild", Build: "v0.9.0", SchemaVersion: from, Host: "old-host", StartedAt: now.Add(-time.Hour), HeartbeatAt: now}
+			if err := store.WorkerHeartbeat(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+
+			out.Reset()
+			err := run(ctx, []string{"migrate", "--database", db.url}, &out, &out)
+			for _, w := range []string{"wrk_oldbuild", "v0.9.0", "old-host", "--force"} {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Fatalf("migrate while another build is live: %v\n%s; want a refusal saying %q", err, out.String(), w)
+				}
+			}
+			if v, err := store.SchemaVersion(ctx); err != nil || v != from {
+				t.Fatalf("after the refusal the schema is at %d (%v), want %d: nothing applied", v, err, from)
+			}
+
+			out.Reset()
+			if err := run(ctx, []string{"migrate", "--database", db.url, "--force"}, &out, &out); err != nil {
+				t.Fatalf("migrate --force: %v\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), fmt.Sprintf("from schema version %d to %d", from, latest)) {
+				t.Fatalf("migrate --force: %s", out.String())
+			}
+			if v, err := store.SchemaVersion(ctx); err != nil || v != latest {
+				t.Fatalf("after migrate --force the schema is at %d (%v), want %d", v, err, latest)
 			}
 		})
 	}
