@@ -56,16 +56,19 @@ const storeCloseTimeout = 2 * time.Second
 // Server is one running delivery server: everything New assembled, ready
 // for Run.
 type Server struct {
-	cfg      config.Config
-	log      *slog.Logger
-	store    storage.Store
-	schema   int
-	tel      *telemetry.Telemetry
-	host     *pluginhost.Host
-	pool     *worker.Pool
-	health   *fleet.EndpointHealth
-	http     *http.Server
-	listener net.Listener
+	cfg    config.Config
+	log    *slog.Logger
+	store  storage.Store
+	schema int
+	tel    *telemetry.Telemetry
+	host   *pluginhost.Host
+	pool   *worker.Pool
+	health *fleet.EndpointHealth
+	// heartbeat is how often the registry row is refreshed; 0 is
+	// fleet.HeartbeatInterval. Only tests change it.
+	heartbeat time.Duration
+	http      *http.Server
+	listener  net.Listener
 	// closers undo what New has done, in the order they were done; Run's
 	// shutdown (or New on a failure) calls them in reverse.
 	closers []func()
@@ -81,9 +84,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 		log = slog.New(slog.DiscardHandler)
 	}
 	s = &Server{cfg: cfg, log: log}
+	// Not s, which every error return sets to nil before this runs.
+	started := s
 	defer func() {
 		if err != nil {
-			s.close()
+			started.close()
 		}
 	}()
 	if err := s.openStore(ctx); err != nil {
@@ -116,7 +121,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 		Log:                 log.With("component", "endpoint-health"),
 	}
 	workerCfg := cfg.Worker()
-	workerCfg.TracerProvider, workerCfg.Metrics, workerCfg.Disabler = s.tel.TracerProvider(), metrics, s.health
+	workerCfg.TracerProvider, workerCfg.Metrics = s.tel.TracerProvider(), metrics
+	if cfg.Endpoints.DisableOnGone {
+		// Off, the worker records a 410 as its transport classified it.
+		workerCfg.Disabler = s.health
+	}
 	if s.pool, err = worker.New(s.store, s.host, workerCfg, log.With("component", "worker")); err != nil {
 		return nil, err
 	}
@@ -296,7 +305,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() {
-		fleet.RunHeartbeat(runCtx, s.store, fleet.NewWorker(s.schema, time.Now()), s.log)
+		fleet.RunHeartbeat(runCtx, s.store, fleet.NewWorker(s.schema, time.Now()), s.heartbeat, s.log)
 	})
 	wg.Go(func() { s.health.Run(runCtx) })
 	wg.Go(func() {

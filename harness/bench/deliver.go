@@ -88,7 +88,9 @@ func (r *runner) deliver(ctx context.Context, via string) (p Phase, err error) {
 	var bg sync.WaitGroup
 	poolErr := make(chan error, 1)
 	bg.Go(func() { poolErr <- pool.Run(runCtx) })
-	bg.Go(func() { fleet.RunHeartbeat(runCtx, fs, fleet.NewWorker(schema, time.Now()), r.o.Logger) })
+	bg.Go(func() {
+		fleet.RunHeartbeat(runCtx, fs, fleet.NewWorker(schema, time.Now()), fleet.HeartbeatInterval, r.o.Logger)
+	})
 	stopPool := func() error {
 		stop()
 		bg.Wait()

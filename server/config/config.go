@@ -45,7 +45,7 @@ type Config struct {
 	Webhook   WebhookConfig   `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
 	Plugins   PluginsConfig   `koanf:"plugins" doc:"Transport plugins: where they are and how they are run."`
 	Log       LogConfig       `koanf:"log" doc:"The server's own log."`
-	Endpoints EndpointsConfig `koanf:"endpoints" doc:"Endpoint health: disabling endpoints that are gone or keep failing, telling an operator endpoint when that happens, and the bounds of the retry schedule an endpoint may set for itself."`
+	Endpoints EndpointsConfig `koanf:"endpoints" doc:"Endpoint health, off by default: disabling endpoints that are gone or keep failing, telling an operator endpoint when that happens; and the bounds of the retry schedule an endpoint may set for itself."`
 	Retention RetentionConfig `koanf:"retention" doc:"Removing delivered deliveries once they are old, so the tables do not grow without end. Off by default: nothing is ever removed unless delivered_max_age is set."`
 	Console   ConsoleConfig   `koanf:"console" doc:"The operator console: web pages at /console on the API's listener to find, inspect and replay deliveries and to manage endpoints, behind the admin token."`
 	Telemetry TelemetryConfig `koanf:"telemetry" doc:"OpenTelemetry: a trace of every attempt, from the ingest request through the plugin to the receiver, and Prometheus metrics on /metrics. Both are off by default, at no cost. The standard OTEL_* variables (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and the rest) are honoured as well, and passed on to the plugins."`
@@ -106,9 +106,10 @@ type PluginConfig struct {
 // EndpointsConfig is endpoint health's, and the bounds of endpoints' own
 // retry schedules.
 type EndpointsConfig struct {
-	DisableAfterFailing time.Duration `koanf:"disable_after_failing" doc:"Disable an endpoint once every attempt to it has failed for this long, e.g. 120h; its deliveries are kept, held, until it is enabled again. 0 never disables for failing. A 410 Gone answer disables an endpoint at once, whatever this is."`
+	DisableOnGone       bool          `koanf:"disable_on_gone" doc:"Off by default. On, a 410 Gone answer from an endpoint's receiver to the worker that owns the claim disables the endpoint at once (a superseded worker's 410 disables nothing): that attempt is recorded retryable (not the permanent failure the http transport reports for it) and the delivery is kept pending, held, with everything else for the endpoint, until an operator enables it again. Off, a 410 is an ordinary failed request, as its transport classifies it (the http transport: permanent, like any other 4xx)."`
+	DisableAfterFailing time.Duration `koanf:"disable_after_failing" doc:"0, the default, never disables an endpoint for failing. Set, e.g. 120h, an endpoint every attempt to which has failed for this long is disabled: its deliveries are kept pending, held, until an operator enables it again, instead of being retried to the end of their allowance."`
 	HealthInterval      time.Duration `koanf:"health_interval" doc:"How often each process looks for endpoints that have been failing for endpoints.disable_after_failing."`
-	OperatorEndpoint    string        `koanf:"operator_endpoint" doc:"Id of an endpoint (ep_...) that gets a signed hymical.endpoint.disabled event whenever the server disables an endpoint on its own (410 Gone or failing too long), delivered, retried and traced like any other. Empty tells no one; the log says it either way."`
+	OperatorEndpoint    string        `koanf:"operator_endpoint" doc:"Id of an endpoint (ep_...) that gets a signed hymical.endpoint.disabled event whenever the server disables an endpoint on its own (endpoints.disable_on_gone or endpoints.disable_after_failing), delivered, retried and traced like any other. Empty tells no one; the log says it either way."`
 	RetryMinDelay       time.Duration `koanf:"retry_min_delay" doc:"Shortest delay an endpoint's own retry_schedule may have."`
 	RetryMaxDelay       time.Duration `koanf:"retry_max_delay" doc:"Longest delay an endpoint's own retry_schedule may have."`
 	RetryMaxAttempts    int           `koanf:"retry_max_attempts" doc:"Most requests per cycle an endpoint's own retry_schedule may give a delivery (its delays plus one)."`
@@ -217,12 +218,14 @@ func Default() Config {
 			ValidateTimeout: pluginhost.DefaultValidateTimeout,
 		},
 		Log: LogConfig{Level: "info", Format: "text"},
+		// Endpoint health is opt-in: with DisableOnGone false and
+		// DisableAfterFailing 0 the server never disables an endpoint on its
+		// own, so every sentence of the delivery-semantics page holds.
 		Endpoints: EndpointsConfig{
-			DisableAfterFailing: 120 * time.Hour,
-			HealthInterval:      time.Minute,
-			RetryMinDelay:       w.EndpointRetry.MinDelay,
-			RetryMaxDelay:       w.EndpointRetry.MaxDelay,
-			RetryMaxAttempts:    w.EndpointRetry.MaxAttempts,
+			HealthInterval:   time.Minute,
+			RetryMinDelay:    w.EndpointRetry.MinDelay,
+			RetryMaxDelay:    w.EndpointRetry.MaxDelay,
+			RetryMaxAttempts: w.EndpointRetry.MaxAttempts,
 		},
 		Retention: RetentionConfig{Interval: 10 * time.Minute},
 		Console:   ConsoleConfig{Enabled: true, SessionTTL: 12 * time.Hour},

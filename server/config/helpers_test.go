@@ -84,7 +84,7 @@ var allKeys = []string{
 	"webhook.connect_timeout_seconds", "webhook.read_timeout_seconds", "webhook.allowed_networks",
 	"plugins.dir", "plugins.send_grace", "plugins.start_timeout", "plugins.validate_timeout", "plugins.list",
 	"log.level", "log.format",
-	"endpoints.disable_after_failing", "endpoints.health_interval", "endpoints.operator_endpoint",
+	"endpoints.disable_on_gone", "endpoints.disable_after_failing", "endpoints.health_interval", "endpoints.operator_endpoint",
 	"endpoints.retry_min_delay", "endpoints.retry_max_delay", "endpoints.retry_max_attempts",
 	"retention.delivered_max_age", "retention.interval",
 	"console.enabled", "console.trace_url_template", "console.session_ttl",

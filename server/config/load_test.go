@@ -67,6 +67,10 @@ func TestDefaults(t *testing.T) {
 		{"telemetry.resource_attributes", len(cfg.Telemetry.ResourceAttributes), 0},
 		{"telemetry.metrics", cfg.Telemetry.Metrics, false},
 		{"telemetry.metrics_public", cfg.Telemetry.MetricsPublic, false},
+		// Endpoint health is opt-in, so that with the defaults every
+		// sentence of the delivery-semantics page holds.
+		{"endpoints.disable_on_gone", cfg.Endpoints.DisableOnGone, false},
+		{"endpoints.disable_after_failing", cfg.Endpoints.DisableAfterFailing, time.Duration(0)},
 	}
 	for _, tt := range tests {
 		if !reflect.DeepEqual(tt.got, tt.want) {
@@ -123,6 +127,7 @@ var samples = []struct {
 	{"log.format", "json", func(c config.Config) bool { return c.Log.Format == "json" }},
 	{"retention.delivered_max_age", "168h", func(c config.Config) bool { return c.Retention.DeliveredMaxAge == 168*time.Hour }},
 	{"retention.interval", "1m", func(c config.Config) bool { return c.Retention.Interval == time.Minute }},
+	{"endpoints.disable_on_gone", "true", func(c config.Config) bool { return c.Endpoints.DisableOnGone }},
 	{"endpoints.disable_after_failing", "48h", func(c config.Config) bool { return c.Endpoints.DisableAfterFailing == 48*time.Hour }},
 	{"endpoints.health_interval", "30s", func(c config.Config) bool { return c.Endpoints.HealthInterval == 30*time.Second }},
 	{"endpoints.operator_endpoint", "ep_0123456789abcdef0123456789abcdef", func(c config.Config) bool {
@@ -321,7 +326,7 @@ func TestHelpListsEveryKey(t *testing.T) {
 		"server.insecure_dev_mode": "false", "telemetry.exporter": "none", "telemetry.service_name": "hymical",
 		"telemetry.metrics": "false", "telemetry.insecure": "false", "telemetry.metrics_public": "false", "telemetry.endpoint": `""`,
 		"retention.delivered_max_age": "0s", "retention.interval": "10m",
-		"endpoints.disable_after_failing": "120h", "endpoints.health_interval": "1m", "endpoints.operator_endpoint": `""`,
+		"endpoints.disable_on_gone": "false", "endpoints.disable_after_failing": "0s", "endpoints.health_interval": "1m", "endpoints.operator_endpoint": `""`,
 		"endpoints.retry_min_delay": "1s", "endpoints.retry_max_delay": "24h", "endpoints.retry_max_attempts": "20",
 		"console.enabled": "true", "console.trace_url_template": `""`, "console.session_ttl": "12h",
 	}

@@ -209,7 +209,7 @@ func TestAcceptedValues(t *testing.T) {
 		{"no jitter", "worker:\n  retry_jitter: 0\n", nil},
 		{"retention of 30 days", "", []string{"FORMS_RETENTION_DELIVERED_MAX_AGE=720h"}},
 		{"never disable for failing", "", []string{"FORMS_ENDPOINTS_DISABLE_AFTER_FAILING=0"}},
-		{"an operator endpoint and tight retry bounds", "endpoints:\n  operator_endpoint: ep_0123456789abcdef0123456789abcdef\n  retry_min_delay: 5s\n  retry_max_delay: 5s\n  retry_max_attempts: 2\n", nil},
+		{"an operator endpoint and tight retry bounds", "endpoints:\n  disable_on_gone: true\n  operator_endpoint: ep_0123456789abcdef0123456789abcdef\n  retry_min_delay: 5s\n  retry_max_delay: 5s\n  retry_max_attempts: 2\n", nil},
 		{"retry delays as one comma-separated string", "worker:\n  retry_delays: 10s,20s\n", nil},
 		{"pinned plugin with settings", "plugins:\n  list:\n    - name: nats\n      path: /opt/nats-plugin\n      sha256: \"" +
 			strings.Repeat("AB", 32) + "\"\n      settings:\n        url: nats://n:4222\n        retries: 3\n        tls: true\n", nil},
@@ -383,6 +383,22 @@ func TestMalformedFileValuesAreReportedEvenWhenOverridden(t *testing.T) {
 		}
 		if n := len(problems(t, err)); n != 1 {
 			t.Errorf("%q: %d problems, want 1: %v", file, n, err)
+		}
+	}
+}
+
+// An operator endpoint is told only about endpoints the server disables on
+// its own, which with endpoint health off (the default) never happens.
+func TestOperatorEndpointWithoutHealthWarns(t *testing.T) {
+	t.Parallel()
+	const ops = "FORMS_ENDPOINTS_OPERATOR_ENDPOINT=ep_0123456789abcdef0123456789abcdef"
+	const want = "endpoints.operator_endpoint is set but endpoint health is off"
+	if _, warnings := mustLoad(t, "", withToken(ops)); !contains(want, warnings...) {
+		t.Errorf("warnings %q lack %q", warnings, want)
+	}
+	for _, on := range []string{"FORMS_ENDPOINTS_DISABLE_ON_GONE=true", "FORMS_ENDPOINTS_DISABLE_AFTER_FAILING=120h"} {
+		if _, warnings := mustLoad(t, "", withToken(ops, on)); len(warnings) > 0 {
+			t.Errorf("with %s: warnings %q", on, warnings)
 		}
 	}
 }

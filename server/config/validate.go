@@ -232,6 +232,9 @@ func (c *Config) checkEndpoints(r *report, at func(string) string) {
 		r.invalid("endpoints.operator_endpoint", "endpoints.operator_endpoint%s %s is not an endpoint id: give the id the API answered when the endpoint was created, ep_ followed by 32 hex digits",
 			at("endpoints.operator_endpoint"), quote(id))
 	}
+	if !r.bad["endpoints.operator_endpoint"] && ec.OperatorEndpoint != "" && !ec.DisableOnGone && ec.DisableAfterFailing == 0 {
+		r.warn("endpoints.operator_endpoint is set but endpoint health is off (endpoints.disable_on_gone false, endpoints.disable_after_failing 0): the server never disables an endpoint on its own, so the operator endpoint is never told anything; turn one of them on, or leave operator_endpoint empty")
+	}
 	positiveDuration(r, "endpoints.retry_min_delay", at, ec.RetryMinDelay, d.RetryMinDelay)
 	positiveDuration(r, "endpoints.retry_max_delay", at, ec.RetryMaxDelay, d.RetryMaxDelay)
 	if !r.bad["endpoints.retry_min_delay"] && !r.bad["endpoints.retry_max_delay"] && ec.RetryMaxDelay < ec.RetryMinDelay {

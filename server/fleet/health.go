@@ -18,9 +18,11 @@ type HealthStore interface {
 	EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error)
 }
 
-// EndpointHealth disables endpoints the server has given up on: one whose
-// receiver answered 410 Gone (the worker reports it), and one every attempt
-// to which has failed for DisableAfterFailing (Run looks for them). Each time
+// EndpointHealth disables endpoints the server has given up on, when the
+// config opts in (both are off by default): one whose receiver answered 410
+// Gone to the claim's owner (endpoints.disable_on_gone; the worker reports
+// it), and one every attempt to which has failed for DisableAfterFailing
+// (endpoints.disable_after_failing; Run looks for them). Each time
 // it is this process that disables an endpoint, it tells the operator
 // endpoint, if one is set, with a hymical.endpoint.disabled event: signed,
 // retried and traced like any other delivery. With several processes on one

@@ -46,8 +46,14 @@ func NewWorker(schemaVersion int, now time.Time) storage.Worker {
 	}
 }
 
-// RunHeartbeat keeps w registered as live until ctx ends, then removes it.
-func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, log *slog.Logger) {
+// RunHeartbeat keeps w registered as live, refreshing its heartbeat every
+// interval (0 means HeartbeatInterval), until ctx ends, then removes it.
+// Servers use HeartbeatInterval, which LiveWindow is measured in; a test
+// may beat faster to see the heartbeat move.
+func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, interval time.Duration, log *slog.Logger) {
+	if interval <= 0 {
+		interval = HeartbeatInterval
+	}
 	beat := func() {
 		w.HeartbeatAt = time.Now()
 		if err := store.WorkerHeartbeat(ctx, w); err != nil && ctx.Err() == nil {
@@ -55,7 +61,7 @@ func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, lo
 		}
 	}
 	beat()
-	t := time.NewTicker(HeartbeatInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {

@@ -2,44 +2,129 @@ package fleet
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/buildinfo"
 	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/postgres"
+	"github.com/hymical/hymical/storage/postgres/pgtest"
 	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
 )
 
+// unmigrated opens a store of each kind on a fresh database nothing has
+// migrated yet, closed when the test ends.
+var unmigrated = map[string]func(t *testing.T) storage.Store{
+	"sqlite": func(t *testing.T) storage.Store { return sqlitetest.Open(t) },
+	"postgres": func(t *testing.T) storage.Store {
+		s, err := postgres.Open(t.Context(), pgtest.NewDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	},
+}
+
 func TestMigrateRefusesWhileAnotherBuildIsLive(t *testing.T) {
-	ctx := context.Background()
-	s := sqlitetest.Open(t)
-	if err := CheckNoOtherBuilds(ctx, s, time.Now()); err != nil {
-		t.Fatalf("fresh database: %v", err)
+	for name, open := range unmigrated {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := open(t)
+			if err := CheckNoOtherBuilds(ctx, s, time.Now()); err != nil {
+				t.Fatalf("fresh database: %v", err)
+			}
+			if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			same := NewWorker(4, now)
+			if err := s.WorkerHeartbeat(ctx, same); err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckNoOtherBuilds(ctx, s, now); err != nil {
+				t.Fatalf("only this build is live: %v", err)
+			}
+			dead := storage.Worker{ID: "wrk_dead", Build: "v0.0.1", SchemaVersion: 3, StartedAt: now.Add(-time.Hour), HeartbeatAt: now.Add(-LiveWindow - time.Second)}
+			if err := s.WorkerHeartbeat(ctx, dead); err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckNoOtherBuilds(ctx, s, now); err != nil {
+				t.Fatalf("the other build's heartbeat is stale: %v", err)
+			}
+			dead.HeartbeatAt = now
+			if err := s.WorkerHeartbeat(ctx, dead); err != nil {
+				t.Fatal(err)
+			}
+			err := CheckNoOtherBuilds(ctx, s, now)
+			if err == nil || !strings.Contains(err.Error(), "wrk_dead") || !strings.Contains(err.Error(), "v0.0.1") || !strings.Contains(err.Error(), "--force") {
+				t.Fatalf("a live worker of another build: %v, want a refusal naming it and --force", err)
+			}
+			if err := s.WorkerDeregister(ctx, dead.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckNoOtherBuilds(ctx, s, now); err != nil {
+				t.Fatalf("the other build deregistered: %v", err)
+			}
+		})
 	}
-	if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
-		t.Fatal(err)
+}
+
+// RunHeartbeat registers this process with its build, refreshes the row
+// every interval, and removes it when its context ends.
+func TestHeartbeatRegistersRefreshesAndDeregisters(t *testing.T) {
+	for name, open := range unmigrated {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t)
+			if _, err := s.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			w := NewWorker(6, time.Now())
+			go func() {
+				defer close(done)
+				RunHeartbeat(ctx, s, w, 20*time.Millisecond, slog.New(slog.DiscardHandler))
+			}()
+			defer func() { stop(); <-done }()
+
+			first := waitForWorker(t, s, w.ID, func(storage.Worker) bool { return true })
+			host, _ := os.Hostname()
+			if first.Build != buildinfo.String() || first.SchemaVersion != 6 || first.Host != host || !first.StartedAt.Equal(w.StartedAt.Truncate(time.Microsecond)) {
+				t.Fatalf("registered %+v, want build %s, schema 6, host %s, started %s", first, buildinfo.String(), host, w.StartedAt)
+			}
+			waitForWorker(t, s, w.ID, func(got storage.Worker) bool { return got.HeartbeatAt.After(first.HeartbeatAt) })
+			stop()
+			<-done
+			if ws, err := s.WorkerList(t.Context(), time.Time{}); err != nil || len(ws) != 0 {
+				t.Fatalf("after the heartbeat stopped: %+v, %v; want no worker registered", ws, err)
+			}
+		})
 	}
-	now := time.Now()
-	same := NewWorker(4, now)
-	if err := s.WorkerHeartbeat(ctx, same); err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckNoOtherBuilds(ctx, s, now); err != nil {
-		t.Fatalf("only this build is live: %v", err)
-	}
-	dead := storage.Worker{ID: "wrk_dead", Build: "v0.0.1", SchemaVersion: 3, StartedAt: now.Add(-time.Hour), HeartbeatAt: now.Add(-LiveWindow - time.Second)}
-	if err := s.WorkerHeartbeat(ctx, dead); err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckNoOtherBuilds(ctx, s, now); err != nil {
-		t.Fatalf("the other build's heartbeat is stale: %v", err)
-	}
-	dead.HeartbeatAt = now
-	if err := s.WorkerHeartbeat(ctx, dead); err != nil {
-		t.Fatal(err)
-	}
-	err := CheckNoOtherBuilds(ctx, s, now)
-	if err == nil || !strings.Contains(err.Error(), "wrk_dead") || !strings.Contains(err.Error(), "v0.0.1") {
-		t.Fatalf("a live worker of another build: %v, want a refusal naming it", err)
+}
+
+// waitForWorker polls the registry until worker id is there and cond holds.
+func waitForWorker(t *testing.T, s storage.Store, id string, cond func(storage.Worker) bool) storage.Worker {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ws, err := s.WorkerList(t.Context(), time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			if w.ID == id && cond(w) {
+				return w
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s never as wanted in the registry: %+v", id, ws)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -16,7 +16,8 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
-// A receiver that answers 410 Gone gets its endpoint disabled: the
+// With endpoints.disable_on_gone (a Disabler; off by default), a
+// receiver that answers 410 Gone gets its endpoint disabled: the
 // delivery stays pending, held, nothing more is sent to it, and the
 // operator endpoint gets one signed hymical.endpoint.disabled event through
 // the same worker. Enabling the endpoint sends the held delivery.

@@ -77,9 +77,10 @@ type Config struct {
 	Retry            RetrySchedule
 	// EndpointRetry bounds the retry schedule an endpoint sets for itself.
 	EndpointRetry retrypolicy.EndpointBounds
-	// Disabler disables an endpoint whose receiver answered 410 Gone; nil
-	// leaves such endpoints enabled and records the 410 as a permanent
-	// failure, as any other 4xx.
+	// Disabler disables an endpoint whose receiver answered 410 Gone to
+	// the claim's owner (endpoints.disable_on_gone); nil, the default,
+	// leaves such endpoints enabled and records the 410 as the transport
+	// classified it (the http plugin: permanent, as any other 4xx).
 	Disabler EndpointDisabler
 
 	// TracerProvider makes the claim and attempt spans; nil means none.
@@ -585,13 +586,16 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	if status < 100 || status > 599 {
 		status = 0
 	}
-	// 410 Gone says the endpoint is gone, not that this message was
-	// wrong: the endpoint is disabled and the delivery kept, held, for
-	// when an operator enables it again.
-	if status == http.StatusGone && kind != storage.OutcomeDelivered && p.cfg.Disabler != nil {
+	// With a Disabler (endpoints.disable_on_gone), 410 Gone says the
+	// endpoint is gone, not that this message was wrong: the owner's
+	// attempt is recorded retryable, then the endpoint is disabled and
+	// the delivery kept, held, for when an operator enables it again.
+	// Without one, a 410 is recorded as the transport classified it.
+	reported, reportedError := kind, o.Error
+	gone := status == http.StatusGone && kind != storage.OutcomeDelivered && p.cfg.Disabler != nil
+	if gone {
 		kind = storage.OutcomeRetryable
 		o.Error = "the receiver answered 410 Gone: the endpoint is disabled and its deliveries kept until it is enabled again"
-		defer p.endpointGone(ctx, log, c.Endpoint.ID)
 	}
 	schedule, allowance := p.retryFor(c.Endpoint)
 	traceID := telemetry.SampledTraceID(ctx)
@@ -611,7 +615,10 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	late := false
 	defer func() { p.metrics.RecordAttempt(ctx, transportName, string(kind), late, end.Sub(start)) }()
 
-	err := p.retryStore(ctx, c, func() error {
+	// One budget for recording this attempt, owner's write and late one
+	// together, independent of the lease (see recordRetryFor).
+	recordBy := p.now().Add(recordRetryFor)
+	err := p.retryUntil(ctx, recordBy, func() error {
 		d, a, err := complete(done, params)
 		if err == nil {
 			log.Info("attempt recorded", "attempt", a.Number, "outcome", a.Outcome, "http_status", a.HTTPStatus, "state", d.State)
@@ -624,12 +631,21 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	})
 	if !errors.Is(err, storage.ErrClaimLost) {
 		if err != nil {
-			log.Error("recording the attempt failed; the lease will expire and the delivery will be sent again", "error", err)
+			log.Error("recording the attempt failed; the request it made is missing from the history, and once the lease expires the delivery is sent again", "error", err)
 			span.RecordError(err)
+			return
+		}
+		if gone {
+			p.endpointGone(ctx, log, c.Endpoint.ID)
 		}
 		return
 	}
 	late = true
+	// A late attempt changes nothing but the history: it is recorded as
+	// the transport reported it, and its 410 disables nothing, since only
+	// the current owner's outcome may act on the endpoint.
+	kind, o.Error = reported, reportedError
+	outcomeSpan(span, kind, status, o.Error)
 	if span.IsRecording() {
 		span.AddEvent(telemetry.EventClaimLost)
 		span.SetAttributes(telemetry.AttrLate.Bool(true))
@@ -638,7 +654,7 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 		DeliveryID: c.Delivery.ID, Token: c.Token, Outcome: kind, HTTPStatus: status,
 		Error: o.Error, StartedAt: start, FinishedAt: end, TraceID: traceID,
 	}
-	err = p.retryStore(ctx, c, func() error {
+	err = p.retryUntil(ctx, recordBy, func() error {
 		a, err := p.store.AttemptRecordLate(ctx, lateParams)
 		if err == nil {
 			log.Warn("claim was superseded while the request was out; recorded as a late attempt", "attempt", a.Number, "outcome", a.Outcome)
@@ -649,13 +665,15 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 		return err
 	})
 	if err != nil {
-		log.Error("recording the late attempt failed", "error", err)
+		log.Error("recording the late attempt failed; the request it made is missing from the history", "error", err)
 		span.RecordError(err)
 	}
 }
 
-// endpointGone disables the endpoint after its receiver answered 410 Gone.
-// Several sends may see the 410; the disabler writes only once.
+// endpointGone disables the endpoint after its receiver answered 410 Gone
+// to the claim's owner, once the owner's attempt is recorded: finish never
+// calls it for a superseded worker. Several sends may see the 410; the
+// disabler writes only once.
 func (p *Pool) endpointGone(ctx context.Context, log deliveryLog, endpointID string) {
 	if err := p.cfg.Disabler.DisableEndpoint(ctx, endpointID, storage.DisabledGone); err != nil {
 		log.Error("the receiver answered 410 Gone but disabling the endpoint failed; the delivery will be retried", "error", err)
@@ -709,6 +727,19 @@ func (p *Pool) release(ctx context.Context, log deliveryLog, c storage.Claim, de
 	}
 }
 
+// recordRetryFor bounds how long recording one attempt is retried after a
+// write failed for a passing reason (a dropped connection, a database
+// restarting or failing over). The request went out, so the history must
+// have it, and the claim's lease is no bound here: a superseded worker's
+// lease has usually run out already by the time it learns it is late, and
+// an owner whose lease runs out while it retries still records, as owner
+// if nobody took the delivery over meanwhile and as a late attempt if
+// somebody did (the fence decides). Two minutes rides out a PostgreSQL
+// restart or failover. On shutdown Run's recording context ends retrying
+// sooner, one lease after the shutdown began, so a database that stopped
+// answering does not keep the process from exiting.
+const recordRetryFor = 2 * time.Minute
+
 // retryStore retries a store write that failed for a reason other than the
 // state machine's answer (a dropped connection, a restarting database) until
 // the claim's lease would have expired anyway.
@@ -717,6 +748,13 @@ func (p *Pool) retryStore(ctx context.Context, c storage.Claim, write func() err
 	if c.Delivery.ClaimExpiresAt != nil {
 		until = *c.Delivery.ClaimExpiresAt
 	}
+	return p.retryUntil(ctx, until, write)
+}
+
+// retryUntil retries write, backing off from 100 ms to 2 s, until it
+// succeeds, fails with the state machine's answer, would retry past until,
+// or ctx ends.
+func (p *Pool) retryUntil(ctx context.Context, until time.Time, write func() error) error {
 	wait := 100 * time.Millisecond
 	for {
 		err := write()

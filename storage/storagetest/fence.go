@@ -9,18 +9,25 @@ import (
 
 func testFence(t *testing.T, b Backend) {
 	// Every outcome a superseded worker might report, each of which would
-	// move the row differently if the fence let it through.
+	// move the row differently if the fence let it through. The endpoint is
+	// compared too: a delivered outcome would end its run of failures (so
+	// one is under way), a failed one would start one (so none is).
 	for _, outcome := range []storage.OutcomeKind{storage.OutcomeDelivered, storage.OutcomeRetryable, storage.OutcomePermanent} {
-		t.Run("a stale holder reporting "+string(outcome)+" changes nothing of the owner's claim", func(t *testing.T) {
+		t.Run("a stale holder reporting "+string(outcome)+" changes nothing of the owner's claim or the endpoint", func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, b)
 			d := f.delivery()
 			stale := f.claimOne(f.store, f.now, d.ID)
 			owner := f.claimOne(f.store, f.at(lease+time.Second), d.ID)
+			ep := f.endpointOf(d)
+			if outcome == storage.OutcomeDelivered {
+				ep = f.setFailingSince(d.EndpointID, f.at(-time.Minute))
+			}
 
 			_, _, err := f.store.DeliveryComplete(f.ctx, completeParams(stale, outcome, f.at(lease+2*time.Second), 1))
 			wantErr(t, err, storage.ErrClaimLost, "stale completion")
 			wantUnchanged(t, owner.Delivery, f.get(d.ID), "a stale completion")
+			wantEndpointUnchanged(t, ep, f.endpointOf(d), "a stale completion")
 			if !f.tokenIs(d.ID, owner.Token) {
 				t.Fatal("a stale completion cleared or replaced the owner's token")
 			}
@@ -36,6 +43,9 @@ func testFence(t *testing.T, b Backend) {
 		d := f.delivery()
 		stale := f.claimOne(f.store, f.now, d.ID)
 		owner := f.claimOne(f.store, f.at(lease+time.Second), d.ID)
+		// A run of failures under way, which a delivered attempt of the
+		// owner's would end and a late one must not.
+		ep := f.setFailingSince(d.EndpointID, f.at(-time.Minute))
 
 		a, err := f.store.AttemptRecordLate(f.ctx, lateParams(stale, storage.OutcomeDelivered, f.at(lease+2*time.Second)))
 		if err != nil {
@@ -48,6 +58,7 @@ func testFence(t *testing.T, b Backend) {
 		want := owner.Delivery
 		want.Attempts = 1
 		wantUnchanged(t, want, got, "a late attempt (beyond attempts+1)")
+		wantEndpointUnchanged(t, ep, f.endpointOf(d), "a late delivered attempt")
 		if !f.tokenIs(d.ID, owner.Token) {
 			t.Fatal("a late attempt touched the owner's token")
 		}
@@ -84,6 +95,9 @@ func testFence(t *testing.T, b Backend) {
 			stale := f.claimOne(f.store, f.now, d.ID)
 			owner := f.claimOne(f.store, f.at(lease+time.Second), d.ID)
 			done, _ := f.complete(f.store, owner, final, f.at(lease+2*time.Second), 0)
+			// Delivered ended the endpoint's run of failures; a late
+			// failure must not start one.
+			ep := f.endpointOf(d)
 
 			a, err := f.store.AttemptRecordLate(f.ctx, lateParams(stale, storage.OutcomeRetryable, f.at(lease+3*time.Second)))
 			if err != nil {
@@ -95,6 +109,7 @@ func testFence(t *testing.T, b Backend) {
 			want := done
 			want.Attempts = 2
 			wantUnchanged(t, want, f.get(d.ID), "a late attempt on a terminal row (beyond attempts+1)")
+			wantEndpointUnchanged(t, ep, f.endpointOf(d), "a late attempt on a terminal row")
 			wantNumbers(t, f.attempts(d.ID), 2)
 			if claims := f.claim(f.store, f.at(time.Hour), 10); len(claims) != 0 {
 				t.Fatal("a late attempt made a terminal delivery claimable")
@@ -109,11 +124,42 @@ func testFence(t *testing.T, b Backend) {
 		stale := f.claimOne(f.store, f.now, d.ID)
 		owner := f.claimOne(f.store, f.at(lease+time.Second), d.ID)
 		pending, _ := f.complete(f.store, owner, storage.OutcomeRetryable, f.at(lease+2*time.Second), 0)
+		ep := f.endpointOf(d)
 		if _, err := f.store.AttemptRecordLate(f.ctx, lateParams(stale, storage.OutcomeRetryable, f.at(lease+3*time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		want := pending
 		want.Attempts = 2
 		wantUnchanged(t, want, f.get(d.ID), "a late attempt on a pending row (beyond attempts+1)")
+		wantEndpointUnchanged(t, ep, f.endpointOf(d), "a late attempt on a pending row")
+	})
+
+	t.Run("a late attempt leaves a held delivery held and its disabled endpoint as it was", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		d := f.delivery()
+		stale := f.claimOne(f.store, f.now, d.ID)
+		owner := f.claimOne(f.store, f.at(lease+time.Second), d.ID)
+		// The endpoint is disabled while the owner's request is out: its
+		// retry is held, and its failure started the endpoint's run.
+		f.setDisabled(f.endpointOf(d), true)
+		held, _ := f.complete(f.store, owner, storage.OutcomeRetryable, f.at(lease+2*time.Second), 0)
+		if held.State != storage.StatePending || !held.Held {
+			t.Fatalf("the owner's retry of a disabled endpoint's delivery: %+v, want pending and held", held)
+		}
+		ep := f.endpointOf(d)
+		if ep.DisabledAt == nil || ep.FailingSince == nil {
+			t.Fatalf("endpoint = %+v, want disabled and failing", ep)
+		}
+
+		// Delivered, which from the owner would end the run.
+		if _, err := f.store.AttemptRecordLate(f.ctx, lateParams(stale, storage.OutcomeDelivered, f.at(lease+3*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+		want := held
+		want.Attempts = 2
+		wantUnchanged(t, want, f.get(d.ID), "a late attempt on a held row (beyond attempts+1)")
+		wantEndpointUnchanged(t, ep, f.endpointOf(d), "a late attempt on a held row")
+		wantNumbers(t, f.attempts(d.ID), 2)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -266,8 +267,6 @@ func wantErr(t *testing.T, err, target error, what string) {
 	}
 }
 
-func sameTime(a, b time.Time) bool { return a.Equal(b) }
-
 func ptrTimeEqual(a, b *time.Time) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
@@ -275,17 +274,95 @@ func ptrTimeEqual(a, b *time.Time) bool {
 	return a.Equal(*b)
 }
 
-// sameDelivery compares every field of two snapshots of one row.
-func sameDelivery(a, b storage.Delivery) bool {
-	return a.ID == b.ID && a.EndpointID == b.EndpointID && a.EventID == b.EventID &&
-		a.State == b.State && a.Attempts == b.Attempts && a.CycleAttempts == b.CycleAttempts &&
-		sameTime(a.NextAttemptAt, b.NextAttemptAt) && ptrTimeEqual(a.ClaimExpiresAt, b.ClaimExpiresAt) &&
-		sameTime(a.CreatedAt, b.CreatedAt) && ptrTimeEqual(a.CompletedAt, b.CompletedAt)
+// sameDelivery compares two snapshots of one row: every field of
+// storage.Delivery, Held included, times by instant. The struct is compared
+// whole, so a field added to Delivery is compared without being listed
+// here. The row's claim_token, which Delivery does not carry, is tokenIs's.
+func sameDelivery(a, b storage.Delivery) bool { return sameRow(a, b) }
+
+// sameRow reports whether a and b, two reads of one row, are equal field by
+// field, with time.Time and *time.Time fields compared by instant.
+func sameRow[T any](a, b T) bool {
+	return reflect.DeepEqual(byInstant(a), byInstant(b))
+}
+
+// byInstant returns a copy of v with every exported time.Time and
+// *time.Time in it (in nested structs and slices too) in UTC and without a
+// monotonic reading, so that DeepEqual compares times by instant.
+func byInstant[T any](v T) T {
+	c := reflect.New(reflect.TypeFor[T]()).Elem()
+	c.Set(reflect.ValueOf(v))
+	normaliseTimes(c)
+	return c.Interface().(T)
+}
+
+func normaliseTimes(v reflect.Value) {
+	timeType := reflect.TypeFor[time.Time]()
+	switch {
+	case !v.CanSet():
+	case v.Type() == timeType:
+		v.Set(reflect.ValueOf(v.Interface().(time.Time).UTC()))
+	case v.Kind() == reflect.Pointer && v.Type().Elem() == timeType:
+		if !v.IsNil() {
+			t := v.Elem().Interface().(time.Time).UTC()
+			v.Set(reflect.ValueOf(&t))
+		}
+	case v.Kind() == reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				normaliseTimes(v.Field(i))
+			}
+		}
+	case v.Kind() == reflect.Slice && !v.IsNil():
+		// A copy, so the caller's slice is left as it was.
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		reflect.Copy(c, v)
+		for i := range c.Len() {
+			normaliseTimes(c.Index(i))
+		}
+		v.Set(c)
+	}
 }
 
 func wantUnchanged(t *testing.T, before, after storage.Delivery, why string) {
 	t.Helper()
 	if !sameDelivery(before, after) {
 		t.Fatalf("%s changed the delivery:\nbefore %+v\nafter  %+v", why, before, after)
+	}
+}
+
+// endpointOf reads the endpoint a delivery goes to.
+func (f *fixture) endpointOf(d storage.Delivery) storage.Endpoint {
+	f.t.Helper()
+	e, err := f.store.EndpointGet(f.ctx, d.EndpointID)
+	if err != nil {
+		f.t.Fatalf("EndpointGet(%s): %v", d.EndpointID, err)
+	}
+	return e
+}
+
+// setFailingSince starts a run of failures on the endpoint, as a failed
+// attempt of some other delivery would have, so that a write that ends
+// the run shows. The store keeps the column itself; EndpointUpdate
+// ignores it.
+func (f *fixture) setFailingSince(endpointID string, at time.Time) storage.Endpoint {
+	f.t.Helper()
+	q := fmt.Sprintf("UPDATE webhook_endpoints SET failing_since = %s WHERE id = '%s'", f.db.TimeLiteral(at), endpointID)
+	if err := f.db.Exec(f.ctx, q); err != nil {
+		f.t.Fatalf("%s: %v", q, err)
+	}
+	e, err := f.store.EndpointGet(f.ctx, endpointID)
+	if err != nil || e.FailingSince == nil || !e.FailingSince.Equal(at) {
+		f.t.Fatalf("endpoint after setting failing_since to %s: %+v, %v", at, e, err)
+	}
+	return e
+}
+
+// wantEndpointUnchanged checks a write left the endpoint's row as it was,
+// failing_since and disabled_at included.
+func wantEndpointUnchanged(t *testing.T, before, after storage.Endpoint, why string) {
+	t.Helper()
+	if !sameRow(before, after) {
+		t.Fatalf("%s changed the endpoint:\nbefore %+v\nafter  %+v", why, before, after)
 	}
 }
