@@ -13,34 +13,35 @@ import (
 // may hold while other endpoints have due work.
 const DefaultEndpointShare = 0.25
 
-// slowSend is how long a send may take before its endpoint counts as slow.
-// A receiver that answers within it keeps its endpoint trusted; one that
-// takes longer, or hangs, makes its endpoint untrusted until a send to it
-// is quick again.
+// slowSend is how long a send may take before its endpoint counts as slow
+// (see fairShare): a receiver that answers within it is quick; one that
+// takes longer, or hangs, is slow until a send to it is quick again.
 const slowSend = time.Second
 
 // fairShare is this process's account of who holds its senders, and the
-// policy that keeps one endpoint from holding them all:
+// policy that keeps one endpoint from holding them all. Each endpoint is, in
+// this process:
 //
-//   - While other endpoints have due work, no endpoint holds more than its
-//     room: Concurrency × EndpointShare senders (at least one), counting
-//     the claims waiting for a sender as held.
-//   - Endpoints not yet trusted (none of its sends has finished in this
-//     process yet, or one took longer than slowSend, or one has been under
-//     way longer than that) share half of the senders between them
-//     (at least one room): so a handful of endpoints that hang cannot take
-//     every sender, and a new endpoint gets one.
-//   - A trusted endpoint may use every sender when the others have nothing
-//     due: a claim that the rooms left short is topped up from the trusted
-//     endpoints that filled their room.
+//   - new: none of its sends has finished yet. It may hold one sender until
+//     one does, so a flood of endpoints nobody knows yet cannot fill the
+//     senders with requests that may hang.
+//   - quick: its last send finished within slowSend and none under way has
+//     taken longer. It may hold its room, Concurrency × EndpointShare
+//     senders (at least one), while other endpoints have due work; when a
+//     claim finds too little else due, it is topped up from the quick
+//     endpoints that filled their room, so one alone uses every sender.
+//   - slow: its last send took slowSend or more, or one under way has. All
+//     slow endpoints together hold at most one room, so a handful that hang
+//     cannot take the senders from the rest.
 //
-// Each process keeps its own account: with several processes on one
-// PostgreSQL, the rule holds for the senders of each of them.
+// Claims count as held from the claim until their send (or the claim given
+// back) is over. Each process keeps its own account: with several
+// processes on one PostgreSQL, the rule holds for the senders of each.
 type fairShare struct {
-	senders   int // the process's senders: Concurrency
-	room      int // one endpoint's room while others have due work
-	untrusted int // the senders untrusted endpoints share
-	now       func() time.Time
+	senders int // the process's senders: Concurrency
+	room    int // one endpoint's room while others have due work
+	slow    int // the senders slow endpoints share: one room
+	now     func() time.Time
 
 	mu        sync.Mutex
 	endpoints map[string]*endpointLoad
@@ -57,70 +58,82 @@ type endpointLoad struct {
 	lastTook time.Duration
 }
 
+// endpointPace is what an endpoint is in this process; see fairShare.
+type endpointPace int
+
+const (
+	paceNew endpointPace = iota
+	paceQuick
+	paceSlow
+)
+
+func (l *endpointLoad) pace(now time.Time) endpointPace {
+	for _, s := range l.sending {
+		if now.Sub(s) >= slowSend {
+			return paceSlow
+		}
+	}
+	switch {
+	case l.lastTook == 0:
+		return paceNew
+	case l.lastTook >= slowSend:
+		return paceSlow
+	}
+	return paceQuick
+}
+
 func newFairShare(senders int, share float64, now func() time.Time) *fairShare {
 	room := max(1, int(math.Floor(float64(senders)*share)))
 	return &fairShare{
 		senders:   senders,
 		room:      room,
-		untrusted: max(room, (senders+1)/2),
+		slow:      room,
 		now:       now,
 		endpoints: map[string]*endpointLoad{},
 	}
 }
 
-// trusted says whether e's sends have been quick: one finished within
-// slowSend, and none under way has taken longer.
-func (l *endpointLoad) trusted(now time.Time) bool {
-	if l.lastTook <= 0 || l.lastTook >= slowSend {
-		return false
-	}
-	for _, s := range l.sending {
-		if now.Sub(s) >= slowSend {
-			return false
-		}
-	}
-	return true
-}
-
 // rooms is the share of a claim while other endpoints may have due work:
-// each endpoint up to its room, the untrusted ones within what they share.
+// one sender for a new endpoint (and for one this process does not know),
+// each other endpoint up to its room, the slow ones within what they share.
 func (f *fairShare) rooms() *storage.ClaimShare {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
-	untrustedHeld := 0
+	slowHeld := 0
 	for _, l := range f.endpoints {
-		if !l.trusted(now) {
-			untrustedHeld += l.held
+		if l.pace(now) == paceSlow {
+			slowHeld += l.held
 		}
 	}
-	left := max(0, f.untrusted-untrustedHeld)
-	// Default is the room of an endpoint this process does not know, which
-	// is untrusted.
-	s := &storage.ClaimShare{Default: min(f.room, left), Room: map[string]int{}}
+	slowLeft := max(0, f.slow-slowHeld)
+	s := &storage.ClaimShare{Default: 1, Room: map[string]int{}}
 	for id, l := range f.endpoints {
-		trusted := l.trusted(now)
-		if l.held == 0 && trusted && left >= f.room {
-			continue // its room is the default
+		switch l.pace(now) {
+		case paceNew:
+			s.Room[id] = max(0, 1-l.held)
+		case paceQuick:
+			if l.held > 0 {
+				s.Room[id] = max(0, f.room-l.held)
+			} else if f.room != 1 {
+				s.Room[id] = f.room
+			}
+		case paceSlow:
+			s.Room[id] = min(max(0, f.room-l.held), slowLeft)
 		}
-		r := max(0, f.room-l.held)
-		if !trusted {
-			r = min(r, left)
-		}
-		s.Room[id] = r
 	}
 	return s
 }
 
-// topUp is the share of a claim that rooms left short: the trusted
-// endpoints that filled their room may take the rest; nil when none did.
+// topUp is the share of a claim that rooms left short: the quick endpoints
+// that filled their room may take the rest; nil when none did.
 func (f *fairShare) topUp() *storage.ClaimShare {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
 	var s *storage.ClaimShare
 	for id, l := range f.endpoints {
-		if l.held >= f.room && l.held < f.senders && l.trusted(now) {
+		if l.held >= f.room && l.held < f.senders && l.pace(now) == paceQuick {
 			if s == nil {
 				s = &storage.ClaimShare{Room: map[string]int{}}
 			}
@@ -167,7 +180,7 @@ func (f *fairShare) sent(endpoint string, start time.Time, took time.Duration) {
 
 // done ends one claim of endpoint: sent, given back or failed before a
 // send. An endpoint none of whose sends has finished is forgotten once it
-// holds nothing; the others are kept, for whether they are trusted.
+// holds nothing; the others are kept, for their pace.
 func (f *fairShare) done(endpoint string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
