@@ -127,21 +127,21 @@ func TestConcurrentMigratorsApplyEachMigrationOnce(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("migrator %d: %v", i, errs[i])
 		}
-		if results[i].To != 6 {
-			t.Errorf("migrator %d ended at %d, want 6", i, results[i].To)
+		if results[i].To != 7 {
+			t.Errorf("migrator %d ended at %d, want 7", i, results[i].To)
 		}
 		for _, name := range results[i].Applied {
 			applied[name]++
 		}
 	}
-	for _, name := range []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls"} {
+	for _, name := range []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason"} {
 		if applied[name] != 1 {
 			t.Errorf("%s applied %d times, want once", name, applied[name])
 		}
 	}
 	rows, err := db.QueryInt(ctx, "SELECT count(*) FROM hymical_schema_migrations")
-	if err != nil || rows != 6 {
-		t.Errorf("hymical_schema_migrations has %d rows (%v), want 6", rows, err)
+	if err != nil || rows != 7 {
+		t.Errorf("hymical_schema_migrations has %d rows (%v), want 7", rows, err)
 	}
 }
 

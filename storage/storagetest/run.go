@@ -19,6 +19,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Complete", func(t *testing.T) { t.Parallel(); testComplete(t, b) })
 	t.Run("Fence", func(t *testing.T) { t.Parallel(); testFence(t, b) })
 	t.Run("Release", func(t *testing.T) { t.Parallel(); testRelease(t, b) })
+	t.Run("Unsent", func(t *testing.T) { t.Parallel(); testUnsent(t, b) })
 	t.Run("Replay", func(t *testing.T) { t.Parallel(); testReplay(t, b) })
 	t.Run("Queries", func(t *testing.T) { t.Parallel(); testQueries(t, b) })
 	t.Run("Workers", func(t *testing.T) { t.Parallel(); testWorkers(t, b) })
@@ -279,7 +280,8 @@ func sameDelivery(a, b storage.Delivery) bool {
 	return a.ID == b.ID && a.EndpointID == b.EndpointID && a.EventID == b.EventID &&
 		a.State == b.State && a.Attempts == b.Attempts && a.CycleAttempts == b.CycleAttempts &&
 		sameTime(a.NextAttemptAt, b.NextAttemptAt) && ptrTimeEqual(a.ClaimExpiresAt, b.ClaimExpiresAt) &&
-		sameTime(a.CreatedAt, b.CreatedAt) && ptrTimeEqual(a.CompletedAt, b.CompletedAt)
+		sameTime(a.CreatedAt, b.CreatedAt) && ptrTimeEqual(a.CompletedAt, b.CompletedAt) &&
+		a.UnsentReason == b.UnsentReason
 }
 
 func wantUnchanged(t *testing.T, before, after storage.Delivery, why string) {
