@@ -141,7 +141,8 @@
 // the schedule. These count as attempts because the message may have gone
 // out before the plugin died. A send the host could not hand to a plugin at
 // all (the process could not be started again: its binary is gone, or does
-// not match its pin) is not an attempt: the delivery waits, unspent, and is
+// not match its pin), or whose stream to the plugin had broken before the
+// send was queued, is not an attempt: the delivery waits, unspent, and is
 // tried again after a short wait until the plugin runs again.
 //
 // # What a plugin sees

@@ -159,4 +159,10 @@ var (
 	// ErrUnavailable: the call did not complete: the plugin crashed, did not
 	// answer in time, or the connection to it was lost.
 	ErrUnavailable = errors.New("transport plugin did not answer")
+	// ErrNotSent is wrapped with ErrUnavailable when the host knows the
+	// request never left it, so the plugin cannot have acted on it: under
+	// protocol 2, the stream had broken before the send was queued, or a
+	// new one could not be opened. Without it, a failed call may have
+	// reached the plugin.
+	ErrNotSent = errors.New("the request never left the host")
 )

@@ -28,9 +28,10 @@
 // starts a new one, configured again, for the next send. A crash ends the
 // stream, and every send waiting on it gets its retryable outcome at once.
 // A send that never reached a plugin (the name is unknown, the process is
-// not running and cannot be started again) is an outcome with NoRequest
-// set, so the caller records no attempt for it; Up reports, for readiness,
-// which plugins are not running.
+// not running and cannot be started again, the stream to it had broken
+// before the send was queued) is an outcome with NoRequest set, so the
+// caller records no attempt for it; Up reports, for readiness, which
+// plugins are not running.
 package pluginhost
 
 import (
@@ -267,10 +268,15 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	if err == nil {
 		return out
 	}
+	// The SDK knows when the message never left (the stream to the plugin
+	// had broken already): then the plugin cannot have sent anything.
+	unsent := errors.Is(err, transport.ErrNotSent)
 	if errors.Is(callCtx.Err(), context.Canceled) {
 		// The caller gave up (shutdown, most likely); the plugin did
 		// nothing wrong.
-		return transport.Retryable(0, fmt.Sprintf("send through transport plugin %q canceled by the caller: %v", name, err))
+		out = transport.Retryable(0, fmt.Sprintf("send through transport plugin %q canceled by the caller: %v", name, err))
+		out.NoRequest = unsent
+		return out
 	}
 	what := "crashed or lost its connection"
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -278,7 +284,9 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	}
 	h.replace(s, inst, fmt.Sprintf("%s: %v", what, err))
 	restarted(ctx, name, what)
-	return transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
+	out = transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
+	out.NoRequest = unsent
+	return out
 }
 
 // callContext is the context of a send that may run until limit. The call

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
+
 	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -758,5 +760,36 @@ func TestPluginThatCannotBeStartedGetsNoMessage(t *testing.T) {
 				t.Fatalf("outcome once the binary is back = %+v, want delivered", out)
 			}
 		})
+	}
+}
+
+// A plugin whose connection is gone before a send is queued never gets the
+// message: the outcome says no request went out, and the plugin is
+// restarted for the next send.
+func TestSendOnALostConnectionIsNoRequest(t *testing.T) {
+	t.Parallel()
+	h, _ := newHost(t, misbehaveConfig(map[string]string{"marker": "relaunched"}))
+	// No send yet, so no stream is open: the next one must open it over a
+	// connection that is gone, while the process still runs.
+	s := h.slots["misbehave"]
+	s.mu.Lock()
+	raw, err := s.cur.client.Client()
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, ok := raw.(*plugin.GRPCClient)
+	if !ok {
+		t.Fatalf("go-plugin client is %T, want *plugin.GRPCClient", raw)
+	}
+	if err := gc.Conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := h.Send(context.Background(), "misbehave", mode("ok"), soon())
+	if out.Kind != transport.OutcomeRetryable || !out.NoRequest || !strings.Contains(out.Error, "restarted") {
+		t.Fatalf("outcome = %+v, want retryable, no request, the plugin restarted", out)
+	}
+	if out := h.Send(context.Background(), "misbehave", mode("configured"), soon()); out.Kind != transport.OutcomeDelivered || out.Error != "marker=relaunched" {
+		t.Fatalf("outcome after the restart = %+v, want delivered by a relaunched plugin", out)
 	}
 }
