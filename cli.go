@@ -237,6 +237,11 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	fmt.Fprintf(stdout, "delivery %s  endpoint %s  event %s\nstate %s  attempts %d  cycle_attempts %d  next attempt %s\n",
 		d.ID, d.EndpointID, d.EventID, state, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
+	if d.UnsentReason != "" {
+		// A claim that sent nothing records no attempt, so the table below
+		// cannot say why; this line does.
+		fmt.Fprintf(stdout, "not sent (no request went out, no attempt recorded): %s\n", d.UnsentReason)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tOUTCOME\tHTTP\tLATE\tSTARTED\tTOOK\tTRACE\tERROR")
 	for _, a := range d.AttemptHistory {

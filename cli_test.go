@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -289,5 +291,39 @@ func TestEndpointsListOnARealServer(t *testing.T) {
 	}
 	if e := byID[ids[1]]; e.RateLimit != 5 || !e.Ordered || !byID[ids[0]].Disabled {
 		t.Errorf("-o json lost the controls or the disabling: %+v", got.Endpoints)
+	}
+}
+
+// deliveries show prints why a delivery's claim sent nothing, which no
+// attempt row records, and leaves the line out when nothing was unsent.
+func TestDeliveriesShowSaysWhyNothingWasSent(t *testing.T) {
+	const reason = `transport plugin "http" is not running: fork/exec: no such file or directory`
+	detail := apiwire.DeliveryDetail{
+		Delivery: apiwire.Delivery{ID: "dlv_1", EndpointID: "ep_1", EventID: "evt_1", State: apiwire.StatePending,
+			NextAttemptAt: time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC), UnsentReason: reason},
+		AttemptHistory: []apiwire.Attempt{},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/deliveries/dlv_1" {
+			http.NotFound(w, r)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(detail)
+	}))
+	defer srv.Close()
+	show := func() string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := run(t.Context(), []string{"deliveries", "show", "dlv_1", "--server", srv.URL, "--token", "t"}, &b, &b); err != nil {
+			t.Fatalf("deliveries show: %v\n%s", err, b.String())
+		}
+		return b.String()
+	}
+	if out := show(); !strings.Contains(out, "not sent (no request went out, no attempt recorded): "+reason) {
+		t.Fatalf("deliveries show does not give the reason:\n%s", out)
+	}
+	detail.UnsentReason = ""
+	if out := show(); strings.Contains(out, "not sent") {
+		t.Fatalf("deliveries show with nothing unsent:\n%s", out)
 	}
 }

@@ -6,7 +6,8 @@
 // The files replay the real history of the schema: 1 the initial schema (a
 // lease, one attempt counter), 2 the claim token, 3 cycle_attempts backfilled
 // from attempts, 4 the live worker registry, 5 the claim's ordered partial
-// indexes. A database stopped at any step upgrades by applying the rest.
+// indexes, 6 the endpoint controls, 7 the reason a claim ended without a
+// request. A database stopped at any step upgrades by applying the rest.
 // Never edit a released file: add a new one.
 package migrations
 

@@ -13,6 +13,10 @@
 //     nothing; it then records its request with AttemptRecordLate, which
 //     takes the next lifetime number under a row lock and raises attempts
 //     and nothing else.
+//   - An attempt is a request that went out. A claim that ends without one
+//     (DeliveryRelease, DeliveryFail) writes no attempt and changes neither
+//     counter; it may leave a reason on the row (UnsentReason), which the
+//     owner's next attempt and replay clear.
 //   - attempts only rises and numbers the audit trail; cycle_attempts is what
 //     the retry allowance counts, and only DeliveryReplay resets it.
 //   - delivered and failed are terminal: only an operator's replay moves them.

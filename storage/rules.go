@@ -136,6 +136,17 @@ func (p DeliveryReleaseParams) Validate() error {
 	return nil
 }
 
+// Validate checks the parameters of a failure without a request.
+func (p DeliveryFailParams) Validate() error {
+	if p.DeliveryID == "" || p.Token == "" {
+		return fmt.Errorf("%w: delivery id and claim token are required", ErrInvalid)
+	}
+	if strings.TrimSpace(p.Reason) == "" {
+		return fmt.Errorf("%w: failing a delivery without a request needs a reason, for the operator who replays it", ErrInvalid)
+	}
+	return nil
+}
+
 // Validate checks the replay parameters.
 func (p DeliveryReplayParams) Validate() error {
 	if p.DeliveryID == "" {

@@ -254,6 +254,13 @@ type Delivery struct {
 	ClaimExpiresAt *time.Time
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
+	// UnsentReason says why a claim of the delivery ended without a
+	// request: released unspent while its transport plugin was not
+	// running, or failed because no request could be made (the transport
+	// is unknown, the transport refused the target, the message could not
+	// be signed). Bounded to MaxErrorBytes. It is cleared when the owner
+	// records an attempt and by replay; empty when nothing was left unsent.
+	UnsentReason string
 }
 
 // Attempt is one request that really went out.
@@ -392,13 +399,32 @@ type AttemptRecordLateParams struct {
 }
 
 // DeliveryReleaseParams gives a claim back without a request having been
-// made, so no attempt is spent: shutdown before send, or a deferral.
+// made, so no attempt is spent: shutdown before send, a deferral, or a
+// condition that passes, such as a transport plugin that is not running.
 type DeliveryReleaseParams struct {
 	DeliveryID string
 	Token      string
 	// Delay is how long after Now the delivery is due again; zero means now.
 	Delay time.Duration
-	Now   time.Time
+	// Reason, when set, says why no request was made and becomes the
+	// delivery's UnsentReason (bounded to MaxErrorBytes). Empty leaves the
+	// delivery's UnsentReason as it was.
+	Reason string
+	Now    time.Time
+}
+
+// DeliveryFailParams ends a claim as failed without a request having been
+// made, for a condition no retry will fix by itself: the transport is
+// unknown, the transport refused the target before sending, the message
+// cannot be signed. No attempt is recorded and no counter changes.
+type DeliveryFailParams struct {
+	DeliveryID string
+	Token      string
+	// Reason says why, for the operator who will fix it and replay;
+	// required. It becomes the delivery's UnsentReason, bounded to
+	// MaxErrorBytes.
+	Reason string
+	Now    time.Time
 }
 
 // DeliveryReplayParams puts one terminal delivery back in the queue.
@@ -504,8 +530,16 @@ type Store interface {
 	// order of ps, each with its own Err. The error returned is the
 	// transaction's: when it is set, nothing at all was written.
 	DeliveryCompleteBatch(ctx context.Context, ps []DeliveryCompleteParams) ([]DeliveryCompleteResult, error)
-	// DeliveryRelease gives a claim back unspent, fenced on the token.
+	// DeliveryRelease gives a claim back unspent, fenced on the token:
+	// pending, due after p.Delay, no counter changed, no attempt written,
+	// UnsentReason set when p.Reason is. On ErrClaimLost nothing is written.
 	DeliveryRelease(ctx context.Context, p DeliveryReleaseParams) (Delivery, error)
+	// DeliveryFail ends a claim as failed without a request, fenced on the
+	// token: failed, completed now, UnsentReason set, no counter changed,
+	// no attempt written; an ordered endpoint's next delivery may then go.
+	// On ErrClaimLost nothing is written. Replay puts it back as it does
+	// any failed delivery.
+	DeliveryFail(ctx context.Context, p DeliveryFailParams) (Delivery, error)
 	// AttemptRecordLate records a superseded worker's request: next lifetime
 	// number, attempts raised, late, nothing else changed.
 	AttemptRecordLate(ctx context.Context, p AttemptRecordLateParams) (Attempt, error)

@@ -111,6 +111,7 @@ func outcomeToProto(o Outcome) *transportpb.Outcome {
 		Kind:       kindToProto(o.Kind),
 		StatusCode: clampUint32(o.StatusCode),
 		Error:      BoundError(o.Error),
+		NoRequest:  o.NoRequest && (o.Kind == OutcomeRetryable || o.Kind == OutcomePermanent),
 	}
 	if o.RetryAfter > 0 {
 		out.RetryAfter = durationpb.New(o.RetryAfter)
@@ -123,13 +124,19 @@ func outcomeToProto(o Outcome) *transportpb.Outcome {
 // be in range.
 func outcomeFromProto(p *transportpb.Outcome) Outcome {
 	o := Outcome{Error: p.GetError(), StatusCode: int(p.GetStatusCode())}
+	// A delivered message went out, whatever else the plugin says, and so
+	// may have one of a kind the host does not know. A plugin that never
+	// sets no_request (protocol 1, or an older SDK) reads as "a request may
+	// have gone out", which records the attempt.
 	switch p.GetKind() {
 	case transportpb.OutcomeKind_OUTCOME_KIND_DELIVERED:
 		o.Kind = OutcomeDelivered
 	case transportpb.OutcomeKind_OUTCOME_KIND_RETRYABLE:
 		o.Kind = OutcomeRetryable
+		o.NoRequest = p.GetNoRequest()
 	case transportpb.OutcomeKind_OUTCOME_KIND_PERMANENT:
 		o.Kind = OutcomePermanent
+		o.NoRequest = p.GetNoRequest()
 	default:
 		// Unknown is never taken as delivered or permanent: retrying keeps
 		// the message, which at-least-once requires.

@@ -91,6 +91,23 @@
 //     receiver rejected the message itself, or the endpoint's config is
 //     unusable.
 //
+// The attempt history holds one row per request that went out, so an
+// outcome also says whether one did. Outcome.NoRequest (Refused and
+// Deferred set it) says none went out: the plugin refused before sending
+// anything toward the receiver, for a reason of its own. No attempt is
+// recorded and no allowance spent; a permanent one fails the delivery at
+// once with Error as the reason on the delivery, and a retryable one
+// (Deferred) puts the delivery back, due again after a short wait, with
+// the reason visible on it, for as long as the plugin keeps saying so. Set
+// it only when sure: the http plugin sets it when its own address guard
+// refuses the target before connecting, and when the endpoint's URL is
+// unusable. A connection attempt that failed, a name that did not resolve,
+// a broker that is down are attempts (Retryable, NoRequest false): the
+// retry allowance is what bounds an unreachable receiver, and a send that
+// may have gone out must be counted. Leaving it false is always safe. A
+// plugin built against an SDK from before the field never sets it, and is
+// read the same way.
+//
 // A kind the host does not know is taken as retryable, never as delivered:
 // losing a message is worse than sending it twice. Outcome.Error goes into
 // the attempt history, cut to MaxErrorBytes; it must never contain the
@@ -121,7 +138,12 @@
 // a new one, calls Configure on it with the same settings, and sends the
 // next message to it. Other sends in flight to the killed process get
 // retryable outcomes too. Nothing is lost: every such attempt is retried on
-// the schedule.
+// the schedule. These count as attempts because the message may have gone
+// out before the plugin died. A send the host could not hand to a plugin at
+// all (the process could not be started again: its binary is gone, or does
+// not match its pin), or whose stream to the plugin had broken before the
+// send was queued, is not an attempt: the delivery waits, unspent, and is
+// tried again after a short wait until the plugin runs again.
 //
 // # What a plugin sees
 //

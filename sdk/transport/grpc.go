@@ -141,7 +141,9 @@ func (c *GRPCClient) Validate(ctx context.Context, endpoint Endpoint) error {
 // connection was lost); it wraps ErrUnavailable and, when ctx ended or the
 // call's deadline passed, ctx's error or context.DeadlineExceeded.
 // Otherwise the Outcome is the plugin's, checked and bounded. Under protocol
-// 2 a stream that breaks fails every call waiting on it at once.
+// 2 a stream that breaks fails every call waiting on it at once, and a call
+// whose request never left (the stream was broken already, or could not be
+// opened) wraps ErrNotSent too.
 //
 // When msg.Deadline is zero the plugin is sent ctx's deadline instead.
 func (c *GRPCClient) SendRPC(ctx context.Context, msg Message) (Outcome, error) {

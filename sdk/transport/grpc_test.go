@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hymical/hymical/sdk/transport/transportpb"
@@ -142,6 +145,8 @@ func testSendCarriesEveryFieldBothWays(t *testing.T, v int) {
 		{"delivered", Outcome{Kind: OutcomeDelivered, StatusCode: 204}},
 		{"retryable with hint", Outcome{Kind: OutcomeRetryable, StatusCode: 503, Error: "receiver answered HTTP 503", RetryAfter: 1500 * time.Millisecond}},
 		{"permanent without status", Outcome{Kind: OutcomePermanent, Error: "refused: loopback address"}},
+		{"refused before any request", Refused("refused to connect to 127.0.0.1:80: it is a loopback address")},
+		{"deferred, no request", Deferred("the plugin is shutting down")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -461,5 +466,70 @@ func TestBoundError(t *testing.T) {
 				t.Errorf("BoundError(%.40q…) = %.60q…", tt.in, got)
 			}
 		})
+	}
+}
+
+// NoRequest is believed only where it can hold: on a failure the plugin
+// reported with a kind the host knows. A delivered message went out, and a
+// kind the host does not know is read as an attempt that may have.
+func TestNoRequestIsReadOnlyOnAFailure(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   *transportpb.Outcome
+		want bool
+	}{
+		{"permanent", &transportpb.Outcome{Kind: transportpb.OutcomeKind_OUTCOME_KIND_PERMANENT, NoRequest: true}, true},
+		{"retryable", &transportpb.Outcome{Kind: transportpb.OutcomeKind_OUTCOME_KIND_RETRYABLE, NoRequest: true}, true},
+		{"delivered", &transportpb.Outcome{Kind: transportpb.OutcomeKind_OUTCOME_KIND_DELIVERED, StatusCode: 200, NoRequest: true}, false},
+		{"unknown kind", &transportpb.Outcome{Kind: 42, NoRequest: true}, false},
+		{"unset", &transportpb.Outcome{Kind: transportpb.OutcomeKind_OUTCOME_KIND_PERMANENT}, false},
+	}
+	for _, tt := range tests {
+		if got := outcomeFromProto(tt.in); got.NoRequest != tt.want {
+			t.Errorf("%s: NoRequest = %v, want %v (outcome %+v)", tt.name, got.NoRequest, tt.want, got)
+		}
+	}
+	if p := outcomeToProto(Outcome{Kind: OutcomeDelivered, NoRequest: true}); p.GetNoRequest() {
+		t.Error("a delivered outcome was sent with no_request set")
+	}
+}
+
+// oldPlugin is a plugin built before Outcome had no_request: it serves the
+// generated service directly, as a plugin in another language would, and
+// never sets the field.
+type oldPlugin struct {
+	transportpb.UnimplementedTransportServer
+}
+
+func (oldPlugin) Send(context.Context, *transportpb.SendRequest) (*transportpb.Outcome, error) {
+	return &transportpb.Outcome{Kind: transportpb.OutcomeKind_OUTCOME_KIND_PERMANENT, Error: "refused to connect: loopback"}, nil
+}
+
+// A protocol 1 plugin that never sets no_request: its refusal is read as an
+// attempt that may have gone out, so the host records it (over-counting is
+// allowed, under-counting is not).
+func TestPluginThatNeverSetsNoRequestMayHaveSent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	transportpb.RegisterTransportServer(srv, oldPlugin{})
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+
+	out, err := NewGRPCClient(conn, WithProtocol(1)).SendRPC(context.Background(), Message{DeliveryID: "d"})
+	if err != nil {
+		t.Fatalf("SendRPC: %v", err)
+	}
+	if out.Kind != OutcomePermanent || out.NoRequest {
+		t.Fatalf("outcome = %+v, want permanent with NoRequest false", out)
 	}
 }

@@ -209,9 +209,10 @@ func (s *sendStream) call(ctx context.Context, req *transportpb.SendRequest) (Ou
 	ch := make(chan *transportpb.Outcome, 1)
 	s.mu.Lock()
 	if s.err != nil {
+		// Broken before this send was queued: it never left.
 		err := s.err
 		s.mu.Unlock()
-		return Outcome{}, callError(ctx, "Send", err)
+		return Outcome{}, notSent(callError(ctx, "Send", err))
 	}
 	s.nextID++
 	id := s.nextID
@@ -249,6 +250,10 @@ func (s *sendStream) call(ctx context.Context, req *transportpb.SendRequest) (Ou
 	}
 }
 
+// notSent marks a failed call's error as one whose request never left the
+// host.
+func notSent(err error) error { return fmt.Errorf("%w (%w)", err, ErrNotSent) }
+
 // forget stops waiting for id and reports whether it was still pending.
 func (s *sendStream) forget(id uint64) bool {
 	s.mu.Lock()
@@ -275,7 +280,8 @@ func (c *GRPCClient) sendOnStream(ctx context.Context, req *transportpb.SendRequ
 	if err == nil {
 		out, err = s.call(ctx, req)
 	} else {
-		err = callError(ctx, "Send", err)
+		// No stream to carry it: the request never left.
+		err = notSent(callError(ctx, "Send", err))
 	}
 	if err != nil && span != nil {
 		span.SetStatus(codes.Error, err.Error())

@@ -222,6 +222,10 @@ func TestBrokenStreamFailsEveryPendingSend(t *testing.T) {
 				if !errors.Is(r.err, ErrUnavailable) || errors.Is(r.err, context.DeadlineExceeded) {
 					t.Errorf("send %s: %v, want ErrUnavailable from the break", r.id, r.err)
 				}
+				// These reached the plugin before the break.
+				if errors.Is(r.err, ErrNotSent) {
+					t.Errorf("send %s: %v, which the plugin got, says it was not sent", r.id, r.err)
+				}
 			}
 			for range n {
 				if err := <-g.ended; !errors.Is(err, context.Canceled) {
@@ -229,7 +233,22 @@ func TestBrokenStreamFailsEveryPendingSend(t *testing.T) {
 				}
 			}
 			if !tt.reuse {
+				// With the server gone no stream can be opened: a send now
+				// never leaves, and says so.
+				sctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
+				_, err := c.SendRPC(sctx, Message{DeliveryID: "after"})
+				if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotSent) {
+					t.Errorf("send with no stream to carry it: %v, want ErrUnavailable and ErrNotSent", err)
+				}
 				return
+			}
+			// A send that meets the broken stream is never queued on it.
+			c.streamMu.Lock()
+			broken := c.stream
+			c.streamMu.Unlock()
+			if _, err := broken.call(ctx, &transportpb.SendRequest{DeliveryId: "late"}); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotSent) {
+				t.Errorf("a send on the broken stream: %v, want ErrUnavailable and ErrNotSent", err)
 			}
 			// The next send opens a new stream.
 			next := sendAll(ctx, c, []string{"after"})

@@ -97,6 +97,18 @@ type Outcome struct {
 	// RetryAfter is the receiver's own hint of when to try again; 0 means
 	// it gave none.
 	RetryAfter time.Duration
+	// NoRequest says that no request went out: the plugin refused before
+	// sending anything toward the receiver, because of a decision of its
+	// own (its guard refused the target, the endpoint's config is
+	// unusable, it is shutting down). The server then records no attempt
+	// and spends none of the retry allowance: a permanent outcome fails the
+	// delivery with Error as its reason, a retryable one is tried again
+	// after a short wait, for as long as the plugin keeps saying so. Leave
+	// it false whenever a request may have gone out, a connection attempt
+	// to the receiver included: false is always safe, since the history may
+	// over-count requests but must never under-count them. It is ignored on
+	// a delivered outcome.
+	NoRequest bool
 }
 
 // Delivered is the outcome of an accepted message.
@@ -112,6 +124,23 @@ func Retryable(status int, reason string) Outcome {
 // Permanent is the outcome of an attempt no retry will fix.
 func Permanent(status int, reason string) Outcome {
 	return Outcome{Kind: OutcomePermanent, StatusCode: status, Error: BoundError(reason)}
+}
+
+// Refused is the outcome of a send the plugin refused before any request
+// went out, which no retry will fix: its guard refused the target, or the
+// endpoint's config is unusable. The delivery fails with reason, and no
+// attempt is recorded.
+func Refused(reason string) Outcome {
+	return Outcome{Kind: OutcomePermanent, Error: BoundError(reason), NoRequest: true}
+}
+
+// Deferred is the outcome of a send the plugin did not make, for a reason
+// of its own that passes (it is shutting down): no request went out, no
+// attempt is recorded, and the delivery is tried again after a short wait.
+// A receiver that cannot be reached is not such a reason: that is a
+// Retryable attempt, which the retry allowance bounds.
+func Deferred(reason string) Outcome {
+	return Outcome{Kind: OutcomeRetryable, Error: BoundError(reason), NoRequest: true}
 }
 
 // MaxErrorBytes bounds every error text that crosses the plugin boundary.
@@ -130,4 +159,10 @@ var (
 	// ErrUnavailable: the call did not complete: the plugin crashed, did not
 	// answer in time, or the connection to it was lost.
 	ErrUnavailable = errors.New("transport plugin did not answer")
+	// ErrNotSent is wrapped with ErrUnavailable when the host knows the
+	// request never left it, so the plugin cannot have acted on it: under
+	// protocol 2, the stream had broken before the send was queued, or a
+	// new one could not be opened. Without it, a failed call may have
+	// reached the plugin.
+	ErrNotSent = errors.New("the request never left the host")
 )

@@ -40,8 +40,8 @@ const (
 )
 
 // Transports is what the API needs of the plugin host: the names of the
-// loaded transports, and a check of an endpoint by the plugin that would
-// send to it. *pluginhost.Host satisfies it.
+// loaded transports, a check of an endpoint by the plugin that would send
+// to it, and whether every plugin runs. *pluginhost.Host satisfies it.
 type Transports interface {
 	// Validate asks the named plugin whether it can send to e. A refusal
 	// wraps transport.ErrRejected and says why; a plugin that did not answer
@@ -49,6 +49,9 @@ type Transports interface {
 	Validate(ctx context.Context, name string, e transport.Endpoint) error
 	// Names lists the loaded transports.
 	Names() []string
+	// Up starts any plugin that is not running and returns an error naming
+	// each transport that still is not, with why; nil when all run.
+	Up(ctx context.Context) error
 }
 
 // Options configure the handler New builds.

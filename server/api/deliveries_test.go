@@ -309,3 +309,50 @@ func TestBulkReplay(t *testing.T) {
 		}
 	})
 }
+
+// A claim that ended without a request leaves its reason on the delivery,
+// and the API shows it: while the delivery waits, and once it has failed
+// with no attempt, until a replay clears it.
+func TestDeliveryShowsWhyNothingWasSent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, nil)
+		f.createEndpoint(map[string]any{"url": "https://a.example.com/in"})
+		id := ids(f.submit("contact", map[string]any{"email": "a@example.com"}).must(t, http.StatusAccepted), "deliveries")[0]
+		claim := func() storage.Claim {
+			t.Helper()
+			claims, err := f.store.DeliveryClaim(t.Context(), storage.DeliveryClaimParams{Limit: 1, Lease: time.Minute})
+			if err != nil || len(claims) != 1 {
+				t.Fatal(claims, err)
+			}
+			return claims[0]
+		}
+
+		const down = `transport plugin "http" is not running: fork/exec: no such file or directory`
+		c := claim()
+		if _, err := f.store.DeliveryRelease(t.Context(), storage.DeliveryReleaseParams{DeliveryID: id, Token: c.Token, Reason: down}); err != nil {
+			t.Fatal(err)
+		}
+		d := f.admin("GET", "/v1/deliveries/"+id, nil).must(t, http.StatusOK)
+		if d.str("state") != "pending" || d.str("unsent_reason") != down || d.body["attempts"] != 0.0 || len(d.list("attempt_history")) != 0 {
+			t.Fatalf("delivery given back unsent: %s", d.raw)
+		}
+		listed := f.admin("GET", "/v1/deliveries?state=pending", nil).must(t, http.StatusOK).list("deliveries")
+		if len(listed) != 1 || listed[0].(map[string]any)["unsent_reason"] != down {
+			t.Fatalf("the list does not show the reason: %v", listed)
+		}
+
+		const refused = `no such transport plugin "smtp" (loaded: http)`
+		c = claim()
+		if _, err := f.store.DeliveryFail(t.Context(), storage.DeliveryFailParams{DeliveryID: id, Token: c.Token, Reason: refused}); err != nil {
+			t.Fatal(err)
+		}
+		d = f.admin("GET", "/v1/deliveries/"+id, nil).must(t, http.StatusOK)
+		if d.str("state") != "failed" || d.str("unsent_reason") != refused || d.body["attempts"] != 0.0 || len(d.list("attempt_history")) != 0 {
+			t.Fatalf("delivery failed unsent: %s", d.raw)
+		}
+		r := f.admin("POST", "/v1/deliveries/"+id+"/replay", nil).must(t, http.StatusOK)
+		if r.str("state") != "pending" || r.str("unsent_reason") != "" {
+			t.Fatalf("after replay: %s", r.raw)
+		}
+	})
+}

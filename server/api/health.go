@@ -22,7 +22,9 @@ func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) error {
 }
 
 // GET /readyz: the store answers and holds the schema this build knows,
-// and the server's own Ready check, if any, passes.
+// every transport plugin runs, and the server's own Ready check, if any,
+// passes. A transport that is down makes the server not ready: its
+// deliveries wait, unsent, until it runs again.
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
@@ -44,6 +46,10 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 		return notReady("the database is at schema version %d and this build needs %d; run `hymical migrate`", v, latest)
 	case v > latest:
 		return notReady("the database is at schema version %d, newer than this build knows (%d); run the newer build", v, latest)
+	}
+	if err := h.transports.Up(ctx); err != nil {
+		h.log.Warn("readiness: a transport plugin is not running", "error", err)
+		return notReady("%v; its deliveries wait, unsent, until it runs again", err)
 	}
 	if h.ready != nil {
 		if err := h.ready(ctx); err != nil {

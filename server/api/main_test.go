@@ -41,6 +41,9 @@ const (
 var (
 	loopbackHost *pluginhost.Host
 	strictHost   *pluginhost.Host
+	// httpPlugin is the built plugins/http binary, for a test that needs a
+	// host of its own.
+	httpPlugin string
 )
 
 func TestMain(m *testing.M) {
@@ -60,6 +63,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build the http plugin: %v\n%s", err, out)
 		return 1
 	}
+	httpPlugin = filepath.Join(dir, pluginhost.BinaryPrefix+"http")
 	ctx := context.Background()
 	loopbackHost, err = pluginhost.New(ctx, pluginhost.Config{Dir: dir, Plugins: []pluginhost.PluginConfig{{
 		Name:     "http",

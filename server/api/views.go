@@ -56,7 +56,7 @@ func viewDelivery(d storage.Delivery) apiwire.Delivery {
 		ID: d.ID, EndpointID: d.EndpointID, EventID: d.EventID, State: apiwire.DeliveryState(d.State),
 		Attempts: d.Attempts, CycleAttempts: d.CycleAttempts,
 		NextAttemptAt:  d.NextAttemptAt.UTC(),
-		LeaseExpiresAt: utcPtr(d.ClaimExpiresAt), Held: d.Held,
+		LeaseExpiresAt: utcPtr(d.ClaimExpiresAt), Held: d.Held, UnsentReason: d.UnsentReason,
 		CreatedAt: d.CreatedAt.UTC(), CompletedAt: utcPtr(d.CompletedAt),
 	}
 }

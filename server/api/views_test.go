@@ -39,7 +39,8 @@ func goldenFixtures(t *testing.T) map[string]any {
 			storage.NewSecret("whsk_kSu/I30dLoCPBi3RJF+uTVo+NczK0/hGwCVjED2R6PYu7rWC5/c4sd3meepa8ZXptVZ/vKQt6QHkFyXV+q1c+g==", nil), storage.NewSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &later)}}
 	d1 := storage.Delivery{ID: "dlv_1", EndpointID: "ep_1", EventID: "evt_1", State: storage.StatePending, NextAttemptAt: now, CreatedAt: now}
 	d2 := storage.Delivery{ID: "dlv_2", EndpointID: "ep_1", EventID: "evt_1", State: storage.StateProcessing, Attempts: 3, CycleAttempts: 2,
-		NextAttemptAt: now, ClaimExpiresAt: &later, Held: true, CreatedAt: now, CompletedAt: &later}
+		NextAttemptAt: now, ClaimExpiresAt: &later, Held: true, CreatedAt: now, CompletedAt: &later,
+		UnsentReason: `transport plugin "http" is not running: <binary> & pin`}
 	ev1 := storage.Event{ID: "evt_1", Type: "submission.received", FormID: "f", SubmissionID: "sub_1", CreatedAt: now}
 	ev2 := storage.Event{ID: "evt_2", Type: "x", CreatedAt: now}
 	as := []storage.Attempt{{Number: 1, Outcome: storage.OutcomeRetryable, HTTPStatus: 500, Error: "boom <x>", StartedAt: now, FinishedAt: later, TraceID: "abc"},

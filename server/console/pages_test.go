@@ -412,3 +412,43 @@ func TestInFlightDeliveriesShowTheirLeaseAndNoReplay(t *testing.T) {
 		lacks(t, `action="/console/deliveries/`+dlv+`/replay"`)
 	f.post(s, "/console/deliveries/"+dlv+"/replay", nil).must(t, http.StatusConflict).contains(t, "is processing")
 }
+
+// A claim that ended without a request has no attempt row to show, so the
+// delivery page says why nothing was sent: while the delivery waits, and
+// once it failed, with what to do.
+func TestDeliveryPageSaysWhyNothingWasSent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.endpoint("contact", "CRM")
+	dlv := f.submit("contact", 1)[0]
+	claim := func() storage.Claim {
+		t.Helper()
+		claims, err := f.store.DeliveryClaim(t.Context(), storage.DeliveryClaimParams{Limit: 1, Lease: time.Minute})
+		if err != nil || len(claims) != 1 {
+			t.Fatal(claims, err)
+		}
+		return claims[0]
+	}
+	c := claim()
+	if _, err := f.store.DeliveryRelease(t.Context(), storage.DeliveryReleaseParams{DeliveryID: dlv, Token: c.Token,
+		Reason: `transport plugin "http" is not running: <gone>`}); err != nil {
+		t.Fatal(err)
+	}
+	s := f.login("alice")
+	f.get(s, "/console/deliveries/"+dlv).must(t, http.StatusOK).
+		contains(t, "<dt>Not sent</dt>", `transport plugin &#34;http&#34; is not running: &lt;gone&gt;`,
+			"No request went out, so no attempt was recorded.", "It is tried again shortly.", "No attempts yet").
+		lacks(t, "<gone>")
+
+	c = claim()
+	if _, err := f.store.DeliveryFail(t.Context(), storage.DeliveryFailParams{DeliveryID: dlv, Token: c.Token,
+		Reason: `no such transport plugin "smtp" (loaded: http)`}); err != nil {
+		t.Fatal(err)
+	}
+	f.get(s, "/console/deliveries/"+dlv).must(t, http.StatusOK).
+		contains(t, `id="delivery-state">failed</span>`, "<dt>Not sent</dt>", "no such transport plugin &#34;smtp&#34;",
+			"Fix this, then replay the delivery.", `action="/console/deliveries/`+dlv+`/replay"`)
+
+	other := f.submit("contact", 1)[0]
+	f.get(s, "/console/deliveries/"+other).must(t, http.StatusOK).lacks(t, "<dt>Not sent</dt>")
+}

@@ -27,6 +27,11 @@
 // costs that attempt a retryable outcome; the host kills the process and
 // starts a new one, configured again, for the next send. A crash ends the
 // stream, and every send waiting on it gets its retryable outcome at once.
+// A send that never reached a plugin (the name is unknown, the process is
+// not running and cannot be started again, the stream to it had broken
+// before the send was queued) is an outcome with NoRequest set, so the
+// caller records no attempt for it; Up reports, for readiness, which
+// plugins are not running.
 package pluginhost
 
 import (
@@ -233,14 +238,20 @@ func (h *Host) unknown(name string) error {
 // retryable one (the host then kills and restarts it). When ctx is
 // canceled the cancellation reaches the plugin, the outcome is retryable,
 // and the plugin is left running.
+//
+// Outcomes of sends that never reached a plugin have NoRequest set: an
+// unknown name (permanent), and a plugin that is not running and could not
+// be started again, its binary gone or not matching its pin, or the host
+// closed (retryable). A crash or hang mid-send is not one of them: the
+// message may have gone out.
 func (h *Host) Send(ctx context.Context, name string, msg transport.Message, deadline time.Time) transport.Outcome {
 	s, ok := h.slots[name]
 	if !ok {
-		return transport.Permanent(0, h.unknown(name).Error())
+		return transport.Refused(h.unknown(name).Error())
 	}
 	inst, err := h.acquire(ctx, s)
 	if err != nil {
-		return transport.Retryable(0, fmt.Sprintf("transport plugin %q is not running: %v", name, err))
+		return transport.Deferred(fmt.Sprintf("transport plugin %q is not running: %v", name, err))
 	}
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
@@ -257,10 +268,15 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	if err == nil {
 		return out
 	}
+	// The SDK knows when the message never left (the stream to the plugin
+	// had broken already): then the plugin cannot have sent anything.
+	unsent := errors.Is(err, transport.ErrNotSent)
 	if errors.Is(callCtx.Err(), context.Canceled) {
 		// The caller gave up (shutdown, most likely); the plugin did
 		// nothing wrong.
-		return transport.Retryable(0, fmt.Sprintf("send through transport plugin %q canceled by the caller: %v", name, err))
+		out = transport.Retryable(0, fmt.Sprintf("send through transport plugin %q canceled by the caller: %v", name, err))
+		out.NoRequest = unsent
+		return out
 	}
 	what := "crashed or lost its connection"
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -268,7 +284,9 @@ func (h *Host) Send(ctx context.Context, name string, msg transport.Message, dea
 	}
 	h.replace(s, inst, fmt.Sprintf("%s: %v", what, err))
 	restarted(ctx, name, what)
-	return transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
+	out = transport.Retryable(0, fmt.Sprintf("transport plugin %q %s, so it was restarted: %v", name, what, err))
+	out.NoRequest = unsent
+	return out
 }
 
 // callContext is the context of a send that may run until limit. The call
@@ -328,6 +346,25 @@ func (h *Host) Validate(ctx context.Context, name string, endpoint transport.End
 		return fmt.Errorf("transport plugin %q: %w", name, err)
 	}
 	return nil
+}
+
+// Up starts every plugin whose process is not running (it exited, or could
+// not be started again) and returns an error naming each that still is
+// not, with why; nil when every plugin runs. /readyz asks it, so a plugin
+// that died while nothing was sent is started again by the probe rather
+// than at the next send, and a readiness probe that took the server out of
+// rotation cannot keep it out for want of traffic.
+func (h *Host) Up(ctx context.Context) error {
+	var down []string
+	for _, name := range h.names {
+		if _, err := h.acquire(ctx, h.slots[name]); err != nil {
+			down = append(down, fmt.Sprintf("transport plugin %q is not running: %v", name, err))
+		}
+	}
+	if len(down) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(down, "; "))
 }
 
 // acquire returns the slot's running process, starting a new one when the

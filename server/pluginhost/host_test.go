@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
+
 	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -324,8 +326,8 @@ func TestUnknownPlugin(t *testing.T) {
 	h, _ := newHost(t, misbehaveConfig(nil))
 
 	out := h.Send(context.Background(), "smtp", mode("ok"), soon())
-	if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, `"smtp"`) || !strings.Contains(out.Error, "loaded: misbehave") {
-		t.Errorf("outcome = %+v, want permanent naming smtp and the loaded plugins", out)
+	if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, `"smtp"`) || !strings.Contains(out.Error, "loaded: misbehave") {
+		t.Errorf("outcome = %+v, want permanent, no request, naming smtp and the loaded plugins", out)
 	}
 	if err := h.Validate(context.Background(), "smtp", transport.Endpoint{}); !errors.Is(err, ErrUnknownPlugin) {
 		t.Errorf("Validate: %v, want ErrUnknownPlugin", err)
@@ -608,10 +610,186 @@ func TestClose(t *testing.T) {
 		t.Errorf("plugin process %d still running after Close", p)
 	}
 	out := h.Send(context.Background(), "misbehave", mode("ok"), soon())
-	if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "closed") {
-		t.Errorf("outcome after Close = %+v, want retryable saying the host is closed", out)
+	if out.Kind != transport.OutcomeRetryable || !out.NoRequest || !strings.Contains(out.Error, "closed") {
+		t.Errorf("outcome after Close = %+v, want retryable, no request, saying the host is closed", out)
 	}
 	if h.Restarts("misbehave") != 0 {
 		t.Error("a send after Close restarted the plugin")
+	}
+}
+
+// Whether a request went out crosses the boundary on both protocols: a
+// plugin's refusal before connecting says none did; an outcome that does
+// not say, the field's default (a plugin from before it), and a crash
+// mid-send may have sent one.
+func TestNoRequestCrossesBothProtocols(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  func(map[string]string) Config
+	}{
+		{"protocol 2", misbehaveConfig},
+		{"protocol 1", v1Config},
+	}
+	cases := []struct {
+		mode      string
+		kind      transport.OutcomeKind
+		noRequest bool
+	}{
+		{"refuse", transport.OutcomePermanent, true},
+		{"defer", transport.OutcomeRetryable, true},
+		{"plain_fail", transport.OutcomePermanent, false},
+		{"ok", transport.OutcomeDelivered, false},
+		{"exit", transport.OutcomeRetryable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, _ := newHost(t, tt.cfg(nil))
+			for _, c := range cases {
+				out := h.Send(context.Background(), "misbehave", mode(c.mode), soon())
+				if out.Kind != c.kind || out.NoRequest != c.noRequest {
+					t.Errorf("%s: outcome = %+v, want %s with NoRequest %v", c.mode, out, c.kind, c.noRequest)
+				}
+			}
+		})
+	}
+}
+
+// killAll SIGKILLs every process running the executable at path, deleted
+// or not, and reports how many it found.
+func killAll(t *testing.T, path string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || (exe != path && exe != path+" (deleted)") {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// waitExited waits until the host has seen the named plugin's process go.
+func waitExited(t *testing.T, h *Host, name string) {
+	t.Helper()
+	s := h.slots[name]
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		s.mu.Lock()
+		exited := s.cur == nil || s.cur.exited()
+		s.mu.Unlock()
+		if exited {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the host never noticed the plugin process was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func copyBinary(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A plugin whose process died and cannot be started again, its binary
+// gone or replaced by one that does not match its pin, never gets the
+// message: the outcome says no request went out, Up names the transport,
+// and once the right binary is back Up starts it and sends go through.
+func TestPluginThatCannotBeStartedGetsNoMessage(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"binary removed", "binary does not match its pin"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			bin := filepath.Join(t.TempDir(), "misbehave")
+			copyBinary(t, misbehaveBin, bin)
+			cfg := Config{Plugins: []PluginConfig{{Name: "misbehave", Path: bin, SHA256: sha256File(t, misbehaveBin)}}}
+			h, _ := newHost(t, cfg)
+			if err := h.Up(context.Background()); err != nil {
+				t.Fatalf("Up with the plugin running: %v", err)
+			}
+			switch how {
+			case "binary removed":
+				if err := os.Remove(bin); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := os.Remove(bin); err != nil {
+					t.Fatal(err)
+				}
+				copyBinary(t, httpBin, bin)
+			}
+			if n := killAll(t, bin); n != 1 {
+				t.Fatalf("killed %d processes of %s, want 1", n, bin)
+			}
+			waitExited(t, h, "misbehave")
+
+			out := h.Send(context.Background(), "misbehave", mode("ok"), soon())
+			if out.Kind != transport.OutcomeRetryable || !out.NoRequest || !strings.Contains(out.Error, `transport plugin "misbehave" is not running`) {
+				t.Fatalf("outcome = %+v, want retryable, no request, saying the plugin is not running", out)
+			}
+			err := h.Up(context.Background())
+			if err == nil || !strings.Contains(err.Error(), `transport plugin "misbehave" is not running`) {
+				t.Fatalf("Up = %v, want an error naming the plugin", err)
+			}
+			if how != "binary removed" && !strings.Contains(err.Error(), "SHA-256") {
+				t.Errorf("Up = %v, want it to say the binary does not match its SHA-256 pin", err)
+			}
+
+			_ = os.Remove(bin)
+			copyBinary(t, misbehaveBin, bin)
+			if err := h.Up(context.Background()); err != nil {
+				t.Fatalf("Up once the binary is back: %v", err)
+			}
+			if out := h.Send(context.Background(), "misbehave", mode("ok"), soon()); out.Kind != transport.OutcomeDelivered || out.NoRequest {
+				t.Fatalf("outcome once the binary is back = %+v, want delivered", out)
+			}
+		})
+	}
+}
+
+// A plugin whose connection is gone before a send is queued never gets the
+// message: the outcome says no request went out, and the plugin is
+// restarted for the next send.
+func TestSendOnALostConnectionIsNoRequest(t *testing.T) {
+	t.Parallel()
+	h, _ := newHost(t, misbehaveConfig(map[string]string{"marker": "relaunched"}))
+	// No send yet, so no stream is open: the next one must open it over a
+	// connection that is gone, while the process still runs.
+	s := h.slots["misbehave"]
+	s.mu.Lock()
+	raw, err := s.cur.client.Client()
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, ok := raw.(*plugin.GRPCClient)
+	if !ok {
+		t.Fatalf("go-plugin client is %T, want *plugin.GRPCClient", raw)
+	}
+	if err := gc.Conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := h.Send(context.Background(), "misbehave", mode("ok"), soon())
+	if out.Kind != transport.OutcomeRetryable || !out.NoRequest || !strings.Contains(out.Error, "restarted") {
+		t.Fatalf("outcome = %+v, want retryable, no request, the plugin restarted", out)
+	}
+	if out := h.Send(context.Background(), "misbehave", mode("configured"), soon()); out.Kind != transport.OutcomeDelivered || out.Error != "marker=relaunched" {
+		t.Fatalf("outcome after the restart = %+v, want delivered by a relaunched plugin", out)
 	}
 }

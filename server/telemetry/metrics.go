@@ -18,6 +18,7 @@ type Metrics struct {
 	sendDuration metric.Float64Histogram
 	claimToSend  metric.Float64Histogram
 	disables     metric.Int64Counter
+	unsent       metric.Int64Counter
 }
 
 // NewMetrics creates the worker's instruments on mp.
@@ -49,6 +50,10 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Endpoints this process disabled on its own, by reason: gone (410) or failing.")); err != nil {
 		return nil, instrumentError(MetricEndpointDisables, err)
 	}
+	if out.unsent, err = m.Int64Counter(MetricClaimsUnsent, metric.WithUnit("{claim}"),
+		metric.WithDescription("Claims ended without a request, so with no attempt recorded, by transport and reason: unavailable (released), refused or unsignable (failed).")); err != nil {
+		return nil, instrumentError(MetricClaimsUnsent, err)
+	}
 	return &out, nil
 }
 
@@ -75,6 +80,15 @@ func (m *Metrics) RecordClaimToSend(ctx context.Context, transport string, lag t
 		return
 	}
 	m.claimToSend.Record(ctx, max(lag, 0).Seconds(), metric.WithAttributes(MetricAttrTransport.String(transport)))
+}
+
+// RecordUnsent counts a claim ended without a request; reason is one of
+// the Unsent* kinds.
+func (m *Metrics) RecordUnsent(ctx context.Context, transport, reason string) {
+	if m == nil {
+		return
+	}
+	m.unsent.Add(ctx, 1, metric.WithAttributes(MetricAttrTransport.String(transport), MetricAttrReason.String(reason)))
 }
 
 // RecordEndpointDisabled counts an endpoint this process disabled.

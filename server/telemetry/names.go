@@ -42,7 +42,10 @@ const (
 	AttrOutcome      = attribute.Key("hymical.attempt.outcome")
 	// AttrLate marks an attempt whose claim was superseded while the
 	// request was out: recorded, but it moved nothing.
-	AttrLate      = attribute.Key("hymical.attempt.late")
+	AttrLate = attribute.Key("hymical.attempt.late")
+	// AttrUnsent marks a claim that ended without a request, so no attempt
+	// was recorded: its value is the kind of reason (an Unsent* value).
+	AttrUnsent    = attribute.Key("hymical.attempt.unsent")
 	AttrTransport = attribute.Key("hymical.transport")
 	// AttrClaimLimit and AttrClaimCount are how many deliveries a claim
 	// asked for and how many it got.
@@ -118,6 +121,25 @@ const (
 	// MetricEndpointDisables (counter, by MetricAttrReason) counts the
 	// endpoints this process disabled on its own: gone or failing.
 	MetricEndpointDisables = "hymical.endpoint.disables"
+	// MetricClaimsUnsent (counter, by MetricAttrTransport and
+	// MetricAttrReason, an Unsent* value) counts the claims this process
+	// ended without a request, which record no attempt.
+	MetricClaimsUnsent = "hymical.claims.unsent"
+)
+
+// The kinds of reason a claim ends without a request: the values of
+// MetricAttrReason on MetricClaimsUnsent and of AttrUnsent.
+const (
+	// UnsentUnavailable: the transport could not send for now (its plugin
+	// is not running, or said not now); the delivery was released, due
+	// again after a short wait.
+	UnsentUnavailable = "unavailable"
+	// UnsentRefused: the transport is unknown, or refused the target
+	// before sending; the delivery failed.
+	UnsentRefused = "refused"
+	// UnsentUnsignable: the message could not be signed (no active
+	// secret); the delivery failed.
+	UnsentUnsignable = "unsignable"
 )
 
 // Metric attribute keys: short, since they become Prometheus labels.

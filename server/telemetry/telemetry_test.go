@@ -286,6 +286,9 @@ func TestMetricsExposition(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.RecordEndpointDisabled(ctx, "failing")
+	m.RecordUnsent(ctx, "http", telemetry.UnsentUnavailable)
+	m.RecordUnsent(ctx, "http", telemetry.UnsentUnavailable)
+	nilMetrics.RecordUnsent(ctx, "http", telemetry.UnsentRefused) // records nothing, does not panic
 	if _, err := telemetry.ObservePluginRestarts(tel.MeterProvider(), func() map[string]int { return map[string]int{"http": 2, "nats": 0} }); err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +308,7 @@ func TestMetricsExposition(t *testing.T) {
 		`hymical_endpoints_disabled{reason="gone"} 1`,
 		`hymical_endpoints_disabled{reason="operator"} 2`,
 		`hymical_endpoint_disables_total{reason="failing"} 1`,
+		`hymical_claims_unsent_total{reason="unavailable",transport="http"} 2`,
 		`hymical_plugin_restarts_total{plugin="http"} 2`,
 		`hymical_plugin_restarts_total{plugin="nats"} 0`,
 		`target_info{`,

@@ -475,7 +475,8 @@ func independentVerify(secret string, h http.Header, body []byte) error {
 	return wh.Verify(body, h)
 }
 
-// killPlugin SIGKILLs every running process of the binary at path.
+// killPlugin SIGKILLs every running process of the binary at path, which
+// may have been removed already.
 func killPlugin(t *testing.T, path string) {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
@@ -489,7 +490,7 @@ func killPlugin(t *testing.T, path string) {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || exe != path {
+		if err != nil || (exe != path && exe != path+" (deleted)") {
 			continue
 		}
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {

@@ -11,6 +11,12 @@
 // is inside the lease. Only a transport's delivered outcome marks a delivery
 // delivered.
 //
+// An attempt is a request that went out, or may have: a plugin that crashed
+// or hung mid-send is one. A claim that sends nothing (the message cannot be
+// signed, the transport is unknown or its plugin is not running, the plugin
+// refused before sending) records no attempt and spends no allowance; see
+// unsent.
+//
 // Each claim that took deliveries is a span, the root of a trace; each
 // attempt is a span in it, linked to the ingest request that made the event,
 // and its trace id is stored with the attempt when it is sampled. The
@@ -24,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,12 +51,15 @@ type Store interface {
 	DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error)
 	DeliveryCompleteBatch(ctx context.Context, ps []storage.DeliveryCompleteParams) ([]storage.DeliveryCompleteResult, error)
 	DeliveryRelease(ctx context.Context, p storage.DeliveryReleaseParams) (storage.Delivery, error)
+	DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) (storage.Delivery, error)
 	AttemptRecordLate(ctx context.Context, p storage.AttemptRecordLateParams) (storage.Attempt, error)
 }
 
 // Sender moves one signed message through the named transport plugin by
 // deadline. It reports every failure, a crashed or hung plugin included, as
-// an Outcome.
+// an Outcome, with NoRequest set when the message never went out: it never
+// reached a plugin (unknown transport, plugin not running), or the plugin
+// refused before sending.
 type Sender interface {
 	Send(ctx context.Context, plugin string, msg transport.Message, deadline time.Time) transport.Outcome
 }
@@ -526,9 +536,12 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 	msg, err := message(c, ep, start)
 	msg.Deadline = deadline
 	if err != nil {
-		// Nothing was sent: the endpoint cannot be signed for. Failing the
-		// attempt records why, without a request having gone out.
-		finish(transport.Permanent(0, "signing failed: "+err.Error()))
+		// Nothing can be sent until the endpoint is fixed: no request, so
+		// no attempt; the delivery fails with why.
+		rec.record(func() {
+			defer span.End()
+			p.unsent(actx, log, c, ep.Transport, telemetry.UnsentUnsignable, "signing failed: "+err.Error(), 0)
+		})
 		return
 	}
 	p.metrics.RecordClaimToSend(actx, ep.Transport, start.Sub(claimed))
@@ -538,9 +551,76 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 	// that hung past it (and must be restarted) from a caller that gave up.
 	// actx carries the attempt's span to the plugin and on to the receiver.
 	p.share.sending(c.Delivery.EndpointID, start)
-	o := p.sender.Send(actx, ep.Transport, msg, deadline)
-	p.share.sent(c.Delivery.EndpointID, start, p.now().Sub(start))
-	finish(o)
+	out := p.sender.Send(actx, ep.Transport, msg, deadline)
+	p.share.sent(c.Delivery.EndpointID, start, p.now().Sub(start), !out.NoRequest)
+	if out.NoRequest && (out.Kind == transport.OutcomeRetryable || out.Kind == transport.OutcomePermanent) {
+		kind := telemetry.UnsentRefused
+		if out.Kind == transport.OutcomeRetryable {
+			kind = telemetry.UnsentUnavailable
+		}
+		rec.record(func() {
+			defer span.End()
+			p.unsent(actx, log, c, ep.Transport, kind, out.Error, out.RetryAfter)
+		})
+		return
+	}
+	finish(out)
+}
+
+// maxUnsentDelay caps how long a delivery released without a request waits
+// before it is due again, whatever its retry schedule says, so that it goes
+// soon after its plugin is back.
+const maxUnsentDelay = time.Minute
+
+// unsent ends a claim that made no request: no attempt is recorded and no
+// allowance spent, since an attempt is a request that went out. The reason
+// is kept on the delivery. A passing cause (kind UnsentUnavailable: the
+// plugin is not running, or said not now) gives the claim back, due again
+// after the first step of the delivery's retry schedule (the plugin's
+// retryAfter as a floor), at most maxUnsentDelay, however often it
+// happens: the delivery did nothing wrong, so its schedule does not
+// advance. A lasting one (the transport is unknown or refused the target,
+// the message cannot be signed) fails the delivery, for an operator to fix
+// and replay. A superseded worker's write changes nothing, and there is no
+// request to record late.
+func (p *Pool) unsent(ctx context.Context, log deliveryLog, c storage.Claim, transportName, kind, reason string, retryAfter time.Duration) {
+	if strings.TrimSpace(reason) == "" {
+		reason = fmt.Sprintf("transport %q made no request and gave no reason", transportName)
+	}
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrUnsent.String(kind))
+		span.SetStatus(codes.Error, reason)
+	}
+	p.metrics.RecordUnsent(ctx, transportName, kind)
+	if kind == telemetry.UnsentUnavailable {
+		schedule, _ := p.retryFor(c.Endpoint)
+		delay := min(schedule.Delay(1, retryAfter), maxUnsentDelay)
+		err := p.retryStore(ctx, c, func() error {
+			_, err := p.store.DeliveryRelease(ctx, storage.DeliveryReleaseParams{
+				DeliveryID: c.Delivery.ID, Token: c.Token, Delay: delay, Reason: reason})
+			return err
+		})
+		switch {
+		case err == nil:
+			log.Info("no request was made; the claim is given back unspent", "reason", reason, "retry_in", delay)
+		case !errors.Is(err, storage.ErrClaimLost):
+			log.Error("giving back a claim that made no request failed; it is retried when its lease expires", "reason", reason, "error", err)
+			span.RecordError(err)
+		}
+		return
+	}
+	err := p.retryStore(ctx, c, func() error {
+		_, err := p.store.DeliveryFail(ctx, storage.DeliveryFailParams{DeliveryID: c.Delivery.ID, Token: c.Token, Reason: reason})
+		return err
+	})
+	switch {
+	case err == nil:
+		log.Warn("no request could be made; the delivery failed without an attempt: fix this and replay it", "reason", reason)
+	case !errors.Is(err, storage.ErrClaimLost):
+		log.Error("failing a delivery that could make no request failed; it is retried when its lease expires", "reason", reason, "error", err)
+		span.RecordError(err)
+	}
 }
 
 // message builds the signed message for one attempt. The secret is used

@@ -166,15 +166,19 @@ func (f *fairShare) sending(endpoint string, start time.Time) {
 	}
 }
 
-// sent notes that the send to endpoint that started at start took took.
-func (f *fairShare) sent(endpoint string, start time.Time, took time.Duration) {
+// sent notes that the send to endpoint that started at start is over
+// after took. Only one that made a request (or may have) says how quick the
+// receiver is.
+func (f *fairShare) sent(endpoint string, start time.Time, took time.Duration, requested bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if l := f.endpoints[endpoint]; l != nil {
 		if i := slices.Index(l.sending, start); i >= 0 {
 			l.sending = slices.Delete(l.sending, i, i+1)
 		}
-		l.lastTook = took
+		if requested {
+			l.lastTook = took
+		}
 	}
 }
 

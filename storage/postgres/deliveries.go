@@ -230,6 +230,9 @@ WITH input AS (
 		END,
 		held = i.outcome = 'retryable' AND d.cycle_attempts + 1 < i.allowance AND EXISTS (
 			SELECT 1 FROM webhook_endpoints AS ep WHERE ep.id = d.endpoint_id AND ep.disabled_at IS NOT NULL),
+		-- A request went out: whatever kept an earlier claim from sending
+		-- is no longer the news.
+		unsent_reason = '',
 		claim_token = NULL,
 		claim_expires_at = NULL
 	FROM input AS i
@@ -469,7 +472,8 @@ func (s *Store) AttemptRecordLate(ctx context.Context, p storage.AttemptRecordLa
 }
 
 // DeliveryRelease gives a claim back unspent: pending again after p.Delay,
-// no counter changed. Fenced on the token.
+// no counter changed, the reason kept when one is given. Fenced on the
+// token.
 func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleaseParams) (storage.Delivery, error) {
 	op := "delivery release " + p.DeliveryID
 	if err := p.Validate(); err != nil {
@@ -485,10 +489,11 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 				claim_token = NULL,
 				claim_expires_at = NULL,
 				held = EXISTS (SELECT 1 FROM webhook_endpoints AS ep
-					WHERE ep.id = d.endpoint_id AND ep.disabled_at IS NOT NULL)
+					WHERE ep.id = d.endpoint_id AND ep.disabled_at IS NOT NULL),
+				unsent_reason = CASE WHEN $5 = '' THEN d.unsent_reason ELSE $5 END
 			WHERE d.id = $1 AND d.claim_token = $2
 			RETURNING `+deliveryColumns,
-			p.DeliveryID, p.Token, dbNow(p.Now), p.Delay.Microseconds()))
+			p.DeliveryID, p.Token, dbNow(p.Now), p.Delay.Microseconds(), storage.BoundError(p.Reason)))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fenceMiss(ctx, tx, p.DeliveryID, storage.ErrClaimLost)
 		}
@@ -500,8 +505,45 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 	return d, nil
 }
 
+// DeliveryFail ends a claim as failed without a request: no attempt, no
+// counter changed, the reason kept. An ordered endpoint's next delivery may
+// then go, as after any failure. Fenced on the token.
+func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) (storage.Delivery, error) {
+	op := "delivery fail " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.Delivery{}, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	var d storage.Delivery
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		d, err = scanDelivery(tx.QueryRow(ctx, `
+			UPDATE webhook_deliveries AS d
+			SET state = 'failed',
+				completed_at = coalesce($3::timestamptz, now()),
+				claim_token = NULL,
+				claim_expires_at = NULL,
+				held = false,
+				unsent_reason = $4
+			WHERE d.id = $1 AND d.claim_token = $2
+			RETURNING `+deliveryColumns,
+			p.DeliveryID, p.Token, dbNow(p.Now), storage.BoundError(p.Reason)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fenceMiss(ctx, tx, p.DeliveryID, storage.ErrClaimLost)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, promoteSQL, []string{d.EndpointID})
+		return err
+	})
+	if err != nil {
+		return storage.Delivery{}, mapErr(op, err)
+	}
+	return d, nil
+}
+
 // replaySet is the row change every replay makes: due now, a fresh retry
-// cycle, attempts kept.
+// cycle, attempts kept, no reason left from the last cycle.
 const replaySet = `
 	SET state = 'pending',
 		next_attempt_at = coalesce($2::timestamptz, now()),
@@ -509,7 +551,8 @@ const replaySet = `
 		completed_at = NULL,
 		claim_token = NULL,
 		claim_expires_at = NULL,
-		held = false`
+		held = false,
+		unsent_reason = ''`
 
 // DeliveryReplay moves one terminal delivery back to pending and writes who
 // did it. storage.ErrNotTerminal for a pending or processing delivery.

@@ -13,11 +13,11 @@ import (
 // (d deliveries, e events, a attempts), and scanned by the matching function.
 
 const deliveryColumns = `d.id, d.endpoint_id, d.event_id, d.state, d.attempts, d.cycle_attempts,
-	d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at, d.held`
+	d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at, d.held, d.unsent_reason`
 
 func deliveryDest(d *storage.Delivery) []any {
 	return []any{&d.ID, &d.EndpointID, &d.EventID, &d.State, &d.Attempts, &d.CycleAttempts,
-		&d.NextAttemptAt, &d.ClaimExpiresAt, &d.CreatedAt, &d.CompletedAt, &d.Held}
+		&d.NextAttemptAt, &d.ClaimExpiresAt, &d.CreatedAt, &d.CompletedAt, &d.Held, &d.UnsentReason}
 }
 
 func scanDelivery(row pgx.Row) (storage.Delivery, error) {

@@ -14,7 +14,7 @@ import (
 )
 
 const deliveryColumns = `id, endpoint_id, event_id, state, attempts, cycle_attempts,
-	next_attempt_at, claim_expires_at, created_at, completed_at, held`
+	next_attempt_at, claim_expires_at, created_at, completed_at, held, unsent_reason`
 
 // claimable is the one definition of a claimable row, over :now.
 const claimable = `((state = 'pending' AND held = 0 AND next_attempt_at <= :now)
@@ -29,7 +29,7 @@ func scanDelivery(r rowScanner, extra ...any) (storage.Delivery, error) {
 		held                   int64
 	)
 	dest := append([]any{&d.ID, &d.EndpointID, &d.EventID, &state, &d.Attempts, &d.CycleAttempts,
-		&next, &claimExpires, &created, &complete, &held}, extra...)
+		&next, &claimExpires, &created, &complete, &held, &d.UnsentReason}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return storage.Delivery{}, err
 	}
@@ -357,8 +357,9 @@ func endpointsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]
 }
 
 // completeSQL is the owner's transition, fenced on the token. Both
-// counters rise: the owner spends from the cycle. In SET, column names read
-// the row as it was before the update.
+// counters rise: the owner spends from the cycle. A request went out, so
+// the reason an earlier claim sent none is cleared. In SET, column names
+// read the row as it was before the update.
 const completeSQL = `
 	UPDATE webhook_deliveries
 	SET attempts = attempts + 1,
@@ -378,6 +379,7 @@ const completeSQL = `
 			WHEN :outcome = 'retryable' AND cycle_attempts + 1 < :allowance THEN
 				(SELECT disabled_at IS NOT NULL FROM webhook_endpoints AS ep WHERE ep.id = endpoint_id)
 			ELSE 0 END,
+		unsent_reason = '',
 		claim_token = NULL,
 		claim_expires_at = NULL
 	WHERE id = :id AND claim_token = :token
@@ -565,7 +567,8 @@ func (s *Store) AttemptRecordLate(ctx context.Context, p storage.AttemptRecordLa
 	return a, nil
 }
 
-// DeliveryRelease gives a claim back without spending an attempt.
+// DeliveryRelease gives a claim back without spending an attempt, keeping
+// the reason when one is given.
 func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleaseParams) (storage.Delivery, error) {
 	op := "release delivery " + p.DeliveryID
 	if err := p.Validate(); err != nil {
@@ -577,20 +580,15 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 		var err error
 		d, err = scanDelivery(tx.QueryRowContext(ctx, `
 			UPDATE webhook_deliveries
-			SET state = 'pending', next_attempt_at = ?, claim_token = NULL, claim_expires_at = NULL,
-				held = (SELECT disabled_at IS NOT NULL FROM webhook_endpoints AS ep WHERE ep.id = endpoint_id)
-			WHERE id = ? AND claim_token = ?
+			SET state = 'pending', next_attempt_at = :next, claim_token = NULL, claim_expires_at = NULL,
+				held = (SELECT disabled_at IS NOT NULL FROM webhook_endpoints AS ep WHERE ep.id = endpoint_id),
+				unsent_reason = CASE WHEN :reason = '' THEN unsent_reason ELSE :reason END
+			WHERE id = :id AND claim_token = :token
 			RETURNING `+deliveryColumns,
-			now+p.Delay.Microseconds(), p.DeliveryID, p.Token))
+			sql.Named("next", now+p.Delay.Microseconds()), sql.Named("reason", storage.BoundError(p.Reason)),
+			sql.Named("id", p.DeliveryID), sql.Named("token", p.Token)))
 		if errors.Is(err, sql.ErrNoRows) {
-			exists, err := deliveryExists(ctx, tx, p.DeliveryID)
-			if err != nil {
-				return err
-			}
-			if !exists {
-				return storage.ErrNotFound
-			}
-			return storage.ErrClaimLost
+			return fenceMiss(ctx, tx, p.DeliveryID)
 		}
 		return err
 	})
@@ -600,9 +598,60 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 	return d, nil
 }
 
-// replaySet is the one definition of what replay does to a row.
+// DeliveryFail ends a claim as failed without a request: no attempt, no
+// counter changed, the reason kept. An ordered endpoint's next delivery may
+// then go, as after any failure. Fenced on the token.
+func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) (storage.Delivery, error) {
+	op := "fail delivery " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	var d storage.Delivery
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		d, err = scanDelivery(tx.QueryRowContext(ctx, `
+			UPDATE webhook_deliveries
+			SET state = 'failed', completed_at = ?, claim_token = NULL, claim_expires_at = NULL,
+				held = 0, unsent_reason = ?
+			WHERE id = ? AND claim_token = ?
+			RETURNING `+deliveryColumns,
+			now, storage.BoundError(p.Reason), p.DeliveryID, p.Token))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fenceMiss(ctx, tx, p.DeliveryID)
+		}
+		if err != nil {
+			return err
+		}
+		controls, err := endpointControls(ctx, tx, []string{d.EndpointID})
+		if err != nil {
+			return err
+		}
+		return promoteAll(ctx, tx, controls)
+	})
+	if err != nil {
+		return storage.Delivery{}, err
+	}
+	return d, nil
+}
+
+// fenceMiss explains a fenced UPDATE that matched no row: the id does not
+// exist (ErrNotFound), or the token is not the row's (ErrClaimLost).
+func fenceMiss(ctx context.Context, tx *sql.Tx, id string) error {
+	exists, err := deliveryExists(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return storage.ErrNotFound
+	}
+	return storage.ErrClaimLost
+}
+
+// replaySet is the one definition of what replay does to a row: due now, a
+// fresh retry cycle, attempts kept, no reason left from the last cycle.
 const replaySet = `SET state = 'pending', next_attempt_at = :now, cycle_attempts = 0,
-	completed_at = NULL, claim_token = NULL, claim_expires_at = NULL, held = 0`
+	completed_at = NULL, claim_token = NULL, claim_expires_at = NULL, held = 0, unsent_reason = ''`
 
 // requeued holds the deliveries in ids that just re-entered the queue if
 // their endpoint is disabled or ordered, and lets each ordered endpoint's

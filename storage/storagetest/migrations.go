@@ -150,6 +150,9 @@ func testUpgradeFrom(t *testing.T, b Backend, stop, latest int) {
 			wantCycle = r.cycle
 		}
 		wantState(t, d, r.state, r.attempts, wantCycle)
+		if d.UnsentReason != "" {
+			t.Fatalf("%s: unsent reason %q after upgrade, want none", r.id, d.UnsentReason)
+		}
 		as, err := s.AttemptList(ctx, r.id)
 		if err != nil {
 			t.Fatal(err)

@@ -73,7 +73,10 @@ type modelDelivery struct {
 	createdAt   time.Time
 	completedAt *time.Time
 	// token is the claim the row carries; "" when none.
-	token   string
+	token string
+	// unsent is why the last claim that ended without a request did so;
+	// "" once a request was recorded or the row replayed.
+	unsent  string
 	history []modelAttempt
 	replays []storage.Replay
 }
@@ -123,6 +126,7 @@ func (md *modelDelivery) diff(d storage.Delivery) []string {
 	field("claim_expires_at", ptrTimeEqual(d.ClaimExpiresAt, md.leaseEnds), fmtPtr(d.ClaimExpiresAt), fmtPtr(md.leaseEnds))
 	field("created_at", d.CreatedAt.Equal(md.createdAt), d.CreatedAt, md.createdAt)
 	field("completed_at", ptrTimeEqual(d.CompletedAt, md.completedAt), fmtPtr(d.CompletedAt), fmtPtr(md.completedAt))
+	field("unsent_reason", d.UnsentReason == md.unsent, d.UnsentReason, md.unsent)
 	return out
 }
 
@@ -281,7 +285,11 @@ func (m *modelRun) randomStep(eff effect) {
 	case r >= 40 && r < 48 && len(w.held) > 1:
 		m.completeBatch(w, eff)
 	case r >= 48 && r < 53 && len(w.held) > 0:
-		m.release(w, m.rng.IntN(len(w.held)), eff)
+		if m.rng.IntN(3) == 0 {
+			m.failUnsent(w, m.rng.IntN(len(w.held)), eff)
+		} else {
+			m.release(w, m.rng.IntN(len(w.held)), eff)
+		}
 	case r >= 53 && r < 56 && len(w.held) > 0:
 		m.lateByOwner(w, m.rng.IntN(len(w.held)), eff)
 	case r >= 56 && r < 59 && len(w.spent) > 0:
@@ -555,6 +563,7 @@ func (m *modelRun) completed(w *simWorker, c storage.Claim, p storage.DeliveryCo
 	}
 	md.attempts++
 	md.cycle++
+	md.unsent = ""
 	now := m.now
 	switch {
 	case outcome == storage.OutcomeDelivered:
@@ -596,7 +605,14 @@ func (m *modelRun) release(w *simWorker, i int, eff effect) {
 	c := m.takeHeld(w, i)
 	md := m.byID[c.Delivery.ID]
 	delay := []time.Duration{0, 2 * time.Second}[m.rng.IntN(2)]
-	d, err := w.store.DeliveryRelease(m.ctx, storage.DeliveryReleaseParams{DeliveryID: md.id, Token: c.Token, Delay: delay, Now: m.now})
+	// Half the releases say why no request was made, as the worker's do
+	// when a plugin is down; the others (shutdown, a lease too short)
+	// leave the row's reason as it was.
+	var reason string
+	if m.rng.IntN(2) == 0 {
+		reason = fmt.Sprintf("transport plugin %q is not running (step %d)", "http", m.step)
+	}
+	d, err := w.store.DeliveryRelease(m.ctx, storage.DeliveryReleaseParams{DeliveryID: md.id, Token: c.Token, Delay: delay, Reason: reason, Now: m.now})
 	if c.Token != md.token {
 		m.logf("%s gives back %s under a superseded claim", w.name, md.name)
 		if !errors.Is(err, storage.ErrClaimLost) {
@@ -605,16 +621,49 @@ func (m *modelRun) release(w *simWorker, i int, eff effect) {
 		eff.unchanged[md.id] = true
 		return
 	}
-	m.logf("%s gives back %s, due in %s", w.name, md.name, delay)
+	m.logf("%s gives back %s, due in %s, reason %q", w.name, md.name, delay, reason)
 	if err != nil {
 		m.fail("owner's release of %s: %v", md.name, err)
 	}
 	md.state, md.next, md.leaseEnds, md.token = storage.StatePending, m.now.Add(delay), nil, ""
+	if reason != "" {
+		md.unsent = reason
+	}
 	if diff := md.diff(d); len(diff) > 0 {
 		m.fail("released row %s: %s", md.name, strings.Join(diff, "; "))
 	}
 	w.spent = append(w.spent, c)
 	m.counts["release"]++
+}
+
+// failUnsent is a worker ending its claim as failed without a request, as
+// the pool does for an unknown transport or an unsignable message: the
+// owner's moves the row to failed and writes no attempt; a superseded
+// worker's is refused whole.
+func (m *modelRun) failUnsent(w *simWorker, i int, eff effect) {
+	c := m.takeHeld(w, i)
+	md := m.byID[c.Delivery.ID]
+	reason := fmt.Sprintf("no transport plugin %q is loaded (step %d)", "smtp", m.step)
+	d, err := w.store.DeliveryFail(m.ctx, storage.DeliveryFailParams{DeliveryID: md.id, Token: c.Token, Reason: reason, Now: m.now})
+	if c.Token != md.token {
+		m.logf("%s fails %s without a request under a superseded claim", w.name, md.name)
+		if !errors.Is(err, storage.ErrClaimLost) {
+			m.fail("failing %s under a superseded token: error %v, want ErrClaimLost", md.name, err)
+		}
+		eff.unchanged[md.id] = true
+		return
+	}
+	m.logf("%s fails %s without a request", w.name, md.name)
+	if err != nil {
+		m.fail("owner's failure of %s without a request: %v", md.name, err)
+	}
+	now := m.now
+	md.state, md.completedAt, md.leaseEnds, md.token, md.unsent = storage.StateFailed, &now, nil, "", reason
+	if diff := md.diff(d); len(diff) > 0 {
+		m.fail("row %s failed without a request: %s", md.name, strings.Join(diff, "; "))
+	}
+	w.spent = append(w.spent, c)
+	m.counts["fail unsent"]++
 }
 
 // lateByOwner is a worker wrongly recording its own current claim as late:
@@ -655,7 +704,7 @@ func (m *modelRun) completeSpent(w *simWorker, i int, eff effect) {
 
 func (m *modelRun) applyReplay(md *modelDelivery, eff effect) {
 	md.replays = append(md.replays, storage.Replay{DeliveryID: md.id, Actor: "model-operator", PreviousState: md.state, ReplayedAt: m.now})
-	md.state, md.next, md.cycle, md.completedAt = storage.StatePending, m.now, 0, nil
+	md.state, md.next, md.cycle, md.completedAt, md.unsent = storage.StatePending, m.now, 0, nil, ""
 	m.replays++
 	eff.replayed[md.id] = true
 	m.counts["replay"]++

@@ -20,6 +20,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Complete", func(t *testing.T) { t.Parallel(); testComplete(t, b) })
 	t.Run("Fence", func(t *testing.T) { t.Parallel(); testFence(t, b) })
 	t.Run("Release", func(t *testing.T) { t.Parallel(); testRelease(t, b) })
+	t.Run("Unsent", func(t *testing.T) { t.Parallel(); testUnsent(t, b) })
 	t.Run("Replay", func(t *testing.T) { t.Parallel(); testReplay(t, b) })
 	t.Run("Queries", func(t *testing.T) { t.Parallel(); testQueries(t, b) })
 	t.Run("Workers", func(t *testing.T) { t.Parallel(); testWorkers(t, b) })

@@ -22,7 +22,13 @@
 //     (which may carry a token), a header or the body;
 //   - connections to loopback, private, link-local, unspecified, multicast
 //     and CGNAT addresses are refused when dialing, after DNS resolution,
-//     unless the operator's allowed_networks contains the address.
+//     unless the operator's allowed_networks contains the address;
+//   - an outcome says no request went out (NoRequest) only when the plugin
+//     itself stopped before any connection was made: its guard refused
+//     every address the name resolved to, or the endpoint's URL or the
+//     headers could not make a request at all. A failed DNS lookup or a
+//     refused connection is an attempt, retryable as before: the retry
+//     allowance is what bounds a receiver that cannot be reached.
 package httptransport
 
 import (
@@ -33,12 +39,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -264,26 +272,34 @@ func (c *configured) target(raw string, checkLiteral bool) (*url.URL, error) {
 // Send POSTs msg and classifies the answer.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
 	c := t.current()
+	// Until the request is handed to the client nothing has left the
+	// process, so each refusal here says no request went out.
 	u, err := c.target(msg.Endpoint.URL, false)
 	if err != nil {
-		return transport.Permanent(0, err.Error())
+		return transport.Refused(err.Error())
 	}
 	for _, h := range msg.Headers {
 		if !httpguts.ValidHeaderFieldName(h.Name) {
-			return transport.Permanent(0, fmt.Sprintf("header name %q is not valid in HTTP", h.Name))
+			return transport.Refused(fmt.Sprintf("header name %q is not valid in HTTP", h.Name))
 		}
 		if !httpguts.ValidHeaderFieldValue(h.Value) {
 			// The value may be a signature: name the header, not the value.
-			return transport.Permanent(0, fmt.Sprintf("the value of header %q is not valid in HTTP (it contains control characters)", h.Name))
+			return transport.Refused(fmt.Sprintf("the value of header %q is not valid in HTTP (it contains control characters)", h.Name))
 		}
 	}
 
-	// reqCtx also bounds reading the response body, after Do returns.
+	// reqCtx also bounds reading the response body, after Do returns. Its
+	// trace notes whether the client ever got a connection: without one,
+	// no byte of the request can have been written.
 	reqCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var connected atomic.Bool
+	reqCtx = httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	})
 	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, u.String(), bytes.NewReader(msg.Body))
 	if err != nil {
-		return transport.Permanent(0, fmt.Sprintf("could not build a request for %s: %v", u.Host, err))
+		return transport.Refused(fmt.Sprintf("could not build a request for %s: %v", u.Host, err))
 	}
 	for _, h := range msg.Headers {
 		req.Header.Add(h.Name, h.Value)
@@ -305,7 +321,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.O
 	defer span.End()
 	propagation.TraceContext{}.Inject(spanCtx, propagation.HeaderCarrier(req.Header))
 
-	out := c.do(ctx, req, u, cancel)
+	out := c.do(ctx, req, u, cancel, &connected)
 	if out.StatusCode != 0 {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(out.StatusCode))
 	}
@@ -318,11 +334,12 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.O
 // tracerName is the instrumentation scope of the plugin's client spans.
 const tracerName = "github.com/hymical/hymical/plugins/http/httptransport"
 
-// do sends req and classifies what came back.
-func (c *configured) do(ctx context.Context, req *http.Request, u *url.URL, cancel context.CancelFunc) transport.Outcome {
+// do sends req and classifies what came back. connected says whether the
+// client got a connection for it, which it sets as it does.
+func (c *configured) do(ctx context.Context, req *http.Request, u *url.URL, cancel context.CancelFunc, connected *atomic.Bool) transport.Outcome {
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return c.classifyError(ctx, u.Host, err)
+		return c.classifyError(ctx, u.Host, err, connected.Load())
 	}
 	discard(resp.Body, c.readTimeout, cancel)
 	return classifyResponse(resp, time.Now())
@@ -349,9 +366,16 @@ func discard(body io.ReadCloser, timeout time.Duration, cancel context.CancelFun
 	_ = body.Close()
 }
 
-func (c *configured) classifyError(ctx context.Context, host string, err error) transport.Outcome {
+// classifyError says what a failed Do means. connected is whether the
+// client got a connection for the request at any point.
+func (c *configured) classifyError(ctx context.Context, host string, err error, connected bool) transport.Outcome {
 	var refused *RefusedError
 	if errors.As(err, &refused) {
+		if !connected {
+			// The guard refused the dial, and the client had no other
+			// connection: nothing was sent.
+			return transport.Refused(refused.Error())
+		}
 		return transport.Permanent(0, refused.Error())
 	}
 	// url.Error's text repeats the URL, which may carry a token in its

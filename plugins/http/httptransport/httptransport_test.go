@@ -171,6 +171,9 @@ func TestClassifiesResponses(t *testing.T) {
 			if followed.Load() {
 				t.Error("the redirect was followed")
 			}
+			if out.NoRequest {
+				t.Error("an answered request is reported as no request")
+			}
 			assertNoLeak(t, out)
 		})
 	}
@@ -326,6 +329,11 @@ func TestConnectionFailuresAreRetryable(t *testing.T) {
 			if out.Kind != transport.OutcomeRetryable || out.StatusCode != 0 || !strings.Contains(out.Error, tt.wantInError) {
 				t.Errorf("outcome = %+v, want retryable containing %q", out, tt.wantInError)
 			}
+			// A connection attempt toward the receiver is an attempt: the
+			// retry allowance bounds a receiver that cannot be reached.
+			if out.NoRequest {
+				t.Errorf("outcome = %+v, want it counted as an attempt (NoRequest false)", out)
+			}
 			assertNoLeak(t, out)
 		})
 	}
@@ -369,6 +377,9 @@ func TestSSRFGuardRefusesAtDial(t *testing.T) {
 			if hit.Load() {
 				t.Error("the receiver was reached despite the refusal")
 			}
+			if !out.NoRequest {
+				t.Errorf("outcome = %+v, want NoRequest: the guard refused before connecting", out)
+			}
 			if !strings.Contains(out.Error, tt.wantAddr) || !strings.Contains(out.Error, SettingAllowedNetworks) || !strings.Contains(out.Error, "loopback") {
 				t.Errorf("error = %q, want it to name the address %q, the kind of address and %s", out.Error, tt.wantAddr, SettingAllowedNetworks)
 			}
@@ -401,8 +412,8 @@ func TestInvalidMessagesArePermanent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			out := tr.Send(context.Background(), tt.msg())
-			if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, tt.wantInError) {
-				t.Errorf("outcome = %+v, want permanent containing %q", out, tt.wantInError)
+			if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, tt.wantInError) {
+				t.Errorf("outcome = %+v, want permanent, no request, containing %q", out, tt.wantInError)
 			}
 			assertNoLeak(t, out)
 		})

@@ -54,7 +54,8 @@ func classify(err, cause error, f failure) transport.Outcome {
 		return transport.Retryable(0, fmt.Sprintf("no JetStream stream on %s captures subject %q (no responders); create a stream whose subjects include it, or check that JetStream is enabled%s",
 			f.servers, f.subject, f.last()))
 	case errors.Is(err, errClosed):
-		return transport.Retryable(0, errClosed.Error())
+		// Close ran before the publish was tried: nothing went out.
+		return transport.Deferred(errClosed.Error())
 	case errors.Is(err, errNotConnected), errors.Is(err, nats.ErrHeadersNotSupported),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting),
 		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionDraining),

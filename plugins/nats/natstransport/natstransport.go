@@ -17,7 +17,11 @@
 //     permissions violation, a body over the server's max_payload or the
 //     stream's max_msg_size are permanent;
 //   - error text names the servers and what went wrong, never a header, the
-//     body, or a password or token from a server URL.
+//     body, or a password or token from a server URL;
+//   - an outcome says no request went out (NoRequest) only when the plugin
+//     refused before publishing anything: an endpoint config or a header
+//     it cannot use, or the plugin shutting down. A connection that is
+//     down is an attempt, retryable, so the retry allowance bounds it.
 //
 // One connection is kept per server list (in practice one per plugin
 // process, the plugin's url setting) and reconnects on its own after a
@@ -118,17 +122,18 @@ func (t *Transport) Validate(_ context.Context, e transport.Endpoint) error {
 // Send publishes msg and waits for JetStream's ack.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
 	st := t.settings()
+	// Refusals before the publish: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
-		return transport.Permanent(0, err.Error())
+		return transport.Refused(err.Error())
 	}
 	if msg.DeliveryID == "" {
-		return transport.Permanent(0, "the message has no delivery id, which Nats-Msg-Id must carry for JetStream to drop repeats")
+		return transport.Refused("the message has no delivery id, which Nats-Msg-Id must carry for JetStream to drop repeats")
 	}
 	nm := &nats.Msg{Subject: tgt.subject, Data: msg.Body, Header: nats.Header{}}
 	for _, h := range msg.Headers {
 		if err := checkHeader(h); err != nil {
-			return transport.Permanent(0, err.Error())
+			return transport.Refused(err.Error())
 		}
 		nm.Header.Add(h.Name, h.Value)
 	}

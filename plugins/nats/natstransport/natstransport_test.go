@@ -144,8 +144,8 @@ func TestValidate(t *testing.T) {
 			// trying the network.
 			msg := message("")
 			msg.Endpoint = tt.e
-			if out := tt.tr.Send(context.Background(), msg); out.Kind != transport.OutcomePermanent {
-				t.Fatalf("Send of an endpoint Validate refuses: outcome %+v, want permanent", out)
+			if out := tt.tr.Send(context.Background(), msg); out.Kind != transport.OutcomePermanent || !out.NoRequest {
+				t.Fatalf("Send of an endpoint Validate refuses: outcome %+v, want permanent, no request", out)
 			}
 		})
 	}
@@ -165,8 +165,8 @@ func TestSendRefusesHeadersNATSCannotCarry(t *testing.T) {
 		msg.Headers = append(msg.Headers, h)
 		out := tr.Send(context.Background(), msg)
 		assertNoLeak(t, out)
-		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, ErrInvalidHeader.Error()) {
-			t.Errorf("header %q: outcome = %+v, want permanent", h.Name, out)
+		if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, ErrInvalidHeader.Error()) {
+			t.Errorf("header %q: outcome = %+v, want permanent, no request", h.Name, out)
 		}
 	}
 }
@@ -209,6 +209,11 @@ func TestClassify(t *testing.T) {
 			if out.Kind != tt.want || !strings.Contains(out.Error, tt.inText) {
 				t.Fatalf("classify(%v) = %+v, want %s containing %q", tt.err, out, tt.want, tt.inText)
 			}
+			// Only the plugin's own closing comes before any publish; every
+			// other failure may have sent the message, or tried to.
+			if want := errors.Is(tt.err, errClosed); out.NoRequest != want {
+				t.Fatalf("classify(%v) = %+v, want NoRequest %v", tt.err, out, want)
+			}
 		})
 	}
 }
@@ -239,5 +244,18 @@ func TestClassifyHeadersRefusedBeforeTheServerSaidHelloIsRetryable(t *testing.T)
 	out := classify(nats.ErrHeadersNotSupported, nil, failure{subject: "forms.x", servers: "nats://127.0.0.1:4222"})
 	if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "not connected") {
 		t.Fatalf("outcome = %+v, want retryable, not connected", out)
+	}
+}
+
+// A send after Close publishes nothing: retryable, and no request went out.
+func TestSendAfterCloseMakesNoRequest(t *testing.T) {
+	t.Parallel()
+	tr := New(Options{})
+	tr.Close()
+	msg := message("forms.x")
+	msg.Endpoint.Config[ConfigURL] = "nats://127.0.0.1:1"
+	out := tr.Send(context.Background(), msg)
+	if out.Kind != transport.OutcomeRetryable || !out.NoRequest || !strings.Contains(out.Error, "shutting down") {
+		t.Fatalf("outcome = %+v, want retryable, no request, saying the plugin is shutting down", out)
 	}
 }

@@ -163,17 +163,18 @@ func (t *Transport) client(srv *server, st settings) (*redis.Client, bool) {
 // Send appends msg to the endpoint's stream.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
 	st := t.settings()
+	// Refusals before the XADD: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
-		return transport.Permanent(0, err.Error())
+		return transport.Refused(err.Error())
 	}
 	fields, err := entry(msg)
 	if err != nil {
-		return transport.Permanent(0, err.Error())
+		return transport.Refused(err.Error())
 	}
 	c, ok := t.client(tgt.server, st)
 	if !ok {
-		return transport.Retryable(0, "the redis transport is shutting down")
+		return transport.Deferred("the redis transport is shutting down")
 	}
 	// The command ends at the attempt's deadline, not at the host's (which
 	// is later by a grace), so the answer is back in time.

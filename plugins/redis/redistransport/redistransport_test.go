@@ -137,8 +137,8 @@ func TestValidate(t *testing.T) {
 			// trying the network.
 			msg := message("", "")
 			msg.Endpoint = tt.e
-			if out := tr.Send(context.Background(), msg); out.Kind != transport.OutcomePermanent {
-				t.Fatalf("Send of an endpoint Validate refuses: outcome %+v, want permanent", out)
+			if out := tr.Send(context.Background(), msg); out.Kind != transport.OutcomePermanent || !out.NoRequest {
+				t.Fatalf("Send of an endpoint Validate refuses: outcome %+v, want permanent, no request", out)
 			}
 		})
 	}
@@ -168,8 +168,8 @@ func TestEntryNeedsTheSignedHeaders(t *testing.T) {
 		msg.Headers = kept
 		out := New(Options{}).Send(context.Background(), msg)
 		assertNoLeak(t, out)
-		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, drop) {
-			t.Errorf("without %s: outcome = %+v, want permanent naming it", drop, out)
+		if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, drop) {
+			t.Errorf("without %s: outcome = %+v, want permanent, no request, naming it", drop, out)
 		}
 	}
 }
@@ -213,6 +213,10 @@ func TestClassify(t *testing.T) {
 			if out.Kind != tt.want || !strings.Contains(out.Error, tt.inText) {
 				t.Fatalf("classify(%v) = %+v, want %s containing %q", tt.err, out, tt.want, tt.inText)
 			}
+			// A failed XADD may have reached the server, or tried to.
+			if out.NoRequest {
+				t.Fatalf("classify(%v) = %+v, want it counted as an attempt", tt.err, out)
+			}
 		})
 	}
 }
@@ -244,4 +248,15 @@ func TestOutcomeTextIsScrubbed(t *testing.T) {
 	out := classify(quoting, failure{stream: "s", server: srv.shown})
 	out.Error = scrub(out.Error, srv, msg)
 	assertNoLeak(t, out)
+}
+
+// A send after Close sends nothing: retryable, and no request went out.
+func TestSendAfterCloseMakesNoRequest(t *testing.T) {
+	t.Parallel()
+	tr := New(Options{})
+	tr.Close()
+	out := tr.Send(context.Background(), message("redis://127.0.0.1:1/0", "s"))
+	if out.Kind != transport.OutcomeRetryable || !out.NoRequest || !strings.Contains(out.Error, "shutting down") {
+		t.Fatalf("outcome = %+v, want retryable, no request, saying the plugin is shutting down", out)
+	}
 }

@@ -610,7 +610,17 @@ type Outcome struct {
 	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// retry_after is the receiver's own hint of when to try again, when it
 	// gave one.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// no_request says that no request went out: the plugin refused before
+	// anything was sent toward the receiver (its own guard refused the
+	// target, the endpoint's config is unusable). The host then records no
+	// attempt and spends none of the retry allowance: a permanent outcome
+	// fails the delivery with the error as its reason, a retryable one puts
+	// it back, unspent, for a short wait. Unset (a plugin from before this
+	// field, or one that cannot be sure) means a request may have gone out,
+	// and the attempt is recorded: over-counting is allowed, under-counting
+	// is not. Ignored on a delivered outcome.
+	NoRequest     bool `protobuf:"varint,5,opt,name=no_request,json=noRequest,proto3" json:"no_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,6 +683,13 @@ func (x *Outcome) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *Outcome) GetNoRequest() bool {
+	if x != nil {
+		return x.NoRequest
+	}
+	return false
+}
+
 var File_transport_proto protoreflect.FileDescriptor
 
 const file_transport_proto_rawDesc = "" +
@@ -716,14 +733,16 @@ const file_transport_proto_rawDesc = "" +
 	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"Z\n" +
 	"\x0fSendStreamReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
-	"\aoutcome\x18\x02 \x01(\v2\x1d.hymical.transport.v1.OutcomeR\aoutcome\"\xb3\x01\n" +
+	"\aoutcome\x18\x02 \x01(\v2\x1d.hymical.transport.v1.OutcomeR\aoutcome\"\xd2\x01\n" +
 	"\aOutcome\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.hymical.transport.v1.OutcomeKindR\x04kind\x12\x1f\n" +
 	"\vstatus_code\x18\x02 \x01(\rR\n" +
 	"statusCode\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12:\n" +
 	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter*\x7f\n" +
+	"retryAfter\x12\x1d\n" +
+	"\n" +
+	"no_request\x18\x05 \x01(\bR\tnoRequest*\x7f\n" +
 	"\vOutcomeKind\x12\x1c\n" +
 	"\x18OUTCOME_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16OUTCOME_KIND_DELIVERED\x10\x01\x12\x1a\n" +

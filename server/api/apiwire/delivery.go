@@ -38,9 +38,16 @@ type Delivery struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 	// Held is true for a pending delivery held back: its endpoint is
 	// disabled, or it waits its turn at an ordered endpoint.
-	Held        bool       `json:"held"`
-	CreatedAt   time.Time  `json:"created_at"`
-	CompletedAt *time.Time `json:"completed_at"`
+	Held bool `json:"held"`
+	// UnsentReason says why a claim of the delivery ended without a
+	// request, so with no attempt recorded: its transport plugin was not
+	// running (the delivery waits, due again shortly), or the transport is
+	// unknown, refused the target before sending, or the message could not
+	// be signed (the delivery failed; fix that and replay it). Empty when
+	// nothing was left unsent; an attempt or a replay clears it.
+	UnsentReason string     `json:"unsent_reason"`
+	CreatedAt    time.Time  `json:"created_at"`
+	CompletedAt  *time.Time `json:"completed_at"`
 }
 
 // DeliveryDetail answers GET /v1/deliveries/{id}: the delivery with its

@@ -15,6 +15,10 @@
 //	exit        exits the process mid-send
 //	sigkill     SIGKILLs itself mid-send
 //	panic       panics mid-send
+//	refuse      refused before any request: permanent, NoRequest set
+//	defer       not sent for now: retryable, NoRequest set
+//	plain_fail  permanent, NoRequest left unset, as a plugin from before
+//	            the field answers
 //
 // A "validate" config of "hang" makes Validate never answer. A
 // "fail_configure" setting makes Configure refuse with its value.
@@ -64,7 +68,7 @@ func (m *misbehave) Validate(_ context.Context, e transport.Endpoint) error {
 	if e.Config["validate"] == "hang" {
 		select {}
 	}
-	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic"}
+	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic", "refuse", "defer", "plain_fail"}
 	for _, mode := range modes {
 		if e.Config["mode"] == mode {
 			return nil
@@ -119,6 +123,12 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 		select {}
 	case "panic":
 		panic("misbehave: asked to panic")
+	case "refuse":
+		return transport.Refused("misbehave refuses the target before connecting")
+	case "defer":
+		return transport.Deferred("misbehave is not sending for now")
+	case "plain_fail":
+		return transport.Permanent(0, "misbehave failed, and does not say whether a request went out")
 	default:
 		return transport.Permanent(0, fmt.Sprintf("unknown mode %q", mode))
 	}
