@@ -53,51 +53,56 @@ JOIN webhook_events AS e ON e.id = d.event_id
 JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
 ORDER BY d.next_attempt_at, d.id`
 
-// claimFairSQL is claimSQL with a room per endpoint ($4, $5: endpoint ids
-// and rooms; $6: the room of the rest). It walks a window of the oldest due
-// rows ($7 of them, a few times the limit) and keeps each endpoint's first
-// rows up to its room. Only when that window was full and still left the
-// claim short, which means the rows ahead belong to endpoints without room,
-// does it look endpoint by endpoint: one probe of webhook_deliveries_endpoint_due
-// per enabled endpoint with room, however long the backlog ahead. Both
-// picks are a prefix of an endpoint's due rows, so their union keeps every
-// endpoint within its room. The picked rows are then locked, skipping those
-// another claim holds, and checked again, as a claim without a share does.
-const claimFairSQL = `
+// The claim with a share (see storage.ClaimShare) picks before it locks.
+// pickWindowSQL walks a window of the oldest due rows ($2 of them) and keeps
+// each endpoint's first rows up to its room ($3, $4: endpoint ids and rooms;
+// $5: the room of the rest), at most $6; it also says how many rows it
+// walked, so the caller knows whether rows beyond the window were left
+// unseen. pickByEndpointSQL looks endpoint by endpoint instead, one probe of
+// webhook_deliveries_endpoint_due for each enabled endpoint with room, for
+// when the window is full of rows of endpoints without room. Both pick a
+// prefix of each endpoint's due rows, so their union keeps each endpoint
+// within its room. claimPickedSQL then claims the picked rows that are
+// still claimable, skipping those another claim holds, with the oldest
+// expired leases, as claimSQL does.
+const (
+	pickWindowSQL = `
 WITH room AS (
-	SELECT * FROM unnest($4::text[], $5::integer[]) AS r(endpoint_id, room)
+	SELECT * FROM unnest($3::text[], $4::integer[]) AS r(endpoint_id, room)
 ), walk AS (
 	SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
 	WHERE state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
-	LIMIT $7
-), windowed AS (
+	LIMIT $2
+), picked AS (
 	SELECT w.id, w.next_attempt_at FROM (
 		SELECT walk.*, row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at, id) AS rn
 		FROM walk) AS w
 	LEFT JOIN room AS r ON r.endpoint_id = w.endpoint_id
-	WHERE w.rn <= coalesce(r.room, $6)
-), discovered AS (
-	SELECT c.id, c.next_attempt_at
-	FROM webhook_endpoints AS ep
-	LEFT JOIN room AS r ON r.endpoint_id = ep.id
-	CROSS JOIN LATERAL (
-		SELECT d.id, d.next_attempt_at FROM webhook_deliveries AS d
-		WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND NOT d.held
-			AND d.next_attempt_at <= coalesce($1::timestamptz, now())
-		ORDER BY d.next_attempt_at, d.id
-		LIMIT coalesce(r.room, $6)) AS c
-	WHERE ep.disabled_at IS NULL AND coalesce(r.room, $6) > 0
-		AND (SELECT count(*) FROM walk) = $7 AND (SELECT count(*) FROM windowed) < $2
-), picked AS (
-	SELECT id, next_attempt_at FROM windowed
-	UNION
-	SELECT id, next_attempt_at FROM discovered
-	ORDER BY next_attempt_at, id
-	LIMIT $2
-), pending AS (
+	WHERE w.rn <= coalesce(r.room, $5)
+	ORDER BY w.next_attempt_at, w.id
+	LIMIT $6
+)
+SELECT coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM picked), '{}'),
+	(SELECT count(*) FROM walk)`
+	pickByEndpointSQL = `
+WITH room AS (
+	SELECT * FROM unnest($2::text[], $3::integer[]) AS r(endpoint_id, room)
+)
+SELECT coalesce(array_agg(c.id ORDER BY c.next_attempt_at, c.id), '{}')
+FROM webhook_endpoints AS ep
+LEFT JOIN room AS r ON r.endpoint_id = ep.id
+CROSS JOIN LATERAL (
+	SELECT d.id, d.next_attempt_at FROM webhook_deliveries AS d
+	WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND NOT d.held
+		AND d.next_attempt_at <= coalesce($1::timestamptz, now())
+	ORDER BY d.next_attempt_at, d.id
+	LIMIT coalesce(r.room, $4)) AS c
+WHERE ep.disabled_at IS NULL AND coalesce(r.room, $4) > 0`
+	claimPickedSQL = `
+WITH pending AS (
 	SELECT id, next_attempt_at FROM webhook_deliveries
-	WHERE id IN (SELECT id FROM picked)
+	WHERE id = ANY($4::text[])
 		AND state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
 	FOR UPDATE SKIP LOCKED
@@ -125,6 +130,39 @@ FROM claimed AS d
 JOIN webhook_events AS e ON e.id = d.event_id
 JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
 ORDER BY d.next_attempt_at, d.id`
+)
+
+// pickFair chooses the pending rows a claim with a share takes: from the
+// window of the oldest due rows, and, while that window was full and still
+// left the claim short, from one sixteen times as large; then, if that too
+// was full and short, endpoint by endpoint. The first window serves the
+// usual claim; the larger one steps over the rows of a few full endpoints
+// piled up ahead; the look by endpoint finds the rest behind any backlog,
+// at one index probe per endpoint.
+func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]string, error) {
+	sh := p.Share
+	ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
+	for id, r := range sh.Room {
+		ids, rooms = append(ids, id), append(rooms, int32(r))
+	}
+	var picked []string
+	for _, window := range []int{storage.ClaimWindow(p.Limit), 16 * storage.ClaimWindow(p.Limit)} {
+		var walked int
+		if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit).Scan(&picked, &walked); err != nil {
+			return nil, err
+		}
+		if len(picked) == p.Limit || walked < window {
+			return picked, nil
+		}
+	}
+	var found []string
+	if err := tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default).Scan(&found); err != nil {
+		return nil, err
+	}
+	// found holds every row picked from the window too: each is a prefix
+	// of its endpoint's due rows, in the same order.
+	return found, nil
+}
 
 // DeliveryClaim claims up to p.Limit claimable deliveries, oldest due first,
 // each with a fresh random token, the event it carries and its endpoint,
@@ -161,13 +199,12 @@ func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]s
 		rows pgx.Rows
 		err  error
 	)
-	if sh := p.Share; sh != nil {
-		ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
-		for id, r := range sh.Room {
-			ids, rooms = append(ids, id), append(rooms, int32(r))
+	if p.Share != nil {
+		var picked []string
+		if picked, err = pickFair(ctx, tx, p); err != nil {
+			return nil, err
 		}
-		rows, err = tx.Query(ctx, claimFairSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds(),
-			ids, rooms, sh.Default, storage.ClaimWindow(p.Limit))
+		rows, err = tx.Query(ctx, claimPickedSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds(), picked)
 	} else {
 		rows, err = tx.Query(ctx, claimSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds())
 	}

@@ -149,45 +149,53 @@ const (
 )
 
 // pickFair chooses which pending rows a claim with a share takes: from a
-// window of the oldest due rows, each endpoint's first ones up to its room.
-// Only when that window was full and still left the claim short, which
-// means the rows ahead belong to endpoints without room, does it look
-// endpoint by endpoint, one probe of webhook_deliveries_endpoint_due each,
-// so the others are found however long the backlog ahead of them. Both
-// picks are a prefix of an endpoint's due rows, so every endpoint stays
-// within its room.
+// window of the oldest due rows, each endpoint's first ones up to its room;
+// while that window was full and still left the claim short (the rows
+// ahead belong to endpoints without room), from one sixteen times as
+// large; and if that too was full and short, endpoint by endpoint, one
+// probe of webhook_deliveries_endpoint_due each, so the others are found
+// however long the backlog ahead of them. Every pick is a prefix of an
+// endpoint's due rows, so every endpoint stays within its room.
 func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
 	type due struct {
 		id   string
 		next int64
 	}
-	window := storage.ClaimWindow(p.Limit)
-	rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window))
-	if err != nil {
-		return nil, err
-	}
-	var picked []due
-	seen := map[string]bool{}
-	taken := map[string]int{}
-	walked := 0
-	for rows.Next() {
-		var d due
-		var endpoint string
-		if err := rows.Scan(&d.id, &endpoint, &d.next); err != nil {
-			rows.Close()
+	var (
+		picked []due
+		seen   = map[string]bool{}
+		full   bool
+	)
+	for _, window := range []int{storage.ClaimWindow(p.Limit), 16 * storage.ClaimWindow(p.Limit)} {
+		rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window))
+		if err != nil {
 			return nil, err
 		}
-		walked++
-		if taken[endpoint] < p.Share.RoomOf(endpoint) {
-			taken[endpoint]++
-			picked, seen[d.id] = append(picked, d), true
+		picked, seen = picked[:0], map[string]bool{}
+		taken := map[string]int{}
+		walked := 0
+		for rows.Next() {
+			var d due
+			var endpoint string
+			if err := rows.Scan(&d.id, &endpoint, &d.next); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			walked++
+			if len(picked) < p.Limit && taken[endpoint] < p.Share.RoomOf(endpoint) {
+				taken[endpoint]++
+				picked, seen[d.id] = append(picked, d), true
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if full = walked == window && len(picked) < p.Limit; !full {
+			break
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if walked == window && len(picked) < p.Limit {
+	if full {
 		endpoints, err := tx.QueryContext(ctx, enabledEndpointsSQL)
 		if err != nil {
 			return nil, err

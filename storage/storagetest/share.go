@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -74,31 +75,34 @@ func testShare(t *testing.T, b Backend) {
 		}
 	})
 
-	t.Run("behind a backlog longer than the claim looks at, the other endpoints are still found", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, b)
-		const limit = 4
-		backlog := storage.ClaimWindow(limit) + 20
-		eps, want := forms(f, backlog, 2, 3)
-		got := perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: 2, Room: map[string]int{eps[0].ID: 0}}))
-		if len(got[eps[0].ID]) != 0 {
-			t.Errorf("the endpoint without room got %d", len(got[eps[0].ID]))
-		}
-		if !slices.Equal(got[eps[1].ID], want[eps[1].ID]) || !slices.Equal(got[eps[2].ID], want[eps[2].ID][:2]) {
-			t.Errorf("claimed %v and %v, want %v and the oldest 2 of %v", got[eps[1].ID], got[eps[2].ID], want[eps[1].ID], want[eps[2].ID])
-		}
-		// With room, the backlog ahead is claimed first, as without a share.
-		got = perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: limit}))
-		if !slices.Equal(got[eps[0].ID], want[eps[0].ID][:limit]) {
-			t.Errorf("with room, claimed %v of the backlog, want its oldest %d", got[eps[0].ID], limit)
-		}
-	})
+	// A backlog past the first window is stepped over by the larger one;
+	// one past that too is found endpoint by endpoint.
+	for _, backlog := range []int{storage.ClaimWindow(2) + 20, 16*storage.ClaimWindow(2) + 20} {
+		t.Run(fmt.Sprintf("behind a backlog of %d of a full endpoint, the other endpoints are still found", backlog), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, b)
+			const limit = 2
+			eps, want := forms(f, backlog, 1, 3)
+			got := perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: 1, Room: map[string]int{eps[0].ID: 0}}))
+			if len(got[eps[0].ID]) != 0 {
+				t.Errorf("the endpoint without room got %d", len(got[eps[0].ID]))
+			}
+			if !slices.Equal(got[eps[1].ID], want[eps[1].ID]) || !slices.Equal(got[eps[2].ID], want[eps[2].ID][:1]) {
+				t.Errorf("claimed %v and %v, want %v and the oldest of %v", got[eps[1].ID], got[eps[2].ID], want[eps[1].ID], want[eps[2].ID])
+			}
+			// With room, the backlog ahead is claimed first, as without a share.
+			got = perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: limit}))
+			if !slices.Equal(got[eps[0].ID], want[eps[0].ID][:limit]) {
+				t.Errorf("with room, claimed %v of the backlog, want its oldest %d", got[eps[0].ID], limit)
+			}
+		})
+	}
 
 	t.Run("a disabled endpoint's deliveries are not claimed through a share", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
 		const limit = 2
-		eps, want := forms(f, storage.ClaimWindow(limit)+5, 1)
+		eps, want := forms(f, 16*storage.ClaimWindow(limit)+5, 1)
 		f.setDisabled(eps[1], true)
 		got := claimShare(f, f.store, limit, storage.ClaimShare{Default: 1, Room: map[string]int{eps[0].ID: 0}})
 		if len(got) != 0 {
