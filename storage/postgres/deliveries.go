@@ -54,7 +54,8 @@ JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
 ORDER BY d.next_attempt_at, d.id`
 
 // The claim with a share (see storage.ClaimShare) picks before it locks.
-// pickWindowSQL walks a window of the oldest due rows ($2 of them) and keeps
+// pickWindowSQL walks a window of the oldest due rows ($2 of them, leaving
+// out the endpoints in $7) and keeps
 // each endpoint's first rows up to its room ($3, $4: endpoint ids and rooms;
 // $5: the room of the rest), at most $6; it also says how many rows it
 // walked, so the caller knows whether rows beyond the window were left
@@ -72,6 +73,7 @@ WITH room AS (
 ), walk AS (
 	SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
 	WHERE state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
+		AND endpoint_id <> ALL($7::text[])
 	ORDER BY next_attempt_at, id
 	LIMIT $2
 ), picked AS (
@@ -133,22 +135,31 @@ ORDER BY d.next_attempt_at, d.id`
 )
 
 // pickFair chooses the pending rows a claim with a share takes: from the
-// window of the oldest due rows, and, while that window was full and still
-// left the claim short, from one sixteen times as large; then, if that too
-// was full and short, endpoint by endpoint. The first window serves the
-// usual claim; the larger one steps over the rows of a few full endpoints
-// piled up ahead; the look by endpoint finds the rest behind any backlog,
-// at one index probe per endpoint.
+// window of the oldest due rows; while that window was full and still left
+// the claim short, from one of the same size that leaves out the endpoints
+// without room as it walks (stepping over their rows piled up ahead); then,
+// if that too was full and short, endpoint by endpoint, which finds the
+// rest behind any backlog at one index probe per endpoint.
 func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]string, error) {
 	sh := p.Share
 	ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
 	for id, r := range sh.Room {
 		ids, rooms = append(ids, id), append(rooms, int32(r))
 	}
+	// The second look leaves out, in the walk itself, the endpoints that
+	// have no room at all: their rows piled up ahead cost an index step
+	// each, not a row through the window function.
+	noRoom := []string{}
+	for id, r := range sh.Room {
+		if r == 0 {
+			noRoom = append(noRoom, id)
+		}
+	}
+	window := storage.ClaimWindow(p.Limit)
 	var picked []string
-	for _, window := range []int{storage.ClaimWindow(p.Limit), 16 * storage.ClaimWindow(p.Limit)} {
+	for _, skip := range [][]string{{}, noRoom} {
 		var walked int
-		if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit).Scan(&picked, &walked); err != nil {
+		if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit, skip).Scan(&picked, &walked); err != nil {
 			return nil, err
 		}
 		if len(picked) == p.Limit || walked < window {

@@ -140,6 +140,7 @@ const (
 	dueWindowSQL = `SELECT id, endpoint_id, next_attempt_at
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
 		WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
+			AND endpoint_id NOT IN (SELECT value FROM json_each(:full))
 		ORDER BY next_attempt_at, id LIMIT :window`
 	enabledEndpointsSQL = `SELECT id FROM webhook_endpoints WHERE disabled_at IS NULL`
 	endpointDueSQL      = `SELECT id, next_attempt_at
@@ -151,11 +152,13 @@ const (
 // pickFair chooses which pending rows a claim with a share takes: from a
 // window of the oldest due rows, each endpoint's first ones up to its room;
 // while that window was full and still left the claim short (the rows
-// ahead belong to endpoints without room), from one sixteen times as
-// large; and if that too was full and short, endpoint by endpoint, one
-// probe of webhook_deliveries_endpoint_due each, so the others are found
-// however long the backlog ahead of them. Every pick is a prefix of an
-// endpoint's due rows, so every endpoint stays within its room.
+// ahead belong to endpoints without room), from a window of the same size
+// that leaves out the endpoints without room as it walks; and if that too
+// was full and short (endpoints with a little room and a long backlog),
+// endpoint by endpoint, one probe of webhook_deliveries_endpoint_due each,
+// so the others are found however long the backlog ahead of them. Every
+// pick is a prefix of an endpoint's due rows, so every endpoint stays
+// within its room.
 func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
 	type due struct {
 		id   string
@@ -166,8 +169,18 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 		seen   = map[string]bool{}
 		full   bool
 	)
-	for _, window := range []int{storage.ClaimWindow(p.Limit), 16 * storage.ClaimWindow(p.Limit)} {
-		rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window))
+	// The second look leaves out, in the walk itself, the endpoints that
+	// have no room at all: their rows piled up ahead cost an index step
+	// each, not a row read into Go.
+	noRoom := []string{}
+	for id, r := range p.Share.Room {
+		if r == 0 {
+			noRoom = append(noRoom, id)
+		}
+	}
+	window := storage.ClaimWindow(p.Limit)
+	for _, skip := range [][]string{{}, noRoom} {
+		rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window), sql.Named("full", jsonList(skip)))
 		if err != nil {
 			return nil, err
 		}

@@ -75,25 +75,30 @@ func testShare(t *testing.T, b Backend) {
 		}
 	})
 
-	// A backlog past the first window is stepped over by the larger one;
-	// one past that too is found endpoint by endpoint.
-	for _, backlog := range []int{storage.ClaimWindow(2) + 20, 16*storage.ClaimWindow(2) + 20} {
-		t.Run(fmt.Sprintf("behind a backlog of %d of a full endpoint, the other endpoints are still found", backlog), func(t *testing.T) {
+	// A backlog of an endpoint without room is stepped over, and one of an
+	// endpoint with a little room, which fills any window, is looked past
+	// endpoint by endpoint.
+	for _, c := range []struct{ backlog, room int }{
+		{storage.ClaimWindow(2) + 20, 0},
+		{16*storage.ClaimWindow(2) + 20, 0},
+		{storage.ClaimWindow(2) + 20, 1},
+	} {
+		t.Run(fmt.Sprintf("behind a backlog of %d of an endpoint with room %d, the other endpoints are still found", c.backlog, c.room), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, b)
-			const limit = 2
-			eps, want := forms(f, backlog, 1, 3)
-			got := perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: 1, Room: map[string]int{eps[0].ID: 0}}))
-			if len(got[eps[0].ID]) != 0 {
-				t.Errorf("the endpoint without room got %d", len(got[eps[0].ID]))
+			const limit = 3
+			eps, want := forms(f, c.backlog, 1, 3)
+			got := perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: 1, Room: map[string]int{eps[0].ID: c.room}}))
+			if !slices.Equal(got[eps[0].ID], want[eps[0].ID][:c.room]) {
+				t.Errorf("the endpoint with room %d got %v, want its oldest %d", c.room, got[eps[0].ID], c.room)
 			}
 			if !slices.Equal(got[eps[1].ID], want[eps[1].ID]) || !slices.Equal(got[eps[2].ID], want[eps[2].ID][:1]) {
 				t.Errorf("claimed %v and %v, want %v and the oldest of %v", got[eps[1].ID], got[eps[2].ID], want[eps[1].ID], want[eps[2].ID])
 			}
 			// With room, the backlog ahead is claimed first, as without a share.
 			got = perEndpoint(claimShare(f, f.store, limit, storage.ClaimShare{Default: limit}))
-			if !slices.Equal(got[eps[0].ID], want[eps[0].ID][:limit]) {
-				t.Errorf("with room, claimed %v of the backlog, want its oldest %d", got[eps[0].ID], limit)
+			if !slices.Equal(got[eps[0].ID], want[eps[0].ID][c.room:c.room+limit]) {
+				t.Errorf("with room, claimed %v of the backlog, want its oldest %d left", got[eps[0].ID], limit)
 			}
 		})
 	}
