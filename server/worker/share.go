@@ -108,6 +108,7 @@ func (f *fairShare) rooms() *storage.ClaimShare {
 	}
 	slowLeft := max(0, f.slow-slowHeld)
 	s := &storage.ClaimShare{Default: 1, Room: map[string]int{}}
+	var slow []string
 	for id, l := range f.endpoints {
 		switch l.pace(now) {
 		case paceNew:
@@ -119,7 +120,25 @@ func (f *fairShare) rooms() *storage.ClaimShare {
 				s.Room[id] = f.room
 			}
 		case paceSlow:
-			s.Room[id] = min(max(0, f.room-l.held), slowLeft)
+			s.Room[id] = 0
+			slow = append(slow, id)
+		}
+	}
+	// What the slow endpoints may still hold is one budget between them:
+	// handed out a sender at a time, to those holding least first, so one
+	// claim cannot give each of them the whole of it.
+	slices.SortFunc(slow, func(a, b string) int { return f.endpoints[a].held - f.endpoints[b].held })
+	for given := true; slowLeft > 0 && given; {
+		given = false
+		for _, id := range slow {
+			if slowLeft == 0 {
+				break
+			}
+			if f.endpoints[id].held+s.Room[id] < f.room {
+				s.Room[id]++
+				slowLeft--
+				given = true
+			}
 		}
 	}
 	return s
