@@ -113,7 +113,16 @@ type fault struct {
 	what       string
 	deliveryID string
 	from, to   time.Time
+	// killed is when a process that may have had a send in hand was
+	// killed (zero for other faults): an attempt started before then, or
+	// within killGrace after, whose request never arrived is explained.
+	killed time.Time
 }
+
+// killGrace is how long after a plugin's SIGKILL its host may still hand
+// it a send (it has not seen the process exit yet) that then counts as an
+// attempt, since it may have gone out.
+const killGrace = 250 * time.Millisecond
 
 func (h *harness) logf(format string, args ...any) {
 	h.t.Helper()
@@ -332,9 +341,19 @@ func (h *harness) submit(ctx context.Context, i int) bool {
 // noteFault records a fault that began at began and whose effects on
 // in-flight requests were over by now plus a second.
 func (h *harness) noteFault(what, deliveryID string, began time.Time) {
+	h.addFault(fault{what: what, deliveryID: deliveryID, from: began.Add(-sendTimeout), to: time.Now().Add(time.Second)})
+}
+
+// noteKill is noteFault for a kill, at began, of a process that may have
+// had a send in hand.
+func (h *harness) noteKill(what, deliveryID string, began time.Time) {
+	h.addFault(fault{what: what, deliveryID: deliveryID, from: began.Add(-sendTimeout), to: time.Now().Add(time.Second), killed: began})
+}
+
+func (h *harness) addFault(f fault) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.faults = append(h.faults, fault{what: what, deliveryID: deliveryID, from: began.Add(-sendTimeout), to: time.Now().Add(time.Second)})
+	h.faults = append(h.faults, f)
 }
 
 // killServerMidSend SIGKILLs a server while its plugin has a request on
@@ -351,7 +370,7 @@ func (h *harness) killServerMidSend(name string) {
 	h.mu.Lock()
 	h.counts.serverKills++
 	h.mu.Unlock()
-	h.noteFault("SIGKILL of "+name+" mid-send", req.deliveryID, began)
+	h.noteKill("SIGKILL of "+name+" mid-send", req.deliveryID, began)
 	h.logf("SIGKILLed %s (run %d) while its request for %s was on the wire", name, s.run, req.deliveryID)
 	h.startServer(name)
 }
@@ -367,7 +386,7 @@ func (h *harness) killPluginMidSend() {
 	h.mu.Lock()
 	h.counts.pluginKills++
 	h.mu.Unlock()
-	h.noteFault("SIGKILL of "+s.name+"'s plugin mid-send", req.deliveryID, began)
+	h.noteKill("SIGKILL of "+s.name+"'s plugin mid-send", req.deliveryID, began)
 	h.logf("SIGKILLed the plugin (pid %d) of %s while its request for %s was on the wire", pid, s.name, req.deliveryID)
 }
 

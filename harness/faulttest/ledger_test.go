@@ -28,7 +28,16 @@ type ledger struct {
 	// outside every fault's window.
 	unrecorded, unexplained                int
 	lost, stuck, reused, phantom, badSigns int
-	problems                               []string
+	// failed counts the lost deliveries that ended failed.
+	failed int
+	// noRequest counts attempt rows whose request never reached a
+	// receiver and that no kill explains: a send that made no request,
+	// recorded as one. cutOff counts those a kill explains: started before
+	// a plugin was killed, or within killGrace after, so handed to it, and
+	// it may or may not have sent them.
+	noRequest, cutOff int
+
+	problems []string
 }
 
 func (l *ledger) problem(format string, args ...any) {
@@ -58,20 +67,33 @@ func (l *ledger) add(o *ledger) {
 	l.reused += o.reused
 	l.phantom += o.phantom
 	l.badSigns += o.badSigns
+	l.failed += o.failed
+	l.noRequest += o.noRequest
+	l.cutOff += o.cutOff
 }
 
 func (l *ledger) String() string {
 	return fmt.Sprintf("%s: server runs %d, kills %d (server %d, plugin %d), postgres restarts %d, pauses %d | "+
 		"submissions %d, deliveries %d, requests %d (retries %d), duplicates %d (on %d deliveries), "+
-		"attempts %d, late %d, unrecorded %d (unexplained %d) | lost %d, stuck %d, reused %d, phantom %d, bad signatures %d",
+		"attempts %d, late %d, unrecorded %d (unexplained %d) | lost %d, failed %d, stuck %d, reused %d, phantom %d, bad signatures %d, "+
+		"attempts without a request %d (%d cut off by a kill)",
 		l.backend, l.runs, l.counts.serverKills+l.counts.pluginKills, l.counts.serverKills, l.counts.pluginKills,
 		l.counts.pgRestarts, l.counts.pauses, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
-		l.duplicatedDeliveries, l.attempts, l.late, l.unrecorded, l.unexplained, l.lost, l.stuck, l.reused, l.phantom, l.badSigns)
+		l.duplicatedDeliveries, l.attempts, l.late, l.unrecorded, l.unexplained, l.lost, l.failed, l.stuck, l.reused, l.phantom, l.badSigns,
+		l.noRequest, l.cutOff)
 }
 
 func (l *ledger) balanced() bool {
-	return l.lost == 0 && l.stuck == 0 && l.reused == 0 && l.phantom == 0 && l.badSigns == 0 &&
-		l.unexplained == 0 && len(l.problems) == 0
+	return l.lost == 0 && l.failed == 0 && l.stuck == 0 && l.reused == 0 && l.phantom == 0 && l.badSigns == 0 &&
+		l.unexplained == 0 && l.noRequest == 0 && len(l.problems) == 0
+}
+
+// answer is a request's key in the history: an attempt's start second,
+// which the request carries as webhook-timestamp, and the status the
+// receiver gave (0: none).
+type answer struct {
+	unix   int64
+	status int
 }
 
 // balance builds the ledger from the receiver's log and the database.
@@ -93,36 +115,16 @@ func (h *harness) balance() *ledger {
 		byDelivery[r.deliveryID] = append(byDelivery[r.deliveryID], r)
 	}
 
-	type answer struct {
-		unix   int64
-		status int
-	}
 	known := map[string]bool{}
 	for _, sub := range subs {
 		known[sub.deliveryID] = true
-		l.deliveries++
-		d, err := h.store.DeliveryGet(h.ctx, sub.deliveryID)
-		if err != nil {
-			h.t.Fatalf("read delivery %s: %v", sub.deliveryID, err)
-		}
-		as, err := h.store.AttemptList(h.ctx, sub.deliveryID)
-		if err != nil {
-			h.t.Fatalf("read attempts of %s: %v", sub.deliveryID, err)
-		}
+		d := h.account(l, sub, byDelivery[sub.deliveryID], faults)
 		got := byDelivery[sub.deliveryID]
-		l.attempts += len(as)
-
 		answered := 0
-		given := map[answer][]request{}
 		for _, r := range got {
-			if r.submissionID != sub.submissionID {
-				l.problem("delivery %s carried submission id %q, want the stable %q", d.ID, r.submissionID, sub.submissionID)
-			}
 			if r.status/100 == 2 {
 				answered++
 			}
-			k := answer{r.timestamp, r.status}
-			given[k] = append(given[k], r)
 		}
 		if answered > 1 {
 			l.duplicates += answered - 1
@@ -137,46 +139,11 @@ func (h *harness) balance() *ledger {
 			l.problem("submission %s (key %s) is stuck: delivery %s is %s after the run", sub.submissionID, sub.key, d.ID, d.State)
 		case d.State != storage.StateDelivered || answered == 0:
 			l.lost++
-			l.problem("submission %s (key %s) was lost: delivery %s is %s and the receiver answered 2xx %d times", sub.submissionID, sub.key, d.ID, d.State, answered)
-		}
-
-		numbered := len(as) == d.Attempts
-		for i, a := range as {
-			numbered = numbered && a.Number == i+1
-			if a.Late {
-				l.late++
+			if d.State == storage.StateFailed {
+				l.failed++
 			}
-			// A recorded answer must be one the receiver gave: for this
-			// delivery, at this attempt's start second, this status.
-			if a.HTTPStatus == 0 {
-				continue
-			}
-			k := answer{a.StartedAt.Unix(), a.HTTPStatus}
-			if len(given[k]) == 0 {
-				l.phantom++
-				l.problem("delivery %s attempt %d records status %d at %s, an answer the receiver never gave", d.ID, a.Number, a.HTTPStatus, a.StartedAt)
-				continue
-			}
-			given[k] = given[k][1:]
-		}
-		// What is left reached the receiver without its answer in the
-		// history: only a fault may do that.
-		for _, rs := range given {
-			for _, r := range rs {
-				l.unrecorded++
-				if !inWindow(faults, r.at) {
-					l.unexplained++
-					l.problem("delivery %s: the receiver answered %d at %s, outside every fault, and the history %s does not show it",
-						d.ID, r.status, r.at.Format(time.StampMilli), describe(as))
-				}
-			}
-		}
-		if !numbered {
-			l.reused++
-			l.problem("delivery %s: attempts counter %d, attempt numbers %v; want 1..%d each once", d.ID, d.Attempts, attemptNumbers(as), d.Attempts)
-		}
-		if d.CycleAttempts > maxAttempts {
-			l.problem("delivery %s: cycle_attempts %d exceeds the allowance %d", d.ID, d.CycleAttempts, maxAttempts)
+			l.problem("submission %s (key %s) was lost: delivery %s is %s (unsent reason %q) and the receiver answered 2xx %d times",
+				sub.submissionID, sub.key, d.ID, d.State, d.UnsentReason, answered)
 		}
 	}
 	for id, rs := range byDelivery {
@@ -188,8 +155,8 @@ func (h *harness) balance() *ledger {
 	if err := h.db.QueryRowContext(h.ctx, `SELECT count(*) FROM webhook_events`).Scan(&events); err != nil {
 		h.t.Fatal(err)
 	}
-	if events != len(subs) {
-		l.problem("%d events in the database for %d accepted submissions: a retried submission was made twice", events, len(subs))
+	if events != l.submissions {
+		l.problem("%d events in the database for %d accepted submissions: a retried submission was made twice", events, l.submissions)
 	}
 	for _, f := range faults {
 		if f.deliveryID == "" {
@@ -206,6 +173,109 @@ func (h *harness) balance() *ledger {
 		l.problem("the run killed no server or no plugin: %+v", l.counts)
 	}
 	return l
+}
+
+// account checks one delivery's history against the requests its receiver
+// logged, counts what it finds into l, and returns the delivery.
+func (h *harness) account(l *ledger, sub submission, got []request, faults []fault) storage.Delivery {
+	d, err := h.store.DeliveryGet(h.ctx, sub.deliveryID)
+	if err != nil {
+		h.t.Fatalf("read delivery %s: %v", sub.deliveryID, err)
+	}
+	as, err := h.store.AttemptList(h.ctx, sub.deliveryID)
+	if err != nil {
+		h.t.Fatalf("read attempts of %s: %v", sub.deliveryID, err)
+	}
+	l.deliveries++
+	l.attempts += len(as)
+
+	given := map[answer][]request{}
+	for _, r := range got {
+		if r.submissionID != sub.submissionID {
+			l.problem("delivery %s carried submission id %q, want the stable %q", d.ID, r.submissionID, sub.submissionID)
+		}
+		k := answer{r.timestamp, r.status}
+		given[k] = append(given[k], r)
+	}
+	// sent counts the requests of each start second, answered or not:
+	// what an attempt without an answer is matched against.
+	sent := map[int64]int{}
+	for _, r := range got {
+		sent[r.timestamp]++
+	}
+
+	numbered := len(as) == d.Attempts
+	var silent []storage.Attempt
+	for i, a := range as {
+		numbered = numbered && a.Number == i+1
+		if a.Late {
+			l.late++
+		}
+		// A recorded answer must be one the receiver gave: for this
+		// delivery, at this attempt's start second, this status. An
+		// attempt without a status matches a request left unanswered.
+		k := answer{a.StartedAt.Unix(), a.HTTPStatus}
+		if len(given[k]) > 0 {
+			given[k] = given[k][1:]
+			sent[k.unix]--
+			continue
+		}
+		if a.HTTPStatus == 0 {
+			silent = append(silent, a)
+			continue
+		}
+		l.phantom++
+		l.problem("delivery %s attempt %d records status %d at %s, an answer the receiver never gave", d.ID, a.Number, a.HTTPStatus, a.StartedAt)
+	}
+	// An attempt without a status whose answer the receiver gave but the
+	// sender never read (it timed out, or was killed) still had a request:
+	// one of that second's. One with no request at all is a send that made
+	// none, recorded as an attempt: only a kill of the process the send
+	// was handed to may explain it.
+	for _, a := range silent {
+		if sent[a.StartedAt.Unix()] > 0 {
+			sent[a.StartedAt.Unix()]--
+			continue
+		}
+		if inKill(faults, a.StartedAt) {
+			l.cutOff++
+			continue
+		}
+		l.noRequest++
+		l.problem("delivery %s attempt %d (%s at %s: %q) has no request that reached the receiver, outside every kill",
+			d.ID, a.Number, a.Outcome, a.StartedAt.Format(time.StampMilli), a.Error)
+	}
+	// What is left reached the receiver without its answer in the
+	// history: only a fault may do that.
+	for _, rs := range given {
+		for _, r := range rs {
+			l.unrecorded++
+			if !inWindow(faults, r.at) {
+				l.unexplained++
+				l.problem("delivery %s: the receiver answered %d at %s, outside every fault, and the history %s does not show it",
+					d.ID, r.status, r.at.Format(time.StampMilli), describe(as))
+			}
+		}
+	}
+	if !numbered {
+		l.reused++
+		l.problem("delivery %s: attempts counter %d, attempt numbers %v; want 1..%d each once", d.ID, d.Attempts, attemptNumbers(as), d.Attempts)
+	}
+	if d.CycleAttempts > maxAttempts {
+		l.problem("delivery %s: cycle_attempts %d exceeds the allowance %d", d.ID, d.CycleAttempts, maxAttempts)
+	}
+	return d
+}
+
+// inKill reports whether an attempt started at at may have been handed to
+// a process a kill then cut off.
+func inKill(faults []fault, at time.Time) bool {
+	for _, f := range faults {
+		if !f.killed.IsZero() && !at.Before(f.from) && !at.After(f.killed.Add(killGrace)) {
+			return true
+		}
+	}
+	return false
 }
 
 func inWindow(faults []fault, at time.Time) bool {
