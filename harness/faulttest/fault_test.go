@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -100,10 +101,14 @@ type harness struct {
 	faults  []fault
 	counts  faultCounts
 	start   time.Time
+	outage  outage
+	// pace is the submitter's interval: submitEvery, and awaySubmitEvery
+	// while the plugin is away.
+	pace atomic.Int64
 }
 
 type faultCounts struct {
-	serverKills, pluginKills, pgRestarts, pauses int
+	serverKills, pluginKills, pgRestarts, pauses, outages int
 }
 
 // fault is one thing done to a process or the database, the delivery
@@ -135,6 +140,7 @@ func newHarness(t *testing.T, backend, work, bin, plugin string) *harness {
 	dir := filepath.Join(work, backend)
 	h := &harness{t: t, ctx: ctx, backend: backend, bin: bin, plugin: plugin, work: dir,
 		recv: newReceiver(uint64(time.Now().UnixNano()), failRate), servers: map[string]*server{}, start: time.Now()}
+	h.pace.Store(int64(submitEvery))
 	t.Cleanup(h.recv.close)
 	return h
 }
@@ -164,6 +170,7 @@ func runPostgres(t *testing.T, h *harness) *ledger {
 	h.wait(time.Second)
 	h.killServerMidSend("S2")
 	h.wait(2 * time.Second)
+	h.pluginOutage()
 
 	stop()
 	return h.finish()
@@ -184,6 +191,7 @@ func runSQLite(t *testing.T, h *harness) *ledger {
 	h.wait(2 * time.Second)
 	h.killServerMidSend("S1")
 	h.wait(2 * time.Second)
+	h.pluginOutage()
 
 	stop()
 	return h.finish()
@@ -255,10 +263,12 @@ func (h *harness) createEndpoint() {
 // submission is one form submission the API accepted.
 type submission struct {
 	key, submissionID, deliveryID string
+	// at is when the API accepted it.
+	at time.Time
 }
 
-// submitter submits one submission every submitEvery until stop is called.
-// A submission already under way when stop is called is seen through, so
+// submitter submits one submission every h.pace until stop is called. A
+// submission already under way when stop is called is seen through, so
 // every event the API made is one the harness knows about. A test that
 // fails before calling stop stops it in its cleanup.
 func (h *harness) submitter() func() {
@@ -274,7 +284,7 @@ func (h *harness) submitter() func() {
 			select {
 			case <-quit:
 				return
-			case <-time.After(submitEvery):
+			case <-time.After(time.Duration(h.pace.Load())):
 			}
 		}
 	}()
@@ -319,7 +329,7 @@ func (h *harness) submit(ctx context.Context, i int) bool {
 					return false
 				}
 				h.mu.Lock()
-				h.subs = append(h.subs, submission{key: key, submissionID: res.SubmissionID, deliveryID: res.Deliveries[0]})
+				h.subs = append(h.subs, submission{key: key, submissionID: res.SubmissionID, deliveryID: res.Deliveries[0], at: time.Now()})
 				h.mu.Unlock()
 				return true
 			default:

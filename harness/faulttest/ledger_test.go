@@ -37,6 +37,15 @@ type ledger struct {
 	// it may or may not have sent them.
 	noRequest, cutOff int
 
+	// The plugin outage: how long the binary was away against the whole
+	// retry schedule; requests that reached the receiver meanwhile (none
+	// can); deliveries made at least a whole schedule before its end, all
+	// first sent after it; and what /readyz said.
+	away, schedule                   time.Duration
+	awayRequests, waitedOut          int
+	readyServers, readyDown, readyUp int
+	readyTransitions, readyFlaps     int
+
 	problems []string
 }
 
@@ -52,6 +61,7 @@ func (l *ledger) add(o *ledger) {
 	l.counts.pluginKills += o.counts.pluginKills
 	l.counts.pgRestarts += o.counts.pgRestarts
 	l.counts.pauses += o.counts.pauses
+	l.counts.outages += o.counts.outages
 	l.submissions += o.submissions
 	l.deliveries += o.deliveries
 	l.requests += o.requests
@@ -70,17 +80,30 @@ func (l *ledger) add(o *ledger) {
 	l.failed += o.failed
 	l.noRequest += o.noRequest
 	l.cutOff += o.cutOff
+	l.away = max(l.away, o.away)
+	l.schedule = max(l.schedule, o.schedule)
+	l.awayRequests += o.awayRequests
+	l.waitedOut += o.waitedOut
+	l.readyServers += o.readyServers
+	l.readyDown += o.readyDown
+	l.readyUp += o.readyUp
+	l.readyTransitions += o.readyTransitions
+	l.readyFlaps += o.readyFlaps
 }
 
 func (l *ledger) String() string {
-	return fmt.Sprintf("%s: server runs %d, kills %d (server %d, plugin %d), postgres restarts %d, pauses %d | "+
+	return fmt.Sprintf("%s: server runs %d, kills %d (server %d, plugin %d), postgres restarts %d, pauses %d, plugin outages %d | "+
 		"submissions %d, deliveries %d, requests %d (retries %d), duplicates %d (on %d deliveries), "+
 		"attempts %d, late %d, unrecorded %d (unexplained %d) | lost %d, failed %d, stuck %d, reused %d, phantom %d, bad signatures %d, "+
-		"attempts without a request %d (%d cut off by a kill)",
+		"attempts without a request %d (%d cut off by a kill) | "+
+		"plugin away %.1fs > schedule %.1fs: requests while away %d, deliveries that waited it out %d, "+
+		"readyz 503 naming \"http\" on %d of %d servers, 200 again on %d (%d transitions, %d flaps)",
 		l.backend, l.runs, l.counts.serverKills+l.counts.pluginKills, l.counts.serverKills, l.counts.pluginKills,
-		l.counts.pgRestarts, l.counts.pauses, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
+		l.counts.pgRestarts, l.counts.pauses, l.counts.outages, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
 		l.duplicatedDeliveries, l.attempts, l.late, l.unrecorded, l.unexplained, l.lost, l.failed, l.stuck, l.reused, l.phantom, l.badSigns,
-		l.noRequest, l.cutOff)
+		l.noRequest, l.cutOff,
+		l.away.Seconds(), l.schedule.Seconds(), l.awayRequests, l.waitedOut,
+		l.readyDown, l.readyServers, l.readyUp, l.readyTransitions, l.readyFlaps)
 }
 
 func (l *ledger) balanced() bool {
@@ -102,6 +125,7 @@ func (h *harness) balance() *ledger {
 	h.mu.Lock()
 	subs := append([]submission(nil), h.subs...)
 	faults := append([]fault(nil), h.faults...)
+	o := h.outage
 	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs)}
 	h.mu.Unlock()
 
@@ -145,6 +169,16 @@ func (h *harness) balance() *ledger {
 			l.problem("submission %s (key %s) was lost: delivery %s is %s (unsent reason %q) and the receiver answered 2xx %d times",
 				sub.submissionID, sub.key, d.ID, d.State, d.UnsentReason, answered)
 		}
+		first := firstArrival(got)
+		if o.ran && !first.IsZero() && d.CreatedAt.After(o.began) && !d.CreatedAt.After(o.back.Add(-wholeSchedule())) {
+			// Made while the plugin was away, at least a whole schedule
+			// before it came back: it can only have gone after.
+			l.waitedOut++
+			if first.Before(o.back) {
+				l.problem("delivery %s, made while the plugin was away, reached the receiver at %s, before it was back",
+					d.ID, first.Format(time.StampMilli))
+			}
+		}
 	}
 	for id, rs := range byDelivery {
 		if !known[id] {
@@ -172,6 +206,7 @@ func (h *harness) balance() *ledger {
 	if l.counts.serverKills == 0 || l.counts.pluginKills == 0 {
 		l.problem("the run killed no server or no plugin: %+v", l.counts)
 	}
+	h.balanceOutage(l, o)
 	return l
 }
 
@@ -265,6 +300,61 @@ func (h *harness) account(l *ledger, sub submission, got []request, faults []fau
 		l.problem("delivery %s: cycle_attempts %d exceeds the allowance %d", d.ID, d.CycleAttempts, maxAttempts)
 	}
 	return d
+}
+
+// balanceOutage checks what /readyz said around the plugin outage and that
+// nothing reached the receiver while the plugin was away.
+func (h *harness) balanceOutage(l *ledger, o outage) {
+	if !o.ran {
+		l.problem("the plugin outage did not run")
+		return
+	}
+	l.away, l.schedule = o.back.Sub(o.began), wholeSchedule()
+	if l.away <= l.schedule {
+		l.problem("the plugin was away %s, not longer than the whole retry schedule %s", l.away, l.schedule)
+	}
+	// A request a killed plugin had on the wire may be answered just after
+	// the kill; from a second on, none can reach the receiver.
+	for _, r := range h.recv.requests() {
+		if r.arrived.After(o.began.Add(time.Second)) && r.arrived.Before(o.back) {
+			l.awayRequests++
+			l.problem("a request for %s reached the receiver at %s, while the plugin was away", r.deliveryID, r.arrived.Format(time.StampMilli))
+		}
+	}
+	if l.waitedOut == 0 {
+		l.problem("no delivery was made at least a whole retry schedule before the plugin came back")
+	}
+	if !strings.Contains(o.unsent, `"http"`) {
+		l.problem("a delivery made while the plugin was away showed unsent_reason %q, want one naming the http transport", o.unsent)
+	}
+	for _, rt := range o.servers {
+		l.readyServers++
+		l.readyTransitions += rt.transitions
+		l.readyFlaps += rt.flaps
+		if rt.down {
+			l.readyDown++
+		} else {
+			l.problem("%s /readyz never answered 503 naming \"http\" while the plugin was away (last: %q)", rt.name, rt.lastMsg)
+		}
+		if rt.up {
+			l.readyUp++
+		} else {
+			l.problem("%s /readyz did not answer 200 within 15 s of the plugin's return (last: %d %q)", rt.name, rt.last, rt.lastMsg)
+		}
+		if rt.flaps > 0 {
+			l.problem("%s /readyz answered 200 %d times while the plugin was away", rt.name, rt.flaps)
+		}
+	}
+}
+
+func firstArrival(rs []request) time.Time {
+	var first time.Time
+	for _, r := range rs {
+		if first.IsZero() || r.arrived.Before(first) {
+			first = r.arrived
+		}
+	}
+	return first
 }
 
 // inKill reports whether an attempt started at at may have been handed to

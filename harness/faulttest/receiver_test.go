@@ -47,8 +47,9 @@ type request struct {
 	timestamp int64
 	status    int
 	verified  bool
-	// at is when the receiver answered.
-	at time.Time
+	// arrived is when the request reached the receiver; at is when the
+	// receiver answered it.
+	arrived, at time.Time
 }
 
 type heldRequest struct {
@@ -71,6 +72,7 @@ func (rc *receiver) setSecret(s string) {
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	body, _ := io.ReadAll(r.Body)
 	var payload struct {
 		Submission struct {
@@ -111,7 +113,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Logged whether or not the sender is still there to read the
 	// answer: the request reached the receiver either way.
 	rc.log = append(rc.log, request{deliveryID: r.Header.Get(webhook.HeaderID), submissionID: payload.Submission.ID,
-		timestamp: ts, status: status, verified: verified, at: time.Now()})
+		timestamp: ts, status: status, verified: verified, arrived: arrived, at: time.Now()})
 	rc.mu.Unlock()
 	w.WriteHeader(status)
 }
