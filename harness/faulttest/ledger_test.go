@@ -4,6 +4,7 @@ package faulttest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,7 +29,7 @@ type ledger struct {
 	// outside every fault's window.
 	unrecorded, unexplained                int
 	lost, stuck, reused, phantom, badSigns int
-	// failed counts the lost deliveries that ended failed.
+	// failed counts deliveries to the healthy endpoint that failed.
 	failed int
 	// noRequest counts attempt rows whose request never reached a
 	// receiver and that no kill explains: a send that made no request,
@@ -41,12 +42,21 @@ type ledger struct {
 	// retry schedule; requests that reached the receiver meanwhile (none
 	// can); deliveries made at least a whole schedule before its end, all
 	// first sent after it; and what /readyz said.
-	away, schedule                   time.Duration
-	awayRequests, waitedOut          int
-	readyServers, readyDown, readyUp int
-	readyTransitions, readyFlaps     int
-
-	problems []string
+	away, schedule                        time.Duration
+	awayRequests, waitedOut               int
+	readyServers, readyDown, readyUp      int
+	readyTransitions, readyFlaps          int
+	hungDeliveries, hungDelivered         int
+	hungFailed, hungWaiting, hungRequests int
+	// hungMaxOpen is the most requests the hung receiver held at once:
+	// with fair share, one sender's room per server.
+	hungMaxOpen int
+	// healthyN, healthyP99 and healthyMax are the create→received
+	// latencies of the healthy deliveries made while the hung receiver
+	// held requests.
+	healthyN               int
+	healthyP99, healthyMax time.Duration
+	problems               []string
 }
 
 func (l *ledger) problem(format string, args ...any) {
@@ -89,6 +99,16 @@ func (l *ledger) add(o *ledger) {
 	l.readyUp += o.readyUp
 	l.readyTransitions += o.readyTransitions
 	l.readyFlaps += o.readyFlaps
+	l.hungDeliveries += o.hungDeliveries
+	l.hungDelivered += o.hungDelivered
+	l.hungFailed += o.hungFailed
+	l.hungWaiting += o.hungWaiting
+	l.hungRequests += o.hungRequests
+	l.hungMaxOpen = max(l.hungMaxOpen, o.hungMaxOpen)
+	l.healthyN += o.healthyN
+	// Percentiles do not add up: the total shows the worse backend's.
+	l.healthyP99 = max(l.healthyP99, o.healthyP99)
+	l.healthyMax = max(l.healthyMax, o.healthyMax)
 }
 
 func (l *ledger) String() string {
@@ -97,18 +117,22 @@ func (l *ledger) String() string {
 		"attempts %d, late %d, unrecorded %d (unexplained %d) | lost %d, failed %d, stuck %d, reused %d, phantom %d, bad signatures %d, "+
 		"attempts without a request %d (%d cut off by a kill) | "+
 		"plugin away %.1fs > schedule %.1fs: requests while away %d, deliveries that waited it out %d, "+
-		"readyz 503 naming \"http\" on %d of %d servers, 200 again on %d (%d transitions, %d flaps)",
+		"readyz 503 naming \"http\" on %d of %d servers, 200 again on %d (%d transitions, %d flaps) | "+
+		"hung endpoint: deliveries %d (delivered %d, failed %d, waiting %d), requests %d, at most %d open at once; "+
+		"healthy create→received during the hang p99 %dms (max %dms, n %d, bound %dms)",
 		l.backend, l.runs, l.counts.serverKills+l.counts.pluginKills, l.counts.serverKills, l.counts.pluginKills,
 		l.counts.pgRestarts, l.counts.pauses, l.counts.outages, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
 		l.duplicatedDeliveries, l.attempts, l.late, l.unrecorded, l.unexplained, l.lost, l.failed, l.stuck, l.reused, l.phantom, l.badSigns,
 		l.noRequest, l.cutOff,
 		l.away.Seconds(), l.schedule.Seconds(), l.awayRequests, l.waitedOut,
-		l.readyDown, l.readyServers, l.readyUp, l.readyTransitions, l.readyFlaps)
+		l.readyDown, l.readyServers, l.readyUp, l.readyTransitions, l.readyFlaps,
+		l.hungDeliveries, l.hungDelivered, l.hungFailed, l.hungWaiting, l.hungRequests, l.hungMaxOpen,
+		l.healthyP99.Milliseconds(), l.healthyMax.Milliseconds(), l.healthyN, healthyP99Bound.Milliseconds())
 }
 
 func (l *ledger) balanced() bool {
 	return l.lost == 0 && l.failed == 0 && l.stuck == 0 && l.reused == 0 && l.phantom == 0 && l.badSigns == 0 &&
-		l.unexplained == 0 && l.noRequest == 0 && len(l.problems) == 0
+		l.unexplained == 0 && l.noRequest == 0 && l.hungDelivered == 0 && len(l.problems) == 0
 }
 
 // answer is a request's key in the history: an attempt's start second,
@@ -119,14 +143,14 @@ type answer struct {
 	status int
 }
 
-// balance builds the ledger from the receiver's log and the database.
+// balance builds the ledger from the receivers' logs and the database.
 func (h *harness) balance() *ledger {
 	h.t.Helper()
 	h.mu.Lock()
 	subs := append([]submission(nil), h.subs...)
 	faults := append([]fault(nil), h.faults...)
-	o := h.outage
-	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs)}
+	o, hg := h.outage, h.hang
+	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs) + len(hg.subs)}
 	h.mu.Unlock()
 
 	byDelivery := map[string][]request{}
@@ -138,8 +162,16 @@ func (h *harness) balance() *ledger {
 		}
 		byDelivery[r.deliveryID] = append(byDelivery[r.deliveryID], r)
 	}
+	hungBy := map[string][]request{}
+	if hg.ran {
+		for _, r := range hg.recv.requests() {
+			l.hungRequests++
+			hungBy[r.deliveryID] = append(hungBy[r.deliveryID], r)
+		}
+	}
 
 	known := map[string]bool{}
+	var latencies []time.Duration
 	for _, sub := range subs {
 		known[sub.deliveryID] = true
 		d := h.account(l, sub, byDelivery[sub.deliveryID], faults)
@@ -179,10 +211,32 @@ func (h *harness) balance() *ledger {
 					d.ID, first.Format(time.StampMilli))
 			}
 		}
+		if hg.ran && !first.IsZero() && !sub.at.Before(hg.from) && !sub.at.After(hg.to) {
+			latencies = append(latencies, first.Sub(d.CreatedAt))
+		}
+	}
+	for _, sub := range hg.subs {
+		known[sub.deliveryID] = true
+		l.hungDeliveries++
+		d := h.account(l, sub, hungBy[sub.deliveryID], faults)
+		switch d.State {
+		case storage.StateDelivered:
+			l.hungDelivered++
+			l.problem("delivery %s to the receiver that never answers is delivered", d.ID)
+		case storage.StateFailed:
+			l.hungFailed++
+		default:
+			l.hungWaiting++
+		}
 	}
 	for id, rs := range byDelivery {
 		if !known[id] {
 			l.problem("the receiver got %d requests for delivery %s, which no accepted submission made", len(rs), id)
+		}
+	}
+	for id, rs := range hungBy {
+		if !known[id] {
+			l.problem("the hung receiver got %d requests for delivery %s, which no accepted submission made", len(rs), id)
 		}
 	}
 	var events int
@@ -207,6 +261,7 @@ func (h *harness) balance() *ledger {
 		l.problem("the run killed no server or no plugin: %+v", l.counts)
 	}
 	h.balanceOutage(l, o)
+	h.balanceHang(l, hg, latencies)
 	return l
 }
 
@@ -280,15 +335,20 @@ func (h *harness) account(l *ledger, sub submission, got []request, faults []fau
 		l.problem("delivery %s attempt %d (%s at %s: %q) has no request that reached the receiver, outside every kill",
 			d.ID, a.Number, a.Outcome, a.StartedAt.Format(time.StampMilli), a.Error)
 	}
-	// What is left reached the receiver without its answer in the
-	// history: only a fault may do that.
+	// What is left reached the receiver without its answer (or, at the
+	// hung receiver, without any attempt) in the history: only a fault may
+	// do that.
 	for _, rs := range given {
 		for _, r := range rs {
 			l.unrecorded++
-			if !inWindow(faults, r.at) {
+			at := r.at
+			if at.IsZero() {
+				at = r.arrived // the hung receiver's: never answered
+			}
+			if !inWindow(faults, at) {
 				l.unexplained++
 				l.problem("delivery %s: the receiver answered %d at %s, outside every fault, and the history %s does not show it",
-					d.ID, r.status, r.at.Format(time.StampMilli), describe(as))
+					d.ID, r.status, at.Format(time.StampMilli), describe(as))
 			}
 		}
 	}
@@ -344,6 +404,30 @@ func (h *harness) balanceOutage(l *ledger, o outage) {
 		if rt.flaps > 0 {
 			l.problem("%s /readyz answered 200 %d times while the plugin was away", rt.name, rt.flaps)
 		}
+	}
+}
+
+// balanceHang checks that the hung receiver held requests, and the healthy
+// deliveries' latency meanwhile.
+func (h *harness) balanceHang(l *ledger, hg hang, latencies []time.Duration) {
+	if !hg.ran {
+		l.problem("the hung receiver did not run")
+		return
+	}
+	l.hungMaxOpen = hg.maxOpen
+	if hg.maxOpen == 0 || l.hungRequests == 0 {
+		l.problem("the hung receiver never held a request: the hang did not happen")
+	}
+	l.healthyN = len(latencies)
+	if l.healthyN < 20 {
+		l.problem("only %d healthy deliveries were made during the hang; want at least 20 to measure", l.healthyN)
+		return
+	}
+	slices.Sort(latencies)
+	l.healthyP99 = latencies[(len(latencies)*99+99)/100-1]
+	l.healthyMax = latencies[len(latencies)-1]
+	if l.healthyP99 > healthyP99Bound {
+		l.problem("the healthy endpoint's create→received p99 during the hang is %s, over the bound %s", l.healthyP99, healthyP99Bound)
 	}
 }
 

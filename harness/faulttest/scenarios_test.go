@@ -5,6 +5,7 @@ package faulttest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -25,6 +26,22 @@ const (
 	awaySubmitEvery = 500 * time.Millisecond
 	// readyEvery paces the /readyz probe.
 	readyEvery = 200 * time.Millisecond
+
+	// hungDeliveries go to the hung receiver at once: six times the
+	// senders of one process, so without fair share every sender would
+	// sit on it.
+	hungDeliveries = 24
+	// hangFor is how long the healthy deliveries' latency is measured
+	// while the hung receiver holds requests.
+	hangFor = 6 * time.Second
+	// healthyP99Bound bounds the healthy endpoint's create→received p99
+	// during the hang. Fair share keeps three of a process's four senders
+	// off the hung endpoint, so a healthy delivery never waits for a hung
+	// send (1 s read timeout) to end: it waits a poll (100 ms) and a claim
+	// and is sent. 2 s is twice the read timeout, one hung request plus
+	// room for a loaded machine, and a fifth of what waiting behind the
+	// hung endpoint's allowance (read timeout × 10) costs.
+	healthyP99Bound = 2 * time.Second
 )
 
 // pluginAway is how long the http plugin binary stays away: twice the
@@ -200,4 +217,91 @@ func (h *harness) unsentReason(s *server, since time.Time) string {
 		return ""
 	}
 	return d.UnsentReason
+}
+
+// hang is the hung receiver's part of a run.
+type hang struct {
+	ran        bool
+	endpointID string
+	recv       *hungReceiver
+	subs       []submission
+	// from and to bound the window in which healthy deliveries are
+	// measured; maxOpen is the most requests the hung receiver held at
+	// once in it.
+	from, to time.Time
+	maxOpen  int
+}
+
+// hangBeside adds an endpoint whose receiver accepts every request and
+// never answers, for form "hang" only, and submits hungDeliveries to it at
+// once while the submitter keeps the healthy endpoint busy; the healthy
+// deliveries made in the next hangFor are the ones whose latency the
+// ledger measures.
+func (h *harness) hangBeside() {
+	h.t.Helper()
+	// Start from a quiet healthy endpoint: the outage's backlog drained.
+	drain := time.Now()
+	for {
+		open, err := h.openHealthy()
+		if err == nil && open <= 8 {
+			break
+		}
+		if time.Since(drain) > 30*time.Second {
+			h.t.Fatalf("the healthy endpoint still has %d deliveries open after 30 s (%v)", open, err)
+		}
+		h.wait(100 * time.Millisecond)
+	}
+	h.logf("the healthy endpoint's backlog drained in %.1fs", time.Since(drain).Seconds())
+	hr := newHungReceiver()
+	h.t.Cleanup(hr.close)
+	status, raw, err := h.api(h.ctx, h.usableServers()[0], http.MethodPost, "/v1/endpoints", "",
+		fmt.Sprintf(`{"url":%q,"form_ids":["hang"],"description":"fault harness: a receiver that never answers"}`, hr.srv.URL+"/hook"))
+	if err != nil || status != http.StatusCreated {
+		h.t.Fatalf("create the hung endpoint: %d %s %v", status, raw, err)
+	}
+	var ep apiwire.EndpointCreated
+	if err := json.Unmarshal(raw, &ep); err != nil {
+		h.t.Fatalf("hung endpoint answer: %s", raw)
+	}
+	hg := hang{ran: true, endpointID: ep.ID, recv: hr, from: time.Now()}
+	for i := 1; i <= hungDeliveries; i++ {
+		sub, ok := h.post(h.ctx, i, "hang", fmt.Sprintf("hang-%s-%d", h.backend, i), fmt.Sprintf(`{"n":%d}`, i))
+		if !ok {
+			h.t.Fatalf("submission %d to the hung endpoint was not accepted", i)
+		}
+		hg.subs = append(hg.subs, sub)
+	}
+	h.logf("made %d deliveries to a receiver that never answers", len(hg.subs))
+	for time.Since(hg.from) < hangFor {
+		hg.maxOpen = max(hg.maxOpen, hr.openRequests())
+		h.wait(50 * time.Millisecond)
+	}
+	hg.to = time.Now()
+	h.logf("the hung receiver held up to %d requests at once; %d reached it in %.1fs",
+		hg.maxOpen, len(hr.requests()), hg.to.Sub(hg.from).Seconds())
+	// Let the healthy deliveries made in the window arrive, up to the
+	// bound, before the next fault can hold them up.
+	for time.Since(hg.to) < healthyP99Bound && !h.allArrived(hg.from, hg.to) {
+		h.wait(50 * time.Millisecond)
+	}
+	h.mu.Lock()
+	h.hang = hg
+	h.mu.Unlock()
+}
+
+// allArrived reports whether every healthy submission accepted between
+// from and to has reached the receiver.
+func (h *harness) allArrived(from, to time.Time) bool {
+	arrived := map[string]bool{}
+	for _, r := range h.recv.requests() {
+		arrived[r.deliveryID] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, sub := range h.subs {
+		if !sub.at.Before(from) && !sub.at.After(to) && !arrived[sub.deliveryID] {
+			return false
+		}
+	}
+	return true
 }
