@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -100,10 +101,15 @@ type harness struct {
 	faults  []fault
 	counts  faultCounts
 	start   time.Time
+	outage  outage
+	hang    hang
+	// pace is the submitter's interval: submitEvery, and awaySubmitEvery
+	// while the plugin is away.
+	pace atomic.Int64
 }
 
 type faultCounts struct {
-	serverKills, pluginKills, pgRestarts, pauses int
+	serverKills, pluginKills, pgRestarts, pauses, outages int
 }
 
 // fault is one thing done to a process or the database, the delivery
@@ -113,7 +119,16 @@ type fault struct {
 	what       string
 	deliveryID string
 	from, to   time.Time
+	// killed is when a process that may have had a send in hand was
+	// killed (zero for other faults): an attempt started before then, or
+	// within killGrace after, whose request never arrived is explained.
+	killed time.Time
 }
+
+// killGrace is how long after a plugin's SIGKILL its host may still hand
+// it a send (it has not seen the process exit yet) that then counts as an
+// attempt, since it may have gone out.
+const killGrace = 250 * time.Millisecond
 
 func (h *harness) logf(format string, args ...any) {
 	h.t.Helper()
@@ -126,6 +141,7 @@ func newHarness(t *testing.T, backend, work, bin, plugin string) *harness {
 	dir := filepath.Join(work, backend)
 	h := &harness{t: t, ctx: ctx, backend: backend, bin: bin, plugin: plugin, work: dir,
 		recv: newReceiver(uint64(time.Now().UnixNano()), failRate), servers: map[string]*server{}, start: time.Now()}
+	h.pace.Store(int64(submitEvery))
 	t.Cleanup(h.recv.close)
 	return h
 }
@@ -155,6 +171,8 @@ func runPostgres(t *testing.T, h *harness) *ledger {
 	h.wait(time.Second)
 	h.killServerMidSend("S2")
 	h.wait(2 * time.Second)
+	h.pluginOutage()
+	h.hangBeside()
 
 	stop()
 	return h.finish()
@@ -175,6 +193,8 @@ func runSQLite(t *testing.T, h *harness) *ledger {
 	h.wait(2 * time.Second)
 	h.killServerMidSend("S1")
 	h.wait(2 * time.Second)
+	h.pluginOutage()
+	h.hangBeside()
 
 	stop()
 	return h.finish()
@@ -227,12 +247,12 @@ func (h *harness) api(ctx context.Context, s *server, method, path, key string, 
 	return resp.StatusCode, raw, err
 }
 
-// createEndpoint registers the receiver through the API and hands it the
-// one-time secret to verify with.
+// createEndpoint registers the receiver, for form "fault", through the API
+// and hands it the one-time secret to verify with.
 func (h *harness) createEndpoint() {
 	h.t.Helper()
 	status, raw, err := h.api(h.ctx, h.usableServers()[0], http.MethodPost, "/v1/endpoints", "",
-		fmt.Sprintf(`{"url":%q,"description":"fault harness receiver"}`, h.recv.srv.URL+"/hook"))
+		fmt.Sprintf(`{"url":%q,"form_ids":["fault"],"description":"fault harness receiver"}`, h.recv.srv.URL+"/hook"))
 	if err != nil || status != http.StatusCreated {
 		h.t.Fatalf("create the endpoint: %d %s %v", status, raw, err)
 	}
@@ -246,10 +266,12 @@ func (h *harness) createEndpoint() {
 // submission is one form submission the API accepted.
 type submission struct {
 	key, submissionID, deliveryID string
+	// at is when the API accepted it.
+	at time.Time
 }
 
-// submitter submits one submission every submitEvery until stop is called.
-// A submission already under way when stop is called is seen through, so
+// submitter submits one submission every h.pace until stop is called. A
+// submission already under way when stop is called is seen through, so
 // every event the API made is one the harness knows about. A test that
 // fails before calling stop stops it in its cleanup.
 func (h *harness) submitter() func() {
@@ -265,7 +287,7 @@ func (h *harness) submitter() func() {
 			select {
 			case <-quit:
 				return
-			case <-time.After(submitEvery):
+			case <-time.After(time.Duration(h.pace.Load())):
 			}
 		}
 	}()
@@ -289,17 +311,26 @@ func (h *harness) submitter() func() {
 	}
 }
 
-// submit sends submission i to whichever server can take it, again with
-// the same Idempotency-Key until an answer comes back: through a server's
-// death or a database restart the submission is made once, never twice.
+// submit makes submission i to form "fault", the healthy endpoint's.
 func (h *harness) submit(ctx context.Context, i int) bool {
-	key := fmt.Sprintf("fault-%s-%d", h.backend, i)
-	body := fmt.Sprintf(`{"n":%d,"email":"n%d@example.com"}`, i, i)
+	sub, ok := h.post(ctx, i, "fault", fmt.Sprintf("fault-%s-%d", h.backend, i), fmt.Sprintf(`{"n":%d,"email":"n%d@example.com"}`, i, i))
+	if ok {
+		h.mu.Lock()
+		h.subs = append(h.subs, sub)
+		h.mu.Unlock()
+	}
+	return ok
+}
+
+// post sends submission i to whichever server can take it, again with the
+// same Idempotency-Key until an answer comes back: through a server's
+// death or a database restart the submission is made once, never twice.
+func (h *harness) post(ctx context.Context, i int, form, key, body string) (submission, bool) {
 	deadline := time.Now().Add(90 * time.Second)
 	for try := 0; ; try++ {
 		if servers := h.usableServers(); len(servers) > 0 {
 			s := servers[(i+try)%len(servers)]
-			status, raw, err := h.api(ctx, s, http.MethodPost, "/v1/forms/fault/submissions", key, body)
+			status, raw, err := h.api(ctx, s, http.MethodPost, "/v1/forms/"+form+"/submissions", key, body)
 			switch {
 			case err != nil || status >= 500:
 				// The server or its database is away: try again.
@@ -307,23 +338,20 @@ func (h *harness) submit(ctx context.Context, i int) bool {
 				var res apiwire.IngestResult
 				if err := json.Unmarshal(raw, &res); err != nil || len(res.Deliveries) != 1 || res.SubmissionID == "" {
 					h.t.Errorf("submission %s: answer %d %s, want one delivery", key, status, raw)
-					return false
+					return submission{}, false
 				}
-				h.mu.Lock()
-				h.subs = append(h.subs, submission{key: key, submissionID: res.SubmissionID, deliveryID: res.Deliveries[0]})
-				h.mu.Unlock()
-				return true
+				return submission{key: key, submissionID: res.SubmissionID, deliveryID: res.Deliveries[0], at: time.Now()}, true
 			default:
 				h.t.Errorf("submission %s refused: %d %s", key, status, raw)
-				return false
+				return submission{}, false
 			}
 		}
 		if ctx.Err() != nil {
-			return false
+			return submission{}, false
 		}
 		if time.Now().After(deadline) {
 			h.t.Errorf("submission %s was not accepted within 90 s", key)
-			return false
+			return submission{}, false
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -332,9 +360,19 @@ func (h *harness) submit(ctx context.Context, i int) bool {
 // noteFault records a fault that began at began and whose effects on
 // in-flight requests were over by now plus a second.
 func (h *harness) noteFault(what, deliveryID string, began time.Time) {
+	h.addFault(fault{what: what, deliveryID: deliveryID, from: began.Add(-sendTimeout), to: time.Now().Add(time.Second)})
+}
+
+// noteKill is noteFault for a kill, at began, of a process that may have
+// had a send in hand.
+func (h *harness) noteKill(what, deliveryID string, began time.Time) {
+	h.addFault(fault{what: what, deliveryID: deliveryID, from: began.Add(-sendTimeout), to: time.Now().Add(time.Second), killed: began})
+}
+
+func (h *harness) addFault(f fault) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.faults = append(h.faults, fault{what: what, deliveryID: deliveryID, from: began.Add(-sendTimeout), to: time.Now().Add(time.Second)})
+	h.faults = append(h.faults, f)
 }
 
 // killServerMidSend SIGKILLs a server while its plugin has a request on
@@ -351,7 +389,7 @@ func (h *harness) killServerMidSend(name string) {
 	h.mu.Lock()
 	h.counts.serverKills++
 	h.mu.Unlock()
-	h.noteFault("SIGKILL of "+name+" mid-send", req.deliveryID, began)
+	h.noteKill("SIGKILL of "+name+" mid-send", req.deliveryID, began)
 	h.logf("SIGKILLed %s (run %d) while its request for %s was on the wire", name, s.run, req.deliveryID)
 	h.startServer(name)
 }
@@ -367,7 +405,7 @@ func (h *harness) killPluginMidSend() {
 	h.mu.Lock()
 	h.counts.pluginKills++
 	h.mu.Unlock()
-	h.noteFault("SIGKILL of "+s.name+"'s plugin mid-send", req.deliveryID, began)
+	h.noteKill("SIGKILL of "+s.name+"'s plugin mid-send", req.deliveryID, began)
 	h.logf("SIGKILLed the plugin (pid %d) of %s while its request for %s was on the wire", pid, s.name, req.deliveryID)
 }
 
@@ -480,24 +518,25 @@ func (h *harness) hasLate(deliveryID string) bool {
 	return false
 }
 
-// finish waits for every delivery to end, stops the servers the way an
-// operator does, and balances the ledger.
+// finish waits for every delivery to the healthy endpoint to end (the hung
+// endpoint's never do), stops the servers the way an operator does, and
+// balances the ledger.
 func (h *harness) finish() *ledger {
 	h.t.Helper()
 	h.recv.release()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		st, err := h.store.DeliveryStats(h.ctx, time.Now())
-		if err == nil && st.ByState[storage.StatePending]+st.ByState[storage.StateProcessing] == 0 {
+		open, err := h.openHealthy()
+		if err == nil && open == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			h.logf("deliveries still open after 90 s: %+v (%v)", st, err)
+			h.logf("deliveries still open after 90 s: %d (%v)", open, err)
 			break
 		}
 		h.wait(250 * time.Millisecond)
 	}
-	h.logf("every delivery has ended")
+	h.logf("every delivery to the healthy endpoint has ended")
 	for _, s := range h.usableServers() {
 		s.stop(h.t)
 	}
@@ -516,6 +555,32 @@ func (h *harness) finish() *ledger {
 		}
 	}
 	return l
+}
+
+// openHealthy counts the deliveries not to the hung endpoint that are
+// pending or processing.
+func (h *harness) openHealthy() (int, error) {
+	rows, err := h.db.QueryContext(h.ctx, `SELECT endpoint_id, count(*) FROM webhook_deliveries
+		WHERE state IN ('pending', 'processing') GROUP BY endpoint_id`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	h.mu.Lock()
+	hung := h.hang.endpointID
+	h.mu.Unlock()
+	open := 0
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return 0, err
+		}
+		if id != hung {
+			open += n
+		}
+	}
+	return open, rows.Err()
 }
 
 func (h *harness) allRuns() []string {

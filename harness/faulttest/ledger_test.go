@@ -4,6 +4,7 @@ package faulttest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,7 +29,34 @@ type ledger struct {
 	// outside every fault's window.
 	unrecorded, unexplained                int
 	lost, stuck, reused, phantom, badSigns int
-	problems                               []string
+	// failed counts deliveries to the healthy endpoint that failed.
+	failed int
+	// noRequest counts attempt rows whose request never reached a
+	// receiver and that no kill explains: a send that made no request,
+	// recorded as one. cutOff counts those a kill explains: started before
+	// a plugin was killed, or within killGrace after, so handed to it, and
+	// it may or may not have sent them.
+	noRequest, cutOff int
+
+	// The plugin outage: how long the binary was away against the whole
+	// retry schedule; requests that reached the receiver meanwhile (none
+	// can); deliveries made at least a whole schedule before its end, all
+	// first sent after it; and what /readyz said.
+	away, schedule                        time.Duration
+	awayRequests, waitedOut               int
+	readyServers, readyDown, readyUp      int
+	readyTransitions, readyFlaps          int
+	hungDeliveries, hungDelivered         int
+	hungFailed, hungWaiting, hungRequests int
+	// hungMaxOpen is the most requests the hung receiver held at once:
+	// with fair share, one sender's room per server.
+	hungMaxOpen int
+	// healthyN, healthyP99 and healthyMax are the create→received
+	// latencies of the healthy deliveries made while the hung receiver
+	// held requests.
+	healthyN               int
+	healthyP99, healthyMax time.Duration
+	problems               []string
 }
 
 func (l *ledger) problem(format string, args ...any) {
@@ -43,6 +71,7 @@ func (l *ledger) add(o *ledger) {
 	l.counts.pluginKills += o.counts.pluginKills
 	l.counts.pgRestarts += o.counts.pgRestarts
 	l.counts.pauses += o.counts.pauses
+	l.counts.outages += o.counts.outages
 	l.submissions += o.submissions
 	l.deliveries += o.deliveries
 	l.requests += o.requests
@@ -58,29 +87,70 @@ func (l *ledger) add(o *ledger) {
 	l.reused += o.reused
 	l.phantom += o.phantom
 	l.badSigns += o.badSigns
+	l.failed += o.failed
+	l.noRequest += o.noRequest
+	l.cutOff += o.cutOff
+	l.away = max(l.away, o.away)
+	l.schedule = max(l.schedule, o.schedule)
+	l.awayRequests += o.awayRequests
+	l.waitedOut += o.waitedOut
+	l.readyServers += o.readyServers
+	l.readyDown += o.readyDown
+	l.readyUp += o.readyUp
+	l.readyTransitions += o.readyTransitions
+	l.readyFlaps += o.readyFlaps
+	l.hungDeliveries += o.hungDeliveries
+	l.hungDelivered += o.hungDelivered
+	l.hungFailed += o.hungFailed
+	l.hungWaiting += o.hungWaiting
+	l.hungRequests += o.hungRequests
+	l.hungMaxOpen = max(l.hungMaxOpen, o.hungMaxOpen)
+	l.healthyN += o.healthyN
+	// Percentiles do not add up: the total shows the worse backend's.
+	l.healthyP99 = max(l.healthyP99, o.healthyP99)
+	l.healthyMax = max(l.healthyMax, o.healthyMax)
 }
 
 func (l *ledger) String() string {
-	return fmt.Sprintf("%s: server runs %d, kills %d (server %d, plugin %d), postgres restarts %d, pauses %d | "+
+	return fmt.Sprintf("%s: server runs %d, kills %d (server %d, plugin %d), postgres restarts %d, pauses %d, plugin outages %d | "+
 		"submissions %d, deliveries %d, requests %d (retries %d), duplicates %d (on %d deliveries), "+
-		"attempts %d, late %d, unrecorded %d (unexplained %d) | lost %d, stuck %d, reused %d, phantom %d, bad signatures %d",
+		"attempts %d, late %d, unrecorded %d (unexplained %d) | lost %d, failed %d, stuck %d, reused %d, phantom %d, bad signatures %d, "+
+		"attempts without a request %d (%d cut off by a kill) | "+
+		"plugin away %.1fs > schedule %.1fs: requests while away %d, deliveries that waited it out %d, "+
+		"readyz 503 naming \"http\" on %d of %d servers, 200 again on %d (%d transitions, %d flaps) | "+
+		"hung endpoint: deliveries %d (delivered %d, failed %d, waiting %d), requests %d, at most %d open at once; "+
+		"healthy create→received during the hang p99 %dms (max %dms, n %d, bound %dms)",
 		l.backend, l.runs, l.counts.serverKills+l.counts.pluginKills, l.counts.serverKills, l.counts.pluginKills,
-		l.counts.pgRestarts, l.counts.pauses, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
-		l.duplicatedDeliveries, l.attempts, l.late, l.unrecorded, l.unexplained, l.lost, l.stuck, l.reused, l.phantom, l.badSigns)
+		l.counts.pgRestarts, l.counts.pauses, l.counts.outages, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
+		l.duplicatedDeliveries, l.attempts, l.late, l.unrecorded, l.unexplained, l.lost, l.failed, l.stuck, l.reused, l.phantom, l.badSigns,
+		l.noRequest, l.cutOff,
+		l.away.Seconds(), l.schedule.Seconds(), l.awayRequests, l.waitedOut,
+		l.readyDown, l.readyServers, l.readyUp, l.readyTransitions, l.readyFlaps,
+		l.hungDeliveries, l.hungDelivered, l.hungFailed, l.hungWaiting, l.hungRequests, l.hungMaxOpen,
+		l.healthyP99.Milliseconds(), l.healthyMax.Milliseconds(), l.healthyN, healthyP99Bound.Milliseconds())
 }
 
 func (l *ledger) balanced() bool {
-	return l.lost == 0 && l.stuck == 0 && l.reused == 0 && l.phantom == 0 && l.badSigns == 0 &&
-		l.unexplained == 0 && len(l.problems) == 0
+	return l.lost == 0 && l.failed == 0 && l.stuck == 0 && l.reused == 0 && l.phantom == 0 && l.badSigns == 0 &&
+		l.unexplained == 0 && l.noRequest == 0 && l.hungDelivered == 0 && len(l.problems) == 0
 }
 
-// balance builds the ledger from the receiver's log and the database.
+// answer is a request's key in the history: an attempt's start second,
+// which the request carries as webhook-timestamp, and the status the
+// receiver gave (0: none).
+type answer struct {
+	unix   int64
+	status int
+}
+
+// balance builds the ledger from the receivers' logs and the database.
 func (h *harness) balance() *ledger {
 	h.t.Helper()
 	h.mu.Lock()
 	subs := append([]submission(nil), h.subs...)
 	faults := append([]fault(nil), h.faults...)
-	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs)}
+	o, hg := h.outage, h.hang
+	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs) + len(hg.subs)}
 	h.mu.Unlock()
 
 	byDelivery := map[string][]request{}
@@ -92,37 +162,25 @@ func (h *harness) balance() *ledger {
 		}
 		byDelivery[r.deliveryID] = append(byDelivery[r.deliveryID], r)
 	}
-
-	type answer struct {
-		unix   int64
-		status int
+	hungBy := map[string][]request{}
+	if hg.ran {
+		for _, r := range hg.recv.requests() {
+			l.hungRequests++
+			hungBy[r.deliveryID] = append(hungBy[r.deliveryID], r)
+		}
 	}
+
 	known := map[string]bool{}
+	var latencies []time.Duration
 	for _, sub := range subs {
 		known[sub.deliveryID] = true
-		l.deliveries++
-		d, err := h.store.DeliveryGet(h.ctx, sub.deliveryID)
-		if err != nil {
-			h.t.Fatalf("read delivery %s: %v", sub.deliveryID, err)
-		}
-		as, err := h.store.AttemptList(h.ctx, sub.deliveryID)
-		if err != nil {
-			h.t.Fatalf("read attempts of %s: %v", sub.deliveryID, err)
-		}
+		d := h.account(l, sub, byDelivery[sub.deliveryID], faults)
 		got := byDelivery[sub.deliveryID]
-		l.attempts += len(as)
-
 		answered := 0
-		given := map[answer][]request{}
 		for _, r := range got {
-			if r.submissionID != sub.submissionID {
-				l.problem("delivery %s carried submission id %q, want the stable %q", d.ID, r.submissionID, sub.submissionID)
-			}
 			if r.status/100 == 2 {
 				answered++
 			}
-			k := answer{r.timestamp, r.status}
-			given[k] = append(given[k], r)
 		}
 		if answered > 1 {
 			l.duplicates += answered - 1
@@ -137,46 +195,38 @@ func (h *harness) balance() *ledger {
 			l.problem("submission %s (key %s) is stuck: delivery %s is %s after the run", sub.submissionID, sub.key, d.ID, d.State)
 		case d.State != storage.StateDelivered || answered == 0:
 			l.lost++
-			l.problem("submission %s (key %s) was lost: delivery %s is %s and the receiver answered 2xx %d times", sub.submissionID, sub.key, d.ID, d.State, answered)
+			if d.State == storage.StateFailed {
+				l.failed++
+			}
+			l.problem("submission %s (key %s) was lost: delivery %s is %s (unsent reason %q) and the receiver answered 2xx %d times",
+				sub.submissionID, sub.key, d.ID, d.State, d.UnsentReason, answered)
 		}
-
-		numbered := len(as) == d.Attempts
-		for i, a := range as {
-			numbered = numbered && a.Number == i+1
-			if a.Late {
-				l.late++
-			}
-			// A recorded answer must be one the receiver gave: for this
-			// delivery, at this attempt's start second, this status.
-			if a.HTTPStatus == 0 {
-				continue
-			}
-			k := answer{a.StartedAt.Unix(), a.HTTPStatus}
-			if len(given[k]) == 0 {
-				l.phantom++
-				l.problem("delivery %s attempt %d records status %d at %s, an answer the receiver never gave", d.ID, a.Number, a.HTTPStatus, a.StartedAt)
-				continue
-			}
-			given[k] = given[k][1:]
-		}
-		// What is left reached the receiver without its answer in the
-		// history: only a fault may do that.
-		for _, rs := range given {
-			for _, r := range rs {
-				l.unrecorded++
-				if !inWindow(faults, r.at) {
-					l.unexplained++
-					l.problem("delivery %s: the receiver answered %d at %s, outside every fault, and the history %s does not show it",
-						d.ID, r.status, r.at.Format(time.StampMilli), describe(as))
-				}
+		first := firstArrival(got)
+		if o.ran && !first.IsZero() && d.CreatedAt.After(o.began) && !d.CreatedAt.After(o.back.Add(-wholeSchedule())) {
+			// Made while the plugin was away, at least a whole schedule
+			// before it came back: it can only have gone after.
+			l.waitedOut++
+			if first.Before(o.back) {
+				l.problem("delivery %s, made while the plugin was away, reached the receiver at %s, before it was back",
+					d.ID, first.Format(time.StampMilli))
 			}
 		}
-		if !numbered {
-			l.reused++
-			l.problem("delivery %s: attempts counter %d, attempt numbers %v; want 1..%d each once", d.ID, d.Attempts, attemptNumbers(as), d.Attempts)
+		if hg.ran && !first.IsZero() && !sub.at.Before(hg.from) && !sub.at.After(hg.to) {
+			latencies = append(latencies, first.Sub(d.CreatedAt))
 		}
-		if d.CycleAttempts > maxAttempts {
-			l.problem("delivery %s: cycle_attempts %d exceeds the allowance %d", d.ID, d.CycleAttempts, maxAttempts)
+	}
+	for _, sub := range hg.subs {
+		known[sub.deliveryID] = true
+		l.hungDeliveries++
+		d := h.account(l, sub, hungBy[sub.deliveryID], faults)
+		switch d.State {
+		case storage.StateDelivered:
+			l.hungDelivered++
+			l.problem("delivery %s to the receiver that never answers is delivered", d.ID)
+		case storage.StateFailed:
+			l.hungFailed++
+		default:
+			l.hungWaiting++
 		}
 	}
 	for id, rs := range byDelivery {
@@ -184,12 +234,17 @@ func (h *harness) balance() *ledger {
 			l.problem("the receiver got %d requests for delivery %s, which no accepted submission made", len(rs), id)
 		}
 	}
+	for id, rs := range hungBy {
+		if !known[id] {
+			l.problem("the hung receiver got %d requests for delivery %s, which no accepted submission made", len(rs), id)
+		}
+	}
 	var events int
 	if err := h.db.QueryRowContext(h.ctx, `SELECT count(*) FROM webhook_events`).Scan(&events); err != nil {
 		h.t.Fatal(err)
 	}
-	if events != len(subs) {
-		l.problem("%d events in the database for %d accepted submissions: a retried submission was made twice", events, len(subs))
+	if events != l.submissions {
+		l.problem("%d events in the database for %d accepted submissions: a retried submission was made twice", events, l.submissions)
 	}
 	for _, f := range faults {
 		if f.deliveryID == "" {
@@ -205,7 +260,196 @@ func (h *harness) balance() *ledger {
 	if l.counts.serverKills == 0 || l.counts.pluginKills == 0 {
 		l.problem("the run killed no server or no plugin: %+v", l.counts)
 	}
+	h.balanceOutage(l, o)
+	h.balanceHang(l, hg, latencies)
 	return l
+}
+
+// account checks one delivery's history against the requests its receiver
+// logged, counts what it finds into l, and returns the delivery.
+func (h *harness) account(l *ledger, sub submission, got []request, faults []fault) storage.Delivery {
+	d, err := h.store.DeliveryGet(h.ctx, sub.deliveryID)
+	if err != nil {
+		h.t.Fatalf("read delivery %s: %v", sub.deliveryID, err)
+	}
+	as, err := h.store.AttemptList(h.ctx, sub.deliveryID)
+	if err != nil {
+		h.t.Fatalf("read attempts of %s: %v", sub.deliveryID, err)
+	}
+	l.deliveries++
+	l.attempts += len(as)
+
+	given := map[answer][]request{}
+	for _, r := range got {
+		if r.submissionID != sub.submissionID {
+			l.problem("delivery %s carried submission id %q, want the stable %q", d.ID, r.submissionID, sub.submissionID)
+		}
+		k := answer{r.timestamp, r.status}
+		given[k] = append(given[k], r)
+	}
+	// sent counts the requests of each start second, answered or not:
+	// what an attempt without an answer is matched against.
+	sent := map[int64]int{}
+	for _, r := range got {
+		sent[r.timestamp]++
+	}
+
+	numbered := len(as) == d.Attempts
+	var silent []storage.Attempt
+	for i, a := range as {
+		numbered = numbered && a.Number == i+1
+		if a.Late {
+			l.late++
+		}
+		// A recorded answer must be one the receiver gave: for this
+		// delivery, at this attempt's start second, this status. An
+		// attempt without a status matches a request left unanswered.
+		k := answer{a.StartedAt.Unix(), a.HTTPStatus}
+		if len(given[k]) > 0 {
+			given[k] = given[k][1:]
+			sent[k.unix]--
+			continue
+		}
+		if a.HTTPStatus == 0 {
+			silent = append(silent, a)
+			continue
+		}
+		l.phantom++
+		l.problem("delivery %s attempt %d records status %d at %s, an answer the receiver never gave", d.ID, a.Number, a.HTTPStatus, a.StartedAt)
+	}
+	// An attempt without a status whose answer the receiver gave but the
+	// sender never read (it timed out, or was killed) still had a request:
+	// one of that second's. One with no request at all is a send that made
+	// none, recorded as an attempt: only a kill of the process the send
+	// was handed to may explain it.
+	for _, a := range silent {
+		if sent[a.StartedAt.Unix()] > 0 {
+			sent[a.StartedAt.Unix()]--
+			continue
+		}
+		if inKill(faults, a.StartedAt) {
+			l.cutOff++
+			continue
+		}
+		l.noRequest++
+		l.problem("delivery %s attempt %d (%s at %s: %q) has no request that reached the receiver, outside every kill",
+			d.ID, a.Number, a.Outcome, a.StartedAt.Format(time.StampMilli), a.Error)
+	}
+	// What is left reached the receiver without its answer (or, at the
+	// hung receiver, without any attempt) in the history: only a fault may
+	// do that.
+	for _, rs := range given {
+		for _, r := range rs {
+			l.unrecorded++
+			at := r.at
+			if at.IsZero() {
+				at = r.arrived // the hung receiver's: never answered
+			}
+			if !inWindow(faults, at) {
+				l.unexplained++
+				l.problem("delivery %s: the receiver answered %d at %s, outside every fault, and the history %s does not show it",
+					d.ID, r.status, at.Format(time.StampMilli), describe(as))
+			}
+		}
+	}
+	if !numbered {
+		l.reused++
+		l.problem("delivery %s: attempts counter %d, attempt numbers %v; want 1..%d each once", d.ID, d.Attempts, attemptNumbers(as), d.Attempts)
+	}
+	if d.CycleAttempts > maxAttempts {
+		l.problem("delivery %s: cycle_attempts %d exceeds the allowance %d", d.ID, d.CycleAttempts, maxAttempts)
+	}
+	return d
+}
+
+// balanceOutage checks what /readyz said around the plugin outage and that
+// nothing reached the receiver while the plugin was away.
+func (h *harness) balanceOutage(l *ledger, o outage) {
+	if !o.ran {
+		l.problem("the plugin outage did not run")
+		return
+	}
+	l.away, l.schedule = o.back.Sub(o.began), wholeSchedule()
+	if l.away <= l.schedule {
+		l.problem("the plugin was away %s, not longer than the whole retry schedule %s", l.away, l.schedule)
+	}
+	// A request a killed plugin had on the wire may be answered just after
+	// the kill; from a second on, none can reach the receiver.
+	for _, r := range h.recv.requests() {
+		if r.arrived.After(o.began.Add(time.Second)) && r.arrived.Before(o.back) {
+			l.awayRequests++
+			l.problem("a request for %s reached the receiver at %s, while the plugin was away", r.deliveryID, r.arrived.Format(time.StampMilli))
+		}
+	}
+	if l.waitedOut == 0 {
+		l.problem("no delivery was made at least a whole retry schedule before the plugin came back")
+	}
+	if !strings.Contains(o.unsent, `"http"`) {
+		l.problem("a delivery made while the plugin was away showed unsent_reason %q, want one naming the http transport", o.unsent)
+	}
+	for _, rt := range o.servers {
+		l.readyServers++
+		l.readyTransitions += rt.transitions
+		l.readyFlaps += rt.flaps
+		if rt.down {
+			l.readyDown++
+		} else {
+			l.problem("%s /readyz never answered 503 naming \"http\" while the plugin was away (last: %q)", rt.name, rt.lastMsg)
+		}
+		if rt.up {
+			l.readyUp++
+		} else {
+			l.problem("%s /readyz did not answer 200 within 15 s of the plugin's return (last: %d %q)", rt.name, rt.last, rt.lastMsg)
+		}
+		if rt.flaps > 0 {
+			l.problem("%s /readyz answered 200 %d times while the plugin was away", rt.name, rt.flaps)
+		}
+	}
+}
+
+// balanceHang checks that the hung receiver held requests, and the healthy
+// deliveries' latency meanwhile.
+func (h *harness) balanceHang(l *ledger, hg hang, latencies []time.Duration) {
+	if !hg.ran {
+		l.problem("the hung receiver did not run")
+		return
+	}
+	l.hungMaxOpen = hg.maxOpen
+	if hg.maxOpen == 0 || l.hungRequests == 0 {
+		l.problem("the hung receiver never held a request: the hang did not happen")
+	}
+	l.healthyN = len(latencies)
+	if l.healthyN < 20 {
+		l.problem("only %d healthy deliveries were made during the hang; want at least 20 to measure", l.healthyN)
+		return
+	}
+	slices.Sort(latencies)
+	l.healthyP99 = latencies[(len(latencies)*99+99)/100-1]
+	l.healthyMax = latencies[len(latencies)-1]
+	if l.healthyP99 > healthyP99Bound {
+		l.problem("the healthy endpoint's create→received p99 during the hang is %s, over the bound %s", l.healthyP99, healthyP99Bound)
+	}
+}
+
+func firstArrival(rs []request) time.Time {
+	var first time.Time
+	for _, r := range rs {
+		if first.IsZero() || r.arrived.Before(first) {
+			first = r.arrived
+		}
+	}
+	return first
+}
+
+// inKill reports whether an attempt started at at may have been handed to
+// a process a kill then cut off.
+func inKill(faults []fault, at time.Time) bool {
+	for _, f := range faults {
+		if !f.killed.IsZero() && !at.Before(f.from) && !at.After(f.killed.Add(killGrace)) {
+			return true
+		}
+	}
+	return false
 }
 
 func inWindow(faults []fault, at time.Time) bool {

@@ -162,10 +162,36 @@ func serverArgs(dbURL, pluginDir string) []string {
 		"--worker.concurrency=4",
 		"--worker.batch_size=4",
 		"--worker.poll_interval=100ms",
-		"--worker.retry_delays=100ms,300ms",
+		"--worker.retry_delays=" + retryDelaysFlag(),
 		fmt.Sprintf("--worker.max_attempts=%d", maxAttempts),
 		"--log.level=info",
 	}
+}
+
+// retryDelays is the servers' retry schedule: after the n-th failed
+// request of a cycle a delivery waits retryDelays[n-1], the last repeating,
+// each spread by the default ±20 % jitter.
+var retryDelays = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}
+
+func retryDelaysFlag() string {
+	parts := make([]string, len(retryDelays))
+	for i, d := range retryDelays {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// wholeSchedule bounds the time a delivery whose every request fails takes
+// from its first request to failed: the sum of the delays times the
+// allowance, 4 s. (It is 0.1 s + 8 × 0.3 s = 2.5 s of waits, 3 s with
+// jitter, plus ten sends to a receiver that answers at once.) A cause that
+// lasts longer and spent the allowance would fail every delivery it holds.
+func wholeSchedule() time.Duration {
+	var sum time.Duration
+	for _, d := range retryDelays {
+		sum += d
+	}
+	return sum * maxAttempts
 }
 
 // startServer starts a process and waits for it to say where it listens.

@@ -47,8 +47,9 @@ type request struct {
 	timestamp int64
 	status    int
 	verified  bool
-	// at is when the receiver answered.
-	at time.Time
+	// arrived is when the request reached the receiver; at is when the
+	// receiver answered it (the hung receiver never does: zero).
+	arrived, at time.Time
 }
 
 type heldRequest struct {
@@ -71,6 +72,7 @@ func (rc *receiver) setSecret(s string) {
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	body, _ := io.ReadAll(r.Body)
 	var payload struct {
 		Submission struct {
@@ -111,7 +113,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Logged whether or not the sender is still there to read the
 	// answer: the request reached the receiver either way.
 	rc.log = append(rc.log, request{deliveryID: r.Header.Get(webhook.HeaderID), submissionID: payload.Submission.ID,
-		timestamp: ts, status: status, verified: verified, at: time.Now()})
+		timestamp: ts, status: status, verified: verified, arrived: arrived, at: time.Now()})
 	rc.mu.Unlock()
 	w.WriteHeader(status)
 }
@@ -183,4 +185,66 @@ func (h *harness) heldFrom(pick func(*server) bool) (heldRequest, int, *server) 
 	h.recv.release()
 	h.t.Fatalf("no request from the chosen server reached the receiver within 20 s: is the submitter running?")
 	return heldRequest{}, 0, nil
+}
+
+// hungReceiver is an endpoint that accepts every request, reads it, and
+// never answers: each request stays open until its sender gives up (its
+// read timeout) or the harness ends. It logs each request as it arrives,
+// with status 0, no answer.
+type hungReceiver struct {
+	srv  *httptest.Server
+	quit chan struct{}
+
+	mu   sync.Mutex
+	open int
+	log  []request
+}
+
+func newHungReceiver() *hungReceiver {
+	hr := &hungReceiver{quit: make(chan struct{})}
+	hr.srv = httptest.NewServer(hr)
+	return hr
+}
+
+func (hr *hungReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	// Read the whole body, so the server notices the sender hanging up.
+	body, _ := io.ReadAll(r.Body)
+	var payload struct {
+		Submission struct {
+			ID string `json:"id"`
+		} `json:"submission"`
+	}
+	_ = json.Unmarshal(body, &payload)
+	ts, _ := strconv.ParseInt(r.Header.Get(webhook.HeaderTimestamp), 10, 64)
+	hr.mu.Lock()
+	hr.open++
+	hr.log = append(hr.log, request{deliveryID: r.Header.Get(webhook.HeaderID), submissionID: payload.Submission.ID,
+		timestamp: ts, arrived: arrived})
+	hr.mu.Unlock()
+	select {
+	case <-r.Context().Done():
+	case <-hr.quit:
+	}
+	hr.mu.Lock()
+	hr.open--
+	hr.mu.Unlock()
+}
+
+func (hr *hungReceiver) requests() []request {
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	return append([]request(nil), hr.log...)
+}
+
+func (hr *hungReceiver) openRequests() int {
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	return hr.open
+}
+
+// close lets every request still open go, then stops the server.
+func (hr *hungReceiver) close() {
+	close(hr.quit)
+	hr.srv.Close()
 }
