@@ -28,7 +28,13 @@ WITH pending AS (
 	ORDER BY next_attempt_at, id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-), expired AS (
+)` + claimExpiredAndTake
+
+// claimExpiredAndTake ends both claim statements: after their pending CTE
+// it adds the oldest expired leases, keeps the oldest due of both, gives
+// each a lease and a fresh token, and returns them with their events and
+// endpoints.
+const claimExpiredAndTake = `, expired AS (
 	SELECT id, next_attempt_at FROM webhook_deliveries
 	WHERE state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
@@ -55,13 +61,14 @@ ORDER BY d.next_attempt_at, d.id`
 
 // The claim with a share (see storage.ClaimShare) picks before it locks.
 // pickWindowSQL walks a window of the oldest due rows ($2 of them, leaving
-// out the endpoints in $7) and keeps
-// each endpoint's first rows up to its room ($3, $4: endpoint ids and rooms;
-// $5: the room of the rest), at most $6; it also says how many rows it
-// walked, so the caller knows whether rows beyond the window were left
-// unseen. pickByEndpointSQL looks endpoint by endpoint instead, one probe of
-// webhook_deliveries_endpoint_due for each enabled endpoint with room, for
-// when the window is full of rows of endpoints without room. Both pick a
+// out the endpoints in $7) and keeps each endpoint's first rows up to its
+// room ($3, $4: endpoint ids and rooms; $5: the room of the rest), at most
+// $6; it also says how many rows it walked, so the caller knows whether
+// rows beyond the window were left unseen. pickByEndpointSQL looks
+// endpoint by endpoint instead, one probe of webhook_deliveries_endpoint_due
+// for each enabled endpoint with room, for when even the window that
+// leaves out the full endpoints is filled by rows of endpoints with too
+// little room. Both pick a
 // prefix of each endpoint's due rows, so their union keeps each endpoint
 // within its room. claimPickedSQL then claims the picked rows that are
 // still claimable, skipping those another claim holds, with the oldest
@@ -108,30 +115,7 @@ WITH pending AS (
 		AND state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
 	FOR UPDATE SKIP LOCKED
-), expired AS (
-	SELECT id, next_attempt_at FROM webhook_deliveries
-	WHERE state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())
-	ORDER BY next_attempt_at, id
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-), due AS (
-	SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS u
-	ORDER BY next_attempt_at, id
-	LIMIT $2
-), claimed AS (
-	UPDATE webhook_deliveries AS d
-	SET state = 'processing',
-		claim_expires_at = coalesce($1::timestamptz, now()) + $3::bigint * interval '1 microsecond',
-		claim_token = gen_random_uuid()::text
-	FROM due
-	WHERE d.id = due.id
-	RETURNING d.*
-)
-SELECT ` + deliveryColumns + `, d.claim_token, ` + eventColumns + `, ` + epEndpointColumns + `
-FROM claimed AS d
-JOIN webhook_events AS e ON e.id = d.event_id
-JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
-ORDER BY d.next_attempt_at, d.id`
+)` + claimExpiredAndTake
 )
 
 // pickFair chooses the pending rows a claim with a share takes: from the
