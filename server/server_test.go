@@ -126,6 +126,57 @@ func TestNewMountsTheConsoleBesideTheAPI(t *testing.T) {
 	}
 }
 
+// migratedPostgres makes a fresh PostgreSQL database, migrated, and opens
+// a store on it for the test's own reads and writes.
+func migratedPostgres(t *testing.T) (string, storage.Store) {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t)
+	direct, err := postgres.Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	if _, err := direct.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, direct
+}
+
+// loopbackEndpoint serves h on a loopback port until the test ends and
+// creates an endpoint for form that sends to it.
+func loopbackEndpoint(t *testing.T, store storage.Store, form string, h http.Handler) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = rs.Serve(ln) }()
+	t.Cleanup(func() { rs.Close() })
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "http://" + ln.Addr().String() + "/",
+		FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// submitTo creates n submissions of form in store.
+func submitTo(t *testing.T, store storage.Store, form string, n int) {
+	t.Helper()
+	for i := range n {
+		ev, err := event.Submission(form, json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.EventCreate(t.Context(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // freezer is a TCP proxy to PostgreSQL that can stop answering: once
 // frozen it forwards nothing more in either direction and accepts
 // connections it never serves, the way a database host that hangs (or a
@@ -236,15 +287,7 @@ func TestShutdownIsBoundedWhenTheDatabaseStopsAnswering(t *testing.T) {
 	for _, stopsAnswering := range []bool{false, true} {
 		t.Run(fmt.Sprintf("database stops answering=%v", stopsAnswering), func(t *testing.T) {
 			t.Parallel()
-			dsn := pgtest.NewDatabase(t)
-			direct, err := postgres.Open(t.Context(), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer direct.Close()
-			if _, err := direct.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
-				t.Fatal(err)
-			}
+			dsn, direct := migratedPostgres(t)
 			u, err := url.Parse(dsn)
 			if err != nil {
 				t.Fatal(err)
@@ -253,32 +296,9 @@ func TestShutdownIsBoundedWhenTheDatabaseStopsAnswering(t *testing.T) {
 			u.Host = proxy.ln.Addr().String()
 
 			recv := &slowReceiver{delay: 1500 * time.Millisecond}
-			rs := &http.Server{Handler: recv, ReadHeaderTimeout: 5 * time.Second}
-			rln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = rs.Serve(rln) }()
-			defer rs.Close()
-
-			secret, err := webhook.NewSecret()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := direct.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "http://" + rln.Addr().String() + "/",
-				FormIDs: []string{"form_1"}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{}}); err != nil {
-				t.Fatal(err)
-			}
+			loopbackEndpoint(t, direct, "form_1", recv)
 			const n = 20
-			for i := range n {
-				ev, err := event.Submission("form_1", json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := direct.EventCreate(t.Context(), ev); err != nil {
-					t.Fatal(err)
-				}
-			}
+			submitTo(t, direct, "form_1", n)
 
 			cfg := testConfig(u.String())
 			cfg.Console.Enabled = false
@@ -353,15 +373,7 @@ func TestShutdownIsBoundedWhenTheDatabaseStopsAnswering(t *testing.T) {
 // most 12 of their 48, and the healthy deliveries go out at once.
 func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
-	direct, err := postgres.Open(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	if _, err := direct.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
-		t.Fatal(err)
-	}
+	dsn, direct := migratedPostgres(t)
 	var hungNow, hungPeak, healthy atomic.Int64
 	release := make(chan struct{})
 	defer close(release)
@@ -382,21 +394,7 @@ func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
 		},
 	}
 	for form, h := range receivers {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = rs.Serve(ln) }()
-		defer rs.Close()
-		secret, err := webhook.NewSecret()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := direct.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "http://" + ln.Addr().String() + "/",
-			FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{}}); err != nil {
-			t.Fatal(err)
-		}
+		loopbackEndpoint(t, direct, form, h)
 	}
 	for range 3 {
 		cfg := testConfig(dsn)
@@ -404,23 +402,12 @@ func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
 		cfg.Webhook.ConnectTimeoutSeconds, cfg.Webhook.ReadTimeoutSeconds = 1, 3
 		start(t, cfg)
 	}
-	submit := func(form string, n int) {
-		for i := range n {
-			ev, err := event.Submission(form, json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := direct.EventCreate(t.Context(), ev); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	submit("form_hung", 200)
+	submitTo(t, direct, "form_hung", 200)
 	e2etest.WaitUntil(t, 10*time.Second, "the hung receiver holding requests", func() (bool, string) {
 		return hungNow.Load() >= 8, fmt.Sprintf("%d held", hungNow.Load())
 	})
 	began := time.Now()
-	submit("form_ok", 20)
+	submitTo(t, direct, "form_ok", 20)
 	e2etest.WaitUntil(t, 10*time.Second, "the healthy receiver getting all 20", func() (bool, string) {
 		return healthy.Load() >= 20, fmt.Sprintf("got %d", healthy.Load())
 	})
