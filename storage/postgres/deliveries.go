@@ -511,10 +511,7 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 	if err := p.Validate(); err != nil {
 		return storage.Delivery{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	var d storage.Delivery
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		d, err = scanDelivery(tx.QueryRow(ctx, `
+	return s.deliveryFenced(ctx, op, p.DeliveryID, `
 			UPDATE webhook_deliveries AS d
 			SET state = 'pending',
 				next_attempt_at = coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond',
@@ -524,17 +521,8 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 					WHERE ep.id = d.endpoint_id AND ep.disabled_at IS NOT NULL),
 				unsent_reason = CASE WHEN $5 = '' THEN d.unsent_reason ELSE $5 END
 			WHERE d.id = $1 AND d.claim_token = $2
-			RETURNING `+deliveryColumns,
-			p.DeliveryID, p.Token, dbNow(p.Now), p.Delay.Microseconds(), storage.BoundError(p.Reason)))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fenceMiss(ctx, tx, p.DeliveryID, storage.ErrClaimLost)
-		}
-		return err
-	})
-	if err != nil {
-		return storage.Delivery{}, mapErr(op, err)
-	}
-	return d, nil
+			RETURNING `+deliveryColumns, nil,
+		p.DeliveryID, p.Token, dbNow(p.Now), p.Delay.Microseconds(), storage.BoundError(p.Reason))
 }
 
 // DeliveryFail ends a claim as failed without a request: no attempt, no
@@ -545,10 +533,12 @@ func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) 
 	if err := p.Validate(); err != nil {
 		return storage.Delivery{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	var d storage.Delivery
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		d, err = scanDelivery(tx.QueryRow(ctx, `
+	// An ordered endpoint's next delivery may go, as after any failure.
+	promote := func(tx pgx.Tx, d storage.Delivery) error {
+		_, err := tx.Exec(ctx, promoteSQL, []string{d.EndpointID})
+		return err
+	}
+	return s.deliveryFenced(ctx, op, p.DeliveryID, `
 			UPDATE webhook_deliveries AS d
 			SET state = 'failed',
 				completed_at = coalesce($3::timestamptz, now()),
@@ -557,16 +547,26 @@ func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) 
 				held = false,
 				unsent_reason = $4
 			WHERE d.id = $1 AND d.claim_token = $2
-			RETURNING `+deliveryColumns,
-			p.DeliveryID, p.Token, dbNow(p.Now), storage.BoundError(p.Reason)))
+			RETURNING `+deliveryColumns, promote,
+		p.DeliveryID, p.Token, dbNow(p.Now), storage.BoundError(p.Reason))
+}
+
+// deliveryFenced runs update, an UPDATE of one delivery fenced on its claim
+// token ($1 the id, $2 the token) that returns the row, then, when set,
+// after in the same transaction. A fence that matches no row is ErrNotFound
+// or ErrClaimLost, and nothing is written.
+func (s *Store) deliveryFenced(ctx context.Context, op, id, update string, after func(pgx.Tx, storage.Delivery) error, args ...any) (storage.Delivery, error) {
+	var d storage.Delivery
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		d, err = scanDelivery(tx.QueryRow(ctx, update, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fenceMiss(ctx, tx, p.DeliveryID, storage.ErrClaimLost)
+			return fenceMiss(ctx, tx, id, storage.ErrClaimLost)
 		}
-		if err != nil {
+		if err != nil || after == nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, promoteSQL, []string{d.EndpointID})
-		return err
+		return after(tx, d)
 	})
 	if err != nil {
 		return storage.Delivery{}, mapErr(op, err)

@@ -596,27 +596,15 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	now := micros(s.now(p.Now))
-	var d storage.Delivery
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
-		d, err = scanDelivery(tx.QueryRowContext(ctx, `
+	return s.deliveryFenced(ctx, op, p.DeliveryID, `
 			UPDATE webhook_deliveries
 			SET state = 'pending', next_attempt_at = :next, claim_token = NULL, claim_expires_at = NULL,
 				held = (SELECT disabled_at IS NOT NULL FROM webhook_endpoints AS ep WHERE ep.id = endpoint_id),
 				unsent_reason = CASE WHEN :reason = '' THEN unsent_reason ELSE :reason END
 			WHERE id = :id AND claim_token = :token
-			RETURNING `+deliveryColumns,
-			sql.Named("next", now+p.Delay.Microseconds()), sql.Named("reason", storage.BoundError(p.Reason)),
-			sql.Named("id", p.DeliveryID), sql.Named("token", p.Token)))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fenceMiss(ctx, tx, p.DeliveryID)
-		}
-		return err
-	})
-	if err != nil {
-		return storage.Delivery{}, err
-	}
-	return d, nil
+			RETURNING `+deliveryColumns, nil,
+		sql.Named("next", now+p.Delay.Microseconds()), sql.Named("reason", storage.BoundError(p.Reason)),
+		sql.Named("id", p.DeliveryID), sql.Named("token", p.Token))
 }
 
 // DeliveryFail ends a claim as failed without a request: no attempt, no
@@ -628,27 +616,39 @@ func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) 
 		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	now := micros(s.now(p.Now))
-	var d storage.Delivery
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
-		d, err = scanDelivery(tx.QueryRowContext(ctx, `
-			UPDATE webhook_deliveries
-			SET state = 'failed', completed_at = ?, claim_token = NULL, claim_expires_at = NULL,
-				held = 0, unsent_reason = ?
-			WHERE id = ? AND claim_token = ?
-			RETURNING `+deliveryColumns,
-			now, storage.BoundError(p.Reason), p.DeliveryID, p.Token))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fenceMiss(ctx, tx, p.DeliveryID)
-		}
-		if err != nil {
-			return err
-		}
+	// An ordered endpoint's next delivery may go, as after any failure.
+	promote := func(tx *sql.Tx, d storage.Delivery) error {
 		controls, err := endpointControls(ctx, tx, []string{d.EndpointID})
 		if err != nil {
 			return err
 		}
 		return promoteAll(ctx, tx, controls)
+	}
+	return s.deliveryFenced(ctx, op, p.DeliveryID, `
+			UPDATE webhook_deliveries
+			SET state = 'failed', completed_at = ?, claim_token = NULL, claim_expires_at = NULL,
+				held = 0, unsent_reason = ?
+			WHERE id = ? AND claim_token = ?
+			RETURNING `+deliveryColumns, promote,
+		now, storage.BoundError(p.Reason), p.DeliveryID, p.Token)
+}
+
+// deliveryFenced runs update, an UPDATE of one delivery fenced on its claim
+// token that returns the row, then, when set, after in the same write. A
+// fence that matches no row is ErrNotFound or ErrClaimLost, and nothing is
+// written.
+func (s *Store) deliveryFenced(ctx context.Context, op, id, update string, after func(*sql.Tx, storage.Delivery) error, args ...any) (storage.Delivery, error) {
+	var d storage.Delivery
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		d, err = scanDelivery(tx.QueryRowContext(ctx, update, args...))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fenceMiss(ctx, tx, id)
+		}
+		if err != nil || after == nil {
+			return err
+		}
+		return after(tx, d)
 	})
 	if err != nil {
 		return storage.Delivery{}, err
