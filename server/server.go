@@ -134,7 +134,18 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 	if err != nil {
 		return nil, err
 	}
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Every phase of a connection is bounded, so nobody who can reach the
+	// port holds connections (and their goroutines) open by sending
+	// slowly or not at all.
+	s.http = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
+		ReadTimeout:       cfg.Server.ReadTimeout,
+		WriteTimeout:      cfg.Server.WriteTimeout,
+		IdleTimeout:       cfg.Server.IdleTimeout,
+		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	if s.listener, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
 		return nil, fmt.Errorf("server.listen %s: %w", cfg.Server.Listen, err)
 	}

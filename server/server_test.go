@@ -420,3 +420,66 @@ func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
 		t.Errorf("the hung receiver held %d requests at once, more than 3 servers × a room of 4", p)
 	}
 }
+
+// TestListenerBoundsEveryPhaseOfAConnection holds the API listener to its
+// timeouts: a request whose body stalls is cut off at server.read_timeout,
+// authorised or not; a keep-alive connection with nothing to do is closed
+// at server.idle_timeout; headers over server.max_header_bytes get 431.
+func TestListenerBoundsEveryPhaseOfAConnection(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("sqlite:" + filepath.Join(t.TempDir(), "hymical.db"))
+	cfg.Console.Enabled = false
+	cfg.Server.ReadTimeout, cfg.Server.IdleTimeout, cfg.Server.MaxHeaderBytes = time.Second, time.Second, 4096
+	r := start(t, cfg)
+	addr := r.srv.Addr().String()
+
+	// closedWithin writes req on a new connection and reads until the
+	// server closes it, and says how long that took and what it answered.
+	closedWithin := func(t *testing.T, req string) (time.Duration, string) {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		began := time.Now()
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(conn)
+		if err != nil {
+			t.Fatalf("the connection was still open after 10s: %v (read %q)", err, got)
+		}
+		return time.Since(began), string(got)
+	}
+	for _, auth := range []string{"", "Authorization: Bearer " + adminToken + "\r\n"} {
+		t.Run(fmt.Sprintf("a stalled body, authorised=%v", auth != ""), func(t *testing.T) {
+			t.Parallel()
+			took, _ := closedWithin(t, "POST /v1/endpoints HTTP/1.1\r\nHost: "+addr+"\r\n"+auth+
+				"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"url\":")
+			if took > 3*time.Second {
+				t.Errorf("the stalled request's connection closed after %s, want about the 1s read timeout", took)
+			}
+		})
+	}
+	t.Run("an idle keep-alive connection", func(t *testing.T) {
+		t.Parallel()
+		took, got := closedWithin(t, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 200") {
+			t.Errorf("/healthz answered %q", got)
+		}
+		if took > 3*time.Second {
+			t.Errorf("the idle connection closed after %s, want about the 1s idle timeout", took)
+		}
+	})
+	t.Run("headers over the limit", func(t *testing.T) {
+		t.Parallel()
+		_, got := closedWithin(t, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\nX-Padding: "+strings.Repeat("a", 8192)+"\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 431") {
+			t.Errorf("8 KiB of headers over a 4 KiB limit: %.80q, want 431", got)
+		}
+	})
+}

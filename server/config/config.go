@@ -64,6 +64,11 @@ type ServerConfig struct {
 	InsecureDevMode     bool          `koanf:"insecure_dev_mode" doc:"Run without an admin token, on a development machine only: anyone who can reach server.listen can change endpoints and replay deliveries."`
 	MaxBodyBytes        int64         `koanf:"max_body_bytes" doc:"Largest request body the API accepts, in bytes; larger ones are refused with 413."`
 	SecretRotationGrace time.Duration `koanf:"secret_rotation_grace" doc:"How long a rotated-out endpoint signing secret keeps signing next to the new one, so receivers can switch without failed verifications."`
+	ReadHeaderTimeout   time.Duration `koanf:"read_header_timeout" doc:"Time a client has to send a request's headers; a connection that stalls longer is closed."`
+	ReadTimeout         time.Duration `koanf:"read_timeout" doc:"Time a client has to send a whole request, headers and body, whether or not it is authorised: a body that stalls is cut off at this point, so nobody can hold connections open by sending slowly."`
+	WriteTimeout        time.Duration `koanf:"write_timeout" doc:"Time the server has to write a response, from the end of the request's headers; a client that does not read it is cut off."`
+	IdleTimeout         time.Duration `koanf:"idle_timeout" doc:"How long a keep-alive connection may wait for its next request before it is closed."`
+	MaxHeaderBytes      int           `koanf:"max_header_bytes" doc:"Largest size of a request's headers, in bytes; larger ones are answered 431."`
 }
 
 // WorkerConfig is the delivery loop's.
@@ -196,6 +201,11 @@ func Default() Config {
 			Listen:              "127.0.0.1:8080",
 			MaxBodyBytes:        1 << 20,
 			SecretRotationGrace: 24 * time.Hour,
+			ReadHeaderTimeout:   10 * time.Second,
+			ReadTimeout:         30 * time.Second,
+			WriteTimeout:        60 * time.Second,
+			IdleTimeout:         60 * time.Second,
+			MaxHeaderBytes:      64 << 10,
 		},
 		Workers: WorkerConfig{
 			LeaseSeconds:  int(w.Lease / time.Second),

@@ -103,6 +103,13 @@ func (c *Config) check(r *report, src map[string]string) {
 		r.invalid("server.max_body_bytes", "server.max_body_bytes%s is %d: it must be a positive number of bytes (the default is %d, 1 MiB)", at("server.max_body_bytes"), c.Server.MaxBodyBytes, Default().Server.MaxBodyBytes)
 	}
 	positiveDuration(r, "server.secret_rotation_grace", at, c.Server.SecretRotationGrace, Default().Server.SecretRotationGrace)
+	positiveDuration(r, "server.read_header_timeout", at, c.Server.ReadHeaderTimeout, Default().Server.ReadHeaderTimeout)
+	positiveDuration(r, "server.read_timeout", at, c.Server.ReadTimeout, Default().Server.ReadTimeout)
+	positiveDuration(r, "server.write_timeout", at, c.Server.WriteTimeout, Default().Server.WriteTimeout)
+	positiveDuration(r, "server.idle_timeout", at, c.Server.IdleTimeout, Default().Server.IdleTimeout)
+	if !skip("server.max_header_bytes") && c.Server.MaxHeaderBytes < 4096 {
+		r.invalid("server.max_header_bytes", "server.max_header_bytes%s is %d: it must be at least 4096 bytes (the default is %d, 64 KiB)", at("server.max_header_bytes"), c.Server.MaxHeaderBytes, Default().Server.MaxHeaderBytes)
+	}
 
 	// worker
 	d := Default()
