@@ -210,6 +210,39 @@ func TestOpenCreatesTheFileAndDoesNotMigrate(t *testing.T) {
 	}
 }
 
+// The database file holds every endpoint's signing secrets: a new one,
+// with the -wal and -shm files SQLite makes beside it, is readable by its
+// owner only. An existing file keeps the permissions it was given.
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "new.db")
+	s := openOn(t, path)
+	if _, err := s.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s has mode %o, want 600", filepath.Base(f), perm)
+		}
+	}
+
+	kept := filepath.Join(t.TempDir(), "kept.db")
+	if err := os.WriteFile(kept, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(kept, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	openOn(t, kept)
+	if fi, err := os.Stat(kept); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("an existing file's mode changed: %v, %v", fi.Mode(), err)
+	}
+}
+
 func TestEveryConnectionHasThePragmas(t *testing.T) {
 	t.Parallel()
 	s, _ := openStore(t)

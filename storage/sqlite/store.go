@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -48,6 +49,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 func open(ctx context.Context, path string, busyTimeout time.Duration) (*Store, error) {
 	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	if err := createPrivate(path); err != nil {
 		return nil, err
 	}
 	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now}
@@ -110,6 +114,22 @@ func checkPath(path string) error {
 		return fmt.Errorf("sqlite: %s, the parent of database %s, is not a directory", dir, path)
 	}
 	return nil
+}
+
+// createPrivate creates the database file, when it does not exist yet,
+// readable and writable by its owner only: it holds every endpoint's
+// signing secrets. SQLite gives the -wal and -shm files it makes beside it
+// the database file's permissions, so they are private too. An existing
+// file is left as it is.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("sqlite: create database %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // dsn spells the connection settings in modernc.org/sqlite's DSN: each
