@@ -336,6 +336,10 @@ func (p *Pool) Run(ctx context.Context) error {
 // sender. The claims count as held from here until process is done with
 // them.
 func (p *Pool) claim(ctx context.Context, n int) ([]storage.Claim, error) {
+	if p.cfg.EndpointShare >= 1 {
+		// The share is off: the oldest due, whoever they go to.
+		return p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+	}
 	claims, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: p.share.rooms()})
 	if err != nil {
 		return nil, err
