@@ -399,7 +399,10 @@ func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
 	for range 3 {
 		cfg := testConfig(dsn)
 		cfg.Console.Enabled = false
-		cfg.Webhook.ConnectTimeoutSeconds, cfg.Webhook.ReadTimeoutSeconds = 1, 3
+		// 30 s to read, longer than the test runs: no hung send ends while
+		// it does, so the requests the hung receiver holds open are exactly
+		// the senders held on it.
+		cfg.Webhook.ConnectTimeoutSeconds, cfg.Webhook.ReadTimeoutSeconds = 1, 30
 		start(t, cfg)
 	}
 	submitTo(t, direct, "form_hung", 200)
