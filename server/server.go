@@ -267,22 +267,26 @@ func (s *Server) handler() (http.Handler, error) {
 // Addr is where the API listens.
 func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 
-// Describe writes what is running, for the start-up banner: where it
-// listens, the database (its password masked) and schema, the transports,
-// telemetry and the console.
+// Describe writes what is running, for the start-up banner, in one write:
+// where it listens, the database (its password masked) and schema, the
+// transports, telemetry and the console.
 func (s *Server) Describe(w io.Writer) {
 	cfg := s.cfg
-	fmt.Fprintf(w, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
+	// Built whole and written once, so that a reader of w (a log
+	// collector, a test waiting for the banner) never sees half of it.
+	var b strings.Builder
+	fmt.Fprintf(&b, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
 		buildinfo.String(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, strings.Join(s.host.Names(), ", "), cfg.Plugins.Dir)
 	if s.tel.Tracing() || s.tel.MetricsHandler() != nil {
-		fmt.Fprintf(w, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
+		fmt.Fprintf(&b, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
 	}
 	if cfg.Console.Enabled {
-		fmt.Fprintf(w, "  console http://%s%s/ (log in with the admin token)\n", s.Addr(), console.Prefix)
+		fmt.Fprintf(&b, "  console http://%s%s/ (log in with the admin token)\n", s.Addr(), console.Prefix)
 	}
 	if cfg.Server.InsecureDevMode {
-		fmt.Fprintln(w, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")
+		fmt.Fprintln(&b, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")
 	}
+	io.WriteString(w, b.String())
 }
 
 // Run serves the API and runs the worker pool and the fleet jobs until ctx
