@@ -150,7 +150,10 @@ func deliverSample(ctx context.Context, c *apiClient, stdout io.Writer) error {
 		if a.HTTPStatus != nil {
 			status = fmt.Sprintf("HTTP %d", *a.HTTPStatus)
 		}
-		fmt.Fprintf(stdout, "  attempt %d: %s, %s %s\n", a.Number, a.Outcome, status, a.Error)
+		if a.Error != "" {
+			status += ": " + a.Error
+		}
+		fmt.Fprintf(stdout, "  attempt %d: %s, %s\n", a.Number, a.Outcome, status)
 	}
 	if d.State != apiwire.StateDelivered {
 		return fmt.Errorf("delivery %s ended %s", id, d.State)
