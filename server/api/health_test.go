@@ -3,15 +3,14 @@
 package api_test
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/harness/proctest"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/pluginhost"
 )
@@ -36,7 +35,9 @@ func TestReadyzNamesATransportThatIsDown(t *testing.T) {
 	if err := os.Remove(bin); err != nil {
 		t.Fatal(err)
 	}
-	killExecutable(t, bin)
+	if n, err := proctest.KillExecutable(bin); err != nil || n == 0 {
+		t.Fatalf("killed %d processes of %s (%v), want the plugin's", n, bin, err)
+	}
 	var msg string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		r := f.send(req{method: "GET", path: "/readyz"})
@@ -68,29 +69,5 @@ func copyExecutable(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// killExecutable SIGKILLs every process running the executable at path,
-// which may have been removed already.
-func killExecutable(t *testing.T, path string) {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	killed := 0
-	for _, e := range entries {
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || (exe != path && exe != path+" (deleted)") {
-			continue
-		}
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed++
-		}
-	}
-	if killed == 0 {
-		t.Fatalf("no running process of %s to kill", path)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/hymical/hymical/harness/proctest"
 	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -656,28 +657,6 @@ func TestNoRequestCrossesBothProtocols(t *testing.T) {
 	}
 }
 
-// killAll SIGKILLs every process running the executable at path, deleted
-// or not, and reports how many it found.
-func killAll(t *testing.T, path string) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range entries {
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || (exe != path && exe != path+" (deleted)") {
-			continue
-		}
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
-			n++
-		}
-	}
-	return n
-}
-
 // waitExited waits until the host has seen the named plugin's process go.
 func waitExited(t *testing.T, h *Host, name string) {
 	t.Helper()
@@ -734,8 +713,8 @@ func TestPluginThatCannotBeStartedGetsNoMessage(t *testing.T) {
 				}
 				copyBinary(t, httpBin, bin)
 			}
-			if n := killAll(t, bin); n != 1 {
-				t.Fatalf("killed %d processes of %s, want 1", n, bin)
+			if n, err := proctest.KillExecutable(bin); err != nil || n != 1 {
+				t.Fatalf("killed %d processes of %s (%v), want 1", n, bin, err)
 			}
 			waitExited(t, h, "misbehave")
 

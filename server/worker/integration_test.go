@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/harness/proctest"
 	"github.com/hymical/hymical/sdk/webhook"
 
 	"github.com/hymical/hymical/server/event"
@@ -479,26 +479,8 @@ func independentVerify(secret string, h http.Header, body []byte) error {
 // may have been removed already.
 func killPlugin(t *testing.T, path string) {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	killed := 0
-	for _, e := range entries {
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
-			continue
-		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || (exe != path && exe != path+" (deleted)") {
-			continue
-		}
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed++
-		}
-	}
-	if killed == 0 {
-		t.Fatalf("no running process of %s to kill", path)
+	if n, err := proctest.KillExecutable(path); err != nil || n == 0 {
+		t.Fatalf("no running process of %s to kill (%v)", path, err)
 	}
 }
 
