@@ -6,5 +6,6 @@
 // tests, faulttest is the fault harness that kills servers, plugins and
 // PostgreSQL mid-delivery and balances the ledger, brokertest, natstest and
 // redistest start real message brokers on loopback for the transport tests,
-// proctest kills processes tests started by hand, and sdkdrivers tests the SDK's SQL deduper against real database drivers.
+// proctest kills processes tests started by hand, and sdkdrivers tests the
+// SDK's SQL deduper against real database drivers.
 package harness
