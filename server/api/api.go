@@ -286,7 +286,7 @@ func (h *handler) unrouted(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, c.header.Get("Allow"))})
 	case http.StatusNotFound, 0:
 		writeError(w, &apiError{Status: http.StatusNotFound, Code: "not_found",
-			Message: fmt.Sprintf("no route %s %s; the API lives under /v1 (see the README's HTTP API section)", r.Method, r.URL.Path)})
+			Message: fmt.Sprintf("no route %s %s; the API lives under /v1 (see docs/api.md)", r.Method, r.URL.Path)})
 	default:
 		for k, v := range c.header {
 			w.Header()[k] = v
