@@ -146,19 +146,7 @@ func TestServeTracesAndMetrics(t *testing.T) {
 	}
 
 	// /metrics: the admin token, then the counts of exactly that run.
-	scrape := func(auth string) (int, string) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	scrape := func(auth string) (int, string) { return scrapeMetrics(t, base, auth) }
 	if code, _ := scrape(""); code != http.StatusUnauthorized {
 		t.Errorf("/metrics without a token: %d, want 401", code)
 	}
@@ -183,8 +171,8 @@ func TestServeTracesAndMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	if strings.Contains(metrics, "hymical_attempts_late_total{") {
-		t.Error("/metrics counts a late attempt; there was none")
+	if !strings.Contains(metrics, `hymical_attempts_late_total{transport="http"} 0`) {
+		t.Error("/metrics does not show zero late attempts; there was none")
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", metrics)
@@ -192,6 +180,66 @@ func TestServeTracesAndMetrics(t *testing.T) {
 	if strings.Contains(out.String()+logs.String()+metrics, token) {
 		t.Error("the admin token appeared in the server's output or metrics")
 	}
+}
+
+// TestServeMetricsPresentAtZero scrapes a server that has done nothing yet:
+// every counter and gauge an alert may name is there, at zero, for each
+// transport and each kind, so no alert needs absent() to tell "none yet"
+// from "not scraped".
+func TestServeMetricsPresentAtZero(t *testing.T) {
+	dir := t.TempDir()
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
+	}
+	const token = "test-admin-token-0123456789"
+	t.Setenv("FORMS_SERVER_ADMIN_TOKEN", token)
+	base, _, _ := startServe(t, dir, "--telemetry.metrics")
+	code, metrics := scrapeMetrics(t, base, token)
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, metrics)
+	}
+	var missing []string
+	for _, want := range []string{
+		`hymical_attempts_total{outcome="delivered",transport="http"} 0`,
+		`hymical_attempts_total{outcome="retryable",transport="http"} 0`,
+		`hymical_attempts_total{outcome="permanent",transport="http"} 0`,
+		`hymical_attempts_late_total{transport="http"} 0`,
+		`hymical_claims_unsent_total{reason="unavailable",transport="http"} 0`,
+		`hymical_claims_unsent_total{reason="refused",transport="http"} 0`,
+		`hymical_claims_unsent_total{reason="unsignable",transport="http"} 0`,
+		`hymical_endpoint_disables_total{reason="gone"} 0`,
+		`hymical_endpoint_disables_total{reason="failing"} 0`,
+		`hymical_endpoints_disabled{reason="operator"} 0`,
+		`hymical_endpoints_disabled{reason="gone"} 0`,
+		`hymical_endpoints_disabled{reason="failing"} 0`,
+		`hymical_deliveries{state="pending"} 0`,
+		`hymical_deliveries_due 0`,
+		`hymical_plugin_restarts_total{plugin="http"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			missing = append(missing, want)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("a fresh server's /metrics lacks:\n%s\n\n/metrics:\n%s", strings.Join(missing, "\n"), metrics)
+	}
+}
+
+// scrapeMetrics GETs base/metrics with the bearer token auth (none if
+// empty) and returns the status and body.
+func scrapeMetrics(t *testing.T, base, auth string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"/metrics", nil)
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // startServe runs `hymical serve` in this process on a SQLite file in dir,

@@ -405,7 +405,11 @@ func (s *Server) observe() (*telemetry.Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = telemetry.ObserveDisabledEndpoints(mp, func(ctx context.Context) (map[string]int64, error) {
+	metrics.SeedSeries(context.Background(), s.host.Names(),
+		[]string{string(storage.OutcomeDelivered), string(storage.OutcomeRetryable), string(storage.OutcomePermanent)},
+		[]string{storage.DisabledGone, storage.DisabledFailing})
+	disableReasons := []string{storage.DisabledByOperator, storage.DisabledGone, storage.DisabledFailing}
+	_, err = telemetry.ObserveDisabledEndpoints(mp, disableReasons, func(ctx context.Context) (map[string]int64, error) {
 		endpoints, err := s.store.EndpointList(ctx)
 		if err != nil {
 			return nil, err

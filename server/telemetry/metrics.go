@@ -57,6 +57,31 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	return &out, nil
 }
 
+// SeedSeries adds zero to every series of the counters this process can
+// know in advance: each outcome and late attempt per transport, each kind
+// of unsent claim per transport, and each reason an endpoint is disabled.
+// A counter otherwise appears only when first used, and an alert such as
+// rate(hymical_attempts_late_total[5m]) > 0 would need absent() to tell
+// "none yet" from "not scraped".
+func (m *Metrics) SeedSeries(ctx context.Context, transports, outcomes, disableReasons []string) {
+	if m == nil {
+		return
+	}
+	for _, t := range transports {
+		tr := MetricAttrTransport.String(t)
+		for _, o := range outcomes {
+			m.attempts.Add(ctx, 0, metric.WithAttributes(MetricAttrOutcome.String(o), tr))
+		}
+		m.late.Add(ctx, 0, metric.WithAttributes(tr))
+		for _, r := range []string{UnsentUnavailable, UnsentRefused, UnsentUnsignable} {
+			m.unsent.Add(ctx, 0, metric.WithAttributes(tr, MetricAttrReason.String(r)))
+		}
+	}
+	for _, r := range disableReasons {
+		m.disables.Add(ctx, 0, metric.WithAttributes(MetricAttrReason.String(r)))
+	}
+}
+
 func instrumentError(name string, err error) error {
 	return fmt.Errorf("telemetry: creating the instrument %s: %w", name, err)
 }
@@ -152,7 +177,9 @@ func ObserveDeliveries(mp metric.MeterProvider, counts DeliveryCounts) (metric.R
 
 // ObserveDisabledEndpoints registers the MetricEndpointsDisabled gauge on
 // mp, read through count, which reports the disabled endpoints by reason.
-func ObserveDisabledEndpoints(mp metric.MeterProvider, count func(ctx context.Context) (map[string]int64, error)) (metric.Registration, error) {
+// Every one of reasons is reported, at zero when count does not name it, so
+// the series exist before the first endpoint is disabled.
+func ObserveDisabledEndpoints(mp metric.MeterProvider, reasons []string, count func(ctx context.Context) (map[string]int64, error)) (metric.Registration, error) {
 	m := mp.Meter(ScopeName)
 	disabled, err := m.Int64ObservableGauge(MetricEndpointsDisabled, metric.WithUnit("{endpoint}"),
 		metric.WithDescription("Disabled endpoints, by reason: operator, gone (410) or failing."))
@@ -166,8 +193,13 @@ func ObserveDisabledEndpoints(mp metric.MeterProvider, count func(ctx context.Co
 		if err != nil {
 			return fmt.Errorf("telemetry: counting disabled endpoints for %s: %w", MetricEndpointsDisabled, err)
 		}
-		for _, r := range slices.Sorted(maps.Keys(byReason)) {
-			o.ObserveInt64(disabled, byReason[r], metric.WithAttributes(MetricAttrReason.String(r)))
+		shown := make(map[string]int64, len(reasons)+len(byReason))
+		for _, r := range reasons {
+			shown[r] = 0
+		}
+		maps.Copy(shown, byReason)
+		for _, r := range slices.Sorted(maps.Keys(shown)) {
+			o.ObserveInt64(disabled, shown[r], metric.WithAttributes(MetricAttrReason.String(r)))
 		}
 		return nil
 	}, disabled)

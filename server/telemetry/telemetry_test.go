@@ -280,7 +280,7 @@ func TestMetricsExposition(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := telemetry.ObserveDisabledEndpoints(tel.MeterProvider(), func(context.Context) (map[string]int64, error) {
+	if _, err := telemetry.ObserveDisabledEndpoints(tel.MeterProvider(), []string{"operator", "gone", "failing"}, func(context.Context) (map[string]int64, error) {
 		return map[string]int64{"gone": 1, "operator": 2}, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -307,6 +307,7 @@ func TestMetricsExposition(t *testing.T) {
 		`hymical_deliveries_held 1`,
 		`hymical_endpoints_disabled{reason="gone"} 1`,
 		`hymical_endpoints_disabled{reason="operator"} 2`,
+		`hymical_endpoints_disabled{reason="failing"} 0`, // a known reason nobody has: present at zero
 		`hymical_endpoint_disables_total{reason="failing"} 1`,
 		`hymical_claims_unsent_total{reason="unavailable",transport="http"} 2`,
 		`hymical_plugin_restarts_total{plugin="http"} 2`,
