@@ -42,6 +42,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		t.Skip("chromium is not on PATH, so the console's browser test cannot run: apt-get install chromium (or run .ci/chromium.sh)")
 	}
+	t.Log("hymical-test-uses: chromium") // counted by harness/testrun
 	artifacts := artifactsDir(t)
 
 	dir := t.TempDir()

@@ -29,6 +29,7 @@ func externalTool(t *testing.T, name, debianPackage string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err == nil {
+		t.Log("hymical-test-uses: " + name) // counted by the repository's harness/testrun
 		return path
 	}
 	if os.Getenv("CI") == "true" {

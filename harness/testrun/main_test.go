@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestGoTestArgs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "test -race -json ./... ./sdk/..."},
+		{[]string{"-run", "Conformance", "./storage/..."}, "test -race -json -run Conformance ./storage/..."},
+		{[]string{"-count=1"}, "test -race -json -count=1 ./... ./sdk/..."},
+		{[]string{"-short", "./server/..."}, "test -race -json -short ./server/..."},
+	} {
+		if got := strings.Join(goTestArgs(c.args), " "); got != c.want {
+			t.Errorf("goTestArgs(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// TestSummary feeds a go test -json stream like the suite's and checks the
+// summary names the resource that was used, the one whose tests skipped and
+// why, and prints a failing test's output.
+func TestSummary(t *testing.T) {
+	const pg = "storage/postgres"
+	events := []event{
+		{Action: "run", Package: pg, Test: "TestConformance"},
+		{Action: "output", Package: pg, Test: "TestConformance", Output: "=== RUN   TestConformance\n"},
+		{Action: "output", Package: pg, Test: "TestConformance", Output: "    pgtest.go:33: HYMICAL_TEST_POSTGRES_DSN is not set: run it\n"},
+		{Action: "skip", Package: pg, Test: "TestConformance"},
+		{Action: "pass", Package: pg, Elapsed: 0.5},
+		{Action: "output", Package: "plugins/nats", Test: "TestOutage", Output: "    brokertest.go:30: hymical-test-uses: nats-server\n"},
+		{Action: "output", Package: "plugins/nats", Test: "TestOutage/sub", Output: "    x.go:1: hymical-test-uses: nats-server\n"},
+		{Action: "pass", Package: "plugins/nats", Test: "TestOutage/sub"},
+		{Action: "pass", Package: "plugins/nats", Test: "TestOutage"},
+		{Action: "output", Package: "plugins/nats", Test: "TestBroken", Output: "    broken_test.go:9: lost a delivery\n"},
+		{Action: "fail", Package: "plugins/nats", Test: "TestBroken"},
+		{Action: "fail", Package: "plugins/nats", Elapsed: 1},
+	}
+	var out bytes.Buffer
+	r := newRun(&out)
+	for _, e := range events {
+		// Through JSON, as the stream arrives.
+		b, _ := json.Marshal(e)
+		var back event
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		r.event(back)
+	}
+	r.summary(0)
+	got := out.String()
+	for _, want := range []string{
+		"ok  \tstorage/postgres\t0.500s",
+		"FAIL\tplugins/nats\t1.000s",
+		"broken_test.go:9: lost a delivery",
+		"1 top-level tests passed, 1 failed, 1 skipped",
+		"postgres      SKIPPED: 1 tests did not run",
+		"nats-server   used by 1 tests",
+		"HYMICAL_TEST_POSTGRES_DSN is not set: run it\n         in storage/postgres",
+		"   plugins/nats TestBroken",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, got)
+		}
+	}
+	if !slices.Equal(r.pkgFails, []string{"plugins/nats"}) {
+		t.Errorf("failed packages %q", r.pkgFails)
+	}
+}
