@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -142,20 +141,6 @@ func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// genericBody is the signed payload of a generic event: the same shape as a
-// submission's, with event.id as what receivers dedupe on.
-type genericBody struct {
-	Type  string      `json:"type"`
-	Event genericData `json:"event"`
-}
-
-type genericData struct {
-	ID        string          `json:"id"`
-	FormID    string          `json:"form_id,omitempty"`
-	Data      json.RawMessage `json:"data"`
-	CreatedAt time.Time       `json:"created_at"`
-}
-
 // POST /v1/events
 func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	key, err := idempotencyKey(r)
@@ -196,15 +181,10 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 		}
 		return unprocessable("invalid_body", "payload must be a JSON object, got %s; send the event's data as {…}", got)
 	}
-	now := h.now()
-	id := storage.NewID("evt")
-	payload, err := json.Marshal(genericBody{Type: req.Type, Event: genericData{
-		ID: id, FormID: req.FormID, Data: trimmed, CreatedAt: now.UTC().Truncate(time.Millisecond),
-	}})
+	ev, err := event.Generic(req.Type, req.FormID, trimmed, h.now())
 	if err != nil {
-		return err
+		return unprocessable("invalid_body", "the event was refused: %v", err)
 	}
-	ev := storage.Event{ID: id, Type: req.Type, FormID: req.FormID, Payload: payload, CreatedAt: now}
 	if key != "" {
 		ev.IdempotencyKey = eventScope(key)
 	}
@@ -213,7 +193,11 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 		return storeError(err, "the event")
 	}
 	if res.Duplicate {
-		var first genericBody
+		var first struct {
+			Event struct {
+				Data json.RawMessage `json:"data"`
+			} `json:"event"`
+		}
 		if err := json.Unmarshal(res.Event.Payload, &first); err != nil ||
 			res.Event.Type != req.Type || res.Event.FormID != req.FormID || !sameJSON(first.Event.Data, trimmed) {
 			return keyReused()

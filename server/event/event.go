@@ -5,6 +5,7 @@
 package event
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -24,39 +25,38 @@ const TypeEndpointDisabled = TypePrefix + "endpoint.disabled"
 // TypeSubmissionReceived is the type of the event every form submission makes.
 const TypeSubmissionReceived = "submission.received"
 
-// submissionBody is the signed payload receivers get. Its submission.id is
-// what they dedupe on: it is minted once here and stays the same across every
-// attempt and replay, because every delivery of the event carries these bytes.
-type submissionBody struct {
-	Type       string         `json:"type"`
-	Submission submissionData `json:"submission"`
-}
-
-type submissionData struct {
-	ID        string          `json:"id"`
-	FormID    string          `json:"form_id"`
-	Data      json.RawMessage `json:"data"`
-	CreatedAt time.Time       `json:"created_at"`
-}
+// A submission.received body, the signed payload receivers get, is
+//
+//	{"type":"submission.received","submission":{"id":…,"form_id":…,"data":…,"created_at":…}}
+//
+// Its submission.id is what receivers dedupe on: it is minted once here and
+// stays the same across every attempt and replay, because every delivery of
+// the event carries these bytes. The data goes in exactly as it was
+// submitted: encoding/json would compact it and escape <, > and & as
+// \u003c…, so a receiver comparing or hashing what its form sent would see
+// other bytes.
 
 // Submission builds the submission.received event for a form
-// submission, with a fresh submission id. data must be a JSON object.
+// submission, with a fresh submission id. data must be a JSON object; its
+// bytes are kept as they are.
 func Submission(formID string, data json.RawMessage, now time.Time) (storage.Event, error) {
 	if formID == "" {
 		return storage.Event{}, fmt.Errorf("%w: form id is required", storage.ErrInvalid)
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
-		return storage.Event{}, fmt.Errorf("%w: submission data must be a JSON object", storage.ErrInvalid)
+	data, err := objectData(data, "submission data")
+	if err != nil {
+		return storage.Event{}, err
 	}
 	subID := storage.NewID("sub")
-	body, err := json.Marshal(submissionBody{
-		Type:       TypeSubmissionReceived,
-		Submission: submissionData{ID: subID, FormID: formID, Data: data, CreatedAt: now.UTC().Truncate(time.Millisecond)},
-	})
-	if err != nil {
-		return storage.Event{}, fmt.Errorf("encode submission: %w", err)
-	}
+	body := newObject().
+		str("type", TypeSubmissionReceived).
+		raw("submission", newObject().
+			str("id", subID).
+			str("form_id", formID).
+			raw("data", data).
+			str("created_at", stamp(now)).
+			bytes()).
+		bytes()
 	return storage.Event{
 		Type:         TypeSubmissionReceived,
 		FormID:       formID,
@@ -64,6 +64,82 @@ func Submission(formID string, data json.RawMessage, now time.Time) (storage.Eve
 		Payload:      body,
 		CreatedAt:    now,
 	}, nil
+}
+
+// Generic builds an event of type typ from outside (POST /v1/events), with
+// a fresh event id receivers dedupe on:
+//
+//	{"type":…,"event":{"id":…,"form_id":…,"data":…,"created_at":…}}
+//
+// form_id is left out when formID is empty. data must be a JSON object; its
+// bytes are kept as they are.
+func Generic(typ, formID string, data json.RawMessage, now time.Time) (storage.Event, error) {
+	data, err := objectData(data, "payload")
+	if err != nil {
+		return storage.Event{}, err
+	}
+	id := storage.NewID("evt")
+	inner := newObject().str("id", id)
+	if formID != "" {
+		inner.str("form_id", formID)
+	}
+	inner.raw("data", data).str("created_at", stamp(now))
+	body := newObject().str("type", typ).raw("event", inner.bytes()).bytes()
+	return storage.Event{ID: id, Type: typ, FormID: formID, Payload: body, CreatedAt: now}, nil
+}
+
+// objectData is data without the white space around it, once it is known
+// to be one JSON object.
+func objectData(data json.RawMessage, what string) (json.RawMessage, error) {
+	data = bytes.TrimSpace(data)
+	var obj map[string]json.RawMessage
+	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &obj) != nil {
+		return nil, fmt.Errorf("%w: %s must be a JSON object", storage.ErrInvalid, what)
+	}
+	return data, nil
+}
+
+// stamp is the created_at of an event: UTC, to the millisecond.
+func stamp(t time.Time) string {
+	return t.UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
+}
+
+// object writes a JSON object member by member, in order, with string
+// values escaped by encoding/json's rules but without its HTML escaping,
+// and raw values as they are.
+type object struct{ buf []byte }
+
+func newObject() *object { return &object{buf: []byte{'{'}} }
+
+func (o *object) key(k string) {
+	if len(o.buf) > 1 {
+		o.buf = append(o.buf, ',')
+	}
+	o.buf = appendString(o.buf, k)
+	o.buf = append(o.buf, ':')
+}
+
+func (o *object) str(k, v string) *object {
+	o.key(k)
+	o.buf = appendString(o.buf, v)
+	return o
+}
+
+func (o *object) raw(k string, v []byte) *object {
+	o.key(k)
+	o.buf = append(o.buf, v...)
+	return o
+}
+
+func (o *object) bytes() []byte { return append(o.buf, '}') }
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return append(dst, bytes.TrimSuffix(b.Bytes(), []byte{'\n'})...)
 }
 
 // endpointDisabledBody is the payload of a hymical.endpoint.disabled event.

@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -29,5 +30,66 @@ func TestSubmission(t *testing.T) {
 	}
 	if _, err := Submission("", []byte(`{}`), now); !errors.Is(err, storage.ErrInvalid) {
 		t.Errorf("empty form id: %v", err)
+	}
+}
+
+// TestDataKeptByteForByte: whatever form a JSON object was submitted in,
+// the delivered body carries those bytes, not a re-encoding of them.
+func TestDataKeptByteForByte(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for name, data := range map[string]string{
+		"html":            `{"comment":"<b>Tom & Jerry</b>"}`,
+		"white space":     "{ \"a\" : [1, 2,\n  3],\t\"b\":{} }",
+		"escapes":         `{"e":"\u00e9\n\"\/","emoji":"😀","raw":"é"}`,
+		"numbers":         `{"n":1.0E+2,"m":-0.000,"big":123456789012345678901234567890}`,
+		"key order":       `{"z":1,"a":2,"m":3}`,
+		"duplicate keys":  `{"a":1,"a":2}`,
+		"surrounding ws":  "\n  {\"x\":1}  \n",
+		"line separators": "{\"ls\":\"\u2028\u2029\"}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			want := strings.TrimSpace(data)
+			ev, err := Submission("form_1", []byte(data), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(ev.Payload), `"data":`+want+`,"created_at"`) {
+				t.Errorf("submission payload %s does not carry the data as sent: %s", ev.Payload, want)
+			}
+			if !json.Valid(ev.Payload) {
+				t.Errorf("submission payload is not JSON: %s", ev.Payload)
+			}
+			gen, err := Generic("form.published", "", []byte(data), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(gen.Payload), `"data":`+want+`,"created_at"`) || !json.Valid(gen.Payload) {
+				t.Errorf("event payload %s does not carry the data as sent: %s", gen.Payload, want)
+			}
+		})
+	}
+}
+
+func TestGeneric(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	ev, err := Generic("form.<published>", "contact", []byte(`{"title":"Hi"}`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"form.<published>","event":{"id":"` + ev.ID + `","form_id":"contact","data":{"title":"Hi"},"created_at":"2026-12-02T10:00:00Z"}}`
+	if string(ev.Payload) != want {
+		t.Fatalf("payload = %s\nwant      %s", ev.Payload, want)
+	}
+	if ev.Type != "form.<published>" || ev.FormID != "contact" || !strings.HasPrefix(ev.ID, "evt_") {
+		t.Fatalf("event = %+v", ev)
+	}
+	noForm, err := Generic("form.published", "", []byte(`{}`), now)
+	if err != nil || strings.Contains(string(noForm.Payload), "form_id") {
+		t.Fatalf("an event without a form names one: %s (%v)", noForm.Payload, err)
+	}
+	for _, bad := range []string{`[]`, `"x"`, `null`, `{`, ``} {
+		if _, err := Generic("t", "", []byte(bad), now); !errors.Is(err, storage.ErrInvalid) {
+			t.Errorf("data %q: %v, want ErrInvalid", bad, err)
+		}
 	}
 }
