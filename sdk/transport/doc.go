@@ -241,7 +241,10 @@
 //
 // and a plugin that sends onwards propagates it the same way, e.g. with
 // propagation.TraceContext{}.Inject into its message's headers, as the http
-// plugin does into its request. A span must never carry the message's
+// plugin does into its request. A plugin that publishes to a broker can
+// call StartPublish, which starts the producer span and returns the
+// traceparent (and tracestate) to put in the message, as the nats and
+// redis plugins do. A span must never carry the message's
 // headers (they hold the signature), its body, or a secret from the
 // settings or the endpoint's config.
 package transport

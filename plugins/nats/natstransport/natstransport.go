@@ -39,6 +39,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -120,7 +121,7 @@ func (t *Transport) Validate(_ context.Context, e transport.Endpoint) error {
 }
 
 // Send publishes msg and waits for JetStream's ack.
-func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
+func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
 	st := t.settings()
 	// Refusals before the publish: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
@@ -136,6 +137,17 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.O
 			return transport.Refused(err.Error())
 		}
 		nm.Header.Add(h.Name, h.Value)
+	}
+	// The consumer's spans join the attempt's trace through these headers.
+	ctx, span, traceHeaders := transport.StartPublish(ctx, "nats", tgt.subject)
+	defer func() {
+		if out.Kind != transport.OutcomeDelivered {
+			span.SetStatus(codes.Error, out.Error)
+		}
+		span.End()
+	}()
+	for name, value := range traceHeaders {
+		nm.Header.Set(name, value)
 	}
 
 	// The ack wait ends at the attempt's deadline, not at the host's

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -93,6 +95,25 @@ func TestAgainstServer(t *testing.T) {
 		}
 		if fmt.Sprint(got.Header) != fmt.Sprint(want) {
 			t.Errorf("headers = %v, want %v", got.Header, want)
+		}
+	})
+
+	t.Run("the message carries the attempt's trace context", func(t *testing.T) {
+		sc := trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled, Remote: true,
+		})
+		msg := message("forms.traced")
+		msg.Deadline = time.Now().Add(5 * time.Second)
+		if out := tr.Send(trace.ContextWithRemoteSpanContext(context.Background(), sc), msg); out.Kind != transport.OutcomeDelivered {
+			t.Fatalf("outcome = %+v, want delivered", out)
+		}
+		got, err := stream.GetLastMsgForSubject(context.Background(), "forms.traced")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Tracing is off in this plugin, so the host's span context goes on.
+		if tp := got.Header.Get("traceparent"); tp != "00-01020300000000000000000000000000-0405060000000000-01" {
+			t.Errorf("traceparent header = %q, want the attempt's", tp)
 		}
 	})
 

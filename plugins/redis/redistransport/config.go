@@ -55,6 +55,10 @@ const (
 	FieldTimestamp = "timestamp"
 	FieldSignature = "signature"
 	FieldBody      = "body"
+	// FieldTraceparent and FieldTracestate carry the attempt's W3C trace
+	// context, when it has one, after the others.
+	FieldTraceparent = "traceparent"
+	FieldTracestate  = "tracestate"
 )
 
 type settings struct {

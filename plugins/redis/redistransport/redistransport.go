@@ -38,6 +38,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -161,7 +162,7 @@ func (t *Transport) client(srv *server, st settings) (*redis.Client, bool) {
 }
 
 // Send appends msg to the endpoint's stream.
-func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.Outcome {
+func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
 	st := t.settings()
 	// Refusals before the XADD: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
@@ -171,6 +172,19 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) transport.O
 	fields, err := entry(msg)
 	if err != nil {
 		return transport.Refused(err.Error())
+	}
+	// The consumer's spans join the attempt's trace through these fields.
+	ctx, span, traceFields := transport.StartPublish(ctx, "redis", tgt.stream)
+	defer func() {
+		if out.Kind != transport.OutcomeDelivered {
+			span.SetStatus(codes.Error, out.Error)
+		}
+		span.End()
+	}()
+	for _, name := range []string{FieldTraceparent, FieldTracestate} {
+		if v := traceFields[name]; v != "" {
+			fields = append(fields, name, v)
+		}
 	}
 	c, ok := t.client(tgt.server, st)
 	if !ok {

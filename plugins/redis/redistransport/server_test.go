@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hymical/hymical/harness/redistest"
@@ -62,6 +64,27 @@ func TestAgainstServer(t *testing.T) {
 		}
 		fields := fmt.Sprint(raw[0].([]any)[1])
 		want := fmt.Sprint([]any{"id", "dlv_1", "timestamp", "1700000000", "signature", secretSignature, "body", secretBody})
+		if fields != want {
+			t.Fatalf("entry fields = %s, want %s", fields, want)
+		}
+	})
+
+	t.Run("the entry carries the attempt's trace context after the signed fields", func(t *testing.T) {
+		sc := trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled, Remote: true,
+		})
+		msg := message(srv.URL(), "forms:traced")
+		msg.Deadline = time.Now().Add(5 * time.Second)
+		if out := tr.Send(trace.ContextWithRemoteSpanContext(ctx, sc), msg); out.Kind != transport.OutcomeDelivered {
+			t.Fatalf("outcome = %+v, want delivered", out)
+		}
+		raw, err := rdb.Do(ctx, "XRANGE", "forms:traced", "-", "+").Slice()
+		if err != nil || len(raw) != 1 {
+			t.Fatalf("XRANGE = %v, %v; want one entry", raw, err)
+		}
+		fields := fmt.Sprint(raw[0].([]any)[1])
+		want := fmt.Sprint([]any{"id", "dlv_1", "timestamp", "1700000000", "signature", secretSignature, "body", secretBody,
+			"traceparent", "00-01020300000000000000000000000000-0405060000000000-01"})
 		if fields != want {
 			t.Fatalf("entry fields = %s, want %s", fields, want)
 		}
