@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -123,19 +124,24 @@ func TestServeTracesAndMetrics(t *testing.T) {
 	for i, id := range traceIDs {
 		var attempt telemetrytest.Span
 		for _, s := range telemetrytest.Find(spans, "hymical-e2e", telemetry.SpanAttempt) {
-			if s.TraceID == id {
+			if s.TraceID == id && s.Attributes[string(telemetry.AttrAttemptNumber)] == strconv.Itoa(i+1) {
 				attempt = s
 			}
 		}
-		if len(attempt.Links) != 1 || attempt.Links[0].SpanID != ingest.SpanID || attempt.Links[0].TraceID != ingest.TraceID {
-			t.Errorf("attempt %d links %+v, want the ingest span %s", i+1, attempt.Links, ingest.SpanID)
+		// The submitter's trace: the attempt is a child of the ingest
+		// request's span, and links to the root claim span that took it.
+		if attempt.TraceID != ingest.TraceID || attempt.ParentSpanID != ingest.SpanID {
+			t.Errorf("attempt %d is in trace %s under %s, want the ingest span %s of trace %s",
+				i+1, attempt.TraceID, attempt.ParentSpanID, ingest.SpanID, ingest.TraceID)
 		}
 		if attempt.Attributes[string(telemetry.AttrDeliveryID)] != dlv {
 			t.Errorf("attempt %d span is about %q, want %s", i+1, attempt.Attributes[string(telemetry.AttrDeliveryID)], dlv)
 		}
 		claims := telemetrytest.Find(spans, "hymical-e2e", telemetry.SpanClaim)
-		if !slices.ContainsFunc(claims, func(c telemetrytest.Span) bool { return c.SpanID == attempt.ParentSpanID && c.ParentSpanID == "" }) {
-			t.Errorf("attempt %d's parent %s is not a root claim span", i+1, attempt.ParentSpanID)
+		if len(attempt.Links) != 1 || !slices.ContainsFunc(claims, func(c telemetrytest.Span) bool {
+			return c.SpanID == attempt.Links[0].SpanID && c.TraceID == attempt.Links[0].TraceID && c.ParentSpanID == ""
+		}) {
+			t.Errorf("attempt %d links %+v, want one root claim span", i+1, attempt.Links)
 		}
 		mu.Lock()
 		tp := traceparents[i]

@@ -14,11 +14,12 @@ const (
 	SpanFanout = "hymical.fanout"
 	// SpanClaim is one claim statement that took at least one delivery (or
 	// failed); polls that found nothing due make no span. It is the root of
-	// the trace every attempt of the batch belongs to.
+	// a trace of its own; each attempt of the batch links to it.
 	SpanClaim = "hymical.claim"
 	// SpanAttempt is one request that went out for one delivery: a child of
-	// its claim, linked to the ingest request that created the event, and
-	// the parent of the plugin call.
+	// the ingest request that created the event, so in the submitter's
+	// trace, linked to its claim, and the parent of the plugin call. An
+	// event made without trace context has its attempts under the claim.
 	SpanAttempt = "hymical.attempt"
 )
 
@@ -79,9 +80,9 @@ const (
 // Link attribute: what a link from an attempt points at.
 const (
 	AttrLinkKind = attribute.Key("hymical.link")
-	// LinkIngest is the value on the attempt's link to the request that
-	// created its event.
-	LinkIngest = "ingest"
+	// LinkClaim is the value on the attempt's link to the claim that took
+	// it, with the rest of its batch.
+	LinkClaim = "claim"
 )
 
 // Metric names, as the OpenTelemetry API sees them. The Prometheus

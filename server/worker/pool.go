@@ -17,11 +17,12 @@
 // refused before sending) records no attempt and spends no allowance; see
 // unsent.
 //
-// Each claim that took deliveries is a span, the root of a trace; each
-// attempt is a span in it, linked to the ingest request that made the event,
-// and its trace id is stored with the attempt when it is sampled. The
-// attempt's context goes to the plugin, so the plugin's spans and the
-// receiver's traceparent join the same trace.
+// Each claim that took deliveries is a span, the root of a trace of its
+// own; each attempt is a span in the trace of the ingest request that made
+// the event (a child of it, linked to its claim), and its trace id is stored
+// with the attempt when it is sampled. The attempt's context goes to the
+// plugin, so the plugin's spans and the receiver's traceparent join the
+// submitter's trace.
 package worker
 
 import (
@@ -475,9 +476,11 @@ func (p *Pool) claimSpan(ctx context.Context, limit int, claims []storage.Claim,
 	return ctx
 }
 
-// startAttempt starts the span of one attempt: a child of the claim in
-// ctx, linked to the ingest request that created the event, so an attempt
-// made hours later is still found from the submission.
+// startAttempt starts the span of one attempt: a child of the ingest
+// request that created the event, so an attempt made hours later is in the
+// submission's trace, and linked to the claim in ctx. An event made with no
+// trace context (the server's own, or ingest with tracing off) has its
+// attempts under the claim instead.
 func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.Endpoint, start time.Time) (context.Context, trace.Span) {
 	if !p.traced {
 		return p.tracer.Start(ctx, telemetry.SpanAttempt)
@@ -500,10 +503,17 @@ func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.End
 	}
 	opts := []trace.SpanStartOption{trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
 	if ingest := telemetry.SpanContextFromTraceParent(c.Event.TraceParent); ingest.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{
-			SpanContext: ingest,
-			Attributes:  []attribute.KeyValue{telemetry.AttrLinkKind.String(telemetry.LinkIngest)},
-		}))
+		// The submitter's trace: the attempt, the plugin's spans and the
+		// receiver's all join the trace of the request that created the
+		// event, so following one submission is following one trace. The
+		// claim that took it, with the others of its batch, is a link.
+		if claim := trace.SpanContextFromContext(ctx); claim.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{
+				SpanContext: claim,
+				Attributes:  []attribute.KeyValue{telemetry.AttrLinkKind.String(telemetry.LinkClaim)},
+			}))
+		}
+		ctx = trace.ContextWithRemoteSpanContext(ctx, ingest)
 	}
 	return p.tracer.Start(ctx, telemetry.SpanAttempt, opts...)
 }

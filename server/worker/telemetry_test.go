@@ -165,22 +165,25 @@ func (e *tracedEnv) childNamed(parent trace.SpanContext, name string) (tracetest
 func (e *tracedEnv) checkAttempt(s tracetest.SpanStub, ingest trace.SpanContext, row storage.Attempt, want map[attribute.Key]string, status codes.Code) {
 	e.t.Helper()
 	deliveryID := attr(s.Attributes, telemetry.AttrDeliveryID)
-	claim, ok := e.byID(s.Parent.SpanID())
-	if !ok || claim.Name != telemetry.SpanClaim || claim.Parent.IsValid() || !strings.Contains(attr(claim.Attributes, telemetry.AttrDeliveryIDs), deliveryID) {
-		e.t.Errorf("attempt %d: parent %v is not the root claim span that took %s", row.Number, s.Parent.SpanID(), deliveryID)
+	// In the submitter's trace: a child of the ingest span.
+	if s.Parent.TraceID() != ingest.TraceID() || s.Parent.SpanID() != ingest.SpanID() || s.SpanContext.TraceID() != ingest.TraceID() {
+		e.t.Errorf("attempt %d: parent %v in trace %v, want the ingest span %v", row.Number, s.Parent.SpanID(), s.SpanContext.TraceID(), ingest)
 	}
 	if s.SpanKind != trace.SpanKindConsumer {
 		e.t.Errorf("attempt span kind %v", s.SpanKind)
 	}
+	// Linked to the root claim span that took it.
 	linked := false
 	for _, l := range s.Links {
-		if l.SpanContext.TraceID() == ingest.TraceID() && l.SpanContext.SpanID() == ingest.SpanID() &&
-			slices.Contains(l.Attributes, telemetry.AttrLinkKind.String(telemetry.LinkIngest)) {
+		claim, ok := e.byID(l.SpanContext.SpanID())
+		if ok && claim.Name == telemetry.SpanClaim && !claim.Parent.IsValid() &&
+			strings.Contains(attr(claim.Attributes, telemetry.AttrDeliveryIDs), deliveryID) &&
+			slices.Contains(l.Attributes, telemetry.AttrLinkKind.String(telemetry.LinkClaim)) {
 			linked = true
 		}
 	}
 	if !linked {
-		e.t.Errorf("attempt %d does not link to the ingest span %v: links %+v", row.Number, ingest, s.Links)
+		e.t.Errorf("attempt %d does not link to the root claim span that took %s: links %+v", row.Number, deliveryID, s.Links)
 	}
 	if row.TraceID != s.SpanContext.TraceID().String() {
 		e.t.Errorf("attempt %d row carries trace id %q, its span is in %s", row.Number, row.TraceID, s.SpanContext.TraceID())
@@ -229,9 +232,17 @@ func (e *tracedEnv) checkPluginHop(attempt tracetest.SpanStub, received received
 		}
 		return false
 	})
+	// Every attempt of a delivery is in one trace: find this attempt's
+	// POST through the plugin's server span under its client span.
+	var srvSpanID string
+	for _, s := range telemetrytest.Find(spans, "hymical-plugin-http", method) {
+		if s.ParentSpanID == client.SpanContext.SpanID().String() {
+			srvSpanID = s.SpanID
+		}
+	}
 	var post telemetrytest.Span
 	for _, s := range telemetrytest.Find(spans, "hymical-plugin-http", "POST") {
-		if s.TraceID == traceID {
+		if s.ParentSpanID == srvSpanID {
 			post = s
 		}
 	}
@@ -271,7 +282,7 @@ func TestAttemptTraces(t *testing.T) {
 				e.checkPluginHop(spans[0], e.recv.requests()[0])
 			})
 
-			t.Run("a retry is a trace of its own that links back to the same ingest", func(t *testing.T) {
+			t.Run("a retry is in the same submission's trace, linked to its own claim", func(t *testing.T) {
 				t.Parallel()
 				e := newTracedEnv(t, pluginDir, open, func(n int, _ *http.Request) int {
 					if n == 1 {
@@ -296,8 +307,11 @@ func TestAttemptTraces(t *testing.T) {
 					telemetry.AttrAttemptNumber: "2", telemetry.AttrCycleAttempt: "2", telemetry.AttrOutcome: "delivered",
 					telemetry.AttrHTTPStatus: "200", telemetry.AttrDeliveryState: "delivered",
 				}, codes.Ok)
-				if spans[0].SpanContext.TraceID() == spans[1].SpanContext.TraceID() {
-					t.Error("the retry is in the first attempt's trace; each claim starts its own")
+				if spans[0].SpanContext.TraceID() != spans[1].SpanContext.TraceID() {
+					t.Error("the retry is in another trace than the first attempt; both belong to the submission's")
+				}
+				if spans[0].Links[0].SpanContext.SpanID() == spans[1].Links[0].SpanContext.SpanID() {
+					t.Error("both attempts link to one claim; each was claimed on its own")
 				}
 				reqs := e.recv.requests()
 				e.checkPluginHop(spans[0], reqs[0])
