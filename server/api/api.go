@@ -13,6 +13,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
@@ -67,6 +68,10 @@ type Options struct {
 	// Insecure turns authentication off, for local development only. Every
 	// response then carries "Hymical-Auth: disabled" and New logs a warning.
 	Insecure bool
+	// AuthLimiter counts wrong tokens per client address and refuses an
+	// address that has had too many; give the console the same one. Nil
+	// means a limiter of the API's own with authlimit's defaults.
+	AuthLimiter *authlimit.Limiter
 	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// SecretRotationGrace is how long a rotated-out secret keeps signing
@@ -99,6 +104,7 @@ type handler struct {
 	store      storage.Store
 	transports Transports
 	auth       authenticator
+	limiter    *authlimit.Limiter
 	insecure   bool
 	maxBody    int64
 	grace      time.Duration
@@ -157,6 +163,10 @@ func newHandler(opts Options) (*handler, error) {
 	if opts.MetricsPublic {
 		metricsWho = public
 	}
+	limiter := opts.AuthLimiter
+	if limiter == nil {
+		limiter = authlimit.MustNew(authlimit.Config{Logger: log})
+	}
 	h := &handler{
 		tracer:     tp.Tracer(telemetry.ScopeName),
 		metrics:    opts.Metrics,
@@ -164,6 +174,7 @@ func newHandler(opts Options) (*handler, error) {
 		store:      opts.Store,
 		transports: opts.Transports,
 		auth:       auth,
+		limiter:    limiter,
 		insecure:   opts.Insecure,
 		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
 		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
@@ -235,7 +246,7 @@ func (h *handler) handle(pattern string, who access, fn handlerFunc) {
 			defer end()
 		}
 		if who != public {
-			if err := h.auth.check(r, who); err != nil {
+			if err := h.authorize(w, r, who); err != nil {
 				h.fail(w, r, err)
 				return
 			}
