@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -69,6 +70,11 @@ type Options struct {
 	// Insecure lets anyone in without the token (insecure dev mode). The
 	// login page then only starts a session, and every page says so.
 	Insecure bool
+	// AuthLimiter counts wrong tokens and unknown session cookies per
+	// client address and refuses an address that has had too many; give it
+	// the API's, so the two share one count. Nil means a limiter of the
+	// console's own with authlimit's defaults.
+	AuthLimiter *authlimit.Limiter
 	// Actor is the replay audit's actor, followed by ":" and the name an
 	// operator gives at login; empty means DefaultActor.
 	Actor string
@@ -87,8 +93,8 @@ type Options struct {
 //go:embed templates/*.html static/*
 var assets embed.FS
 
-// handler is the console. Its mutable state is the sessions and the login
-// limiter, each behind its own lock.
+// handler is the console. Its mutable state is the sessions and the
+// limiter of failed authentications, each behind its own lock.
 type handler struct {
 	store    Store
 	digest   [sha256.Size]byte
@@ -98,7 +104,7 @@ type handler struct {
 	grace    time.Duration
 	log      *slog.Logger
 	sessions *sessions
-	limiter  *loginLimiter
+	limiter  *authlimit.Limiter
 	origin   *http.CrossOriginProtection
 	pages    map[string]*template.Template
 	static   http.Handler
@@ -146,6 +152,10 @@ func newHandler(opts Options) (*handler, error) {
 	if grace == 0 {
 		grace = DefaultSecretRotationGrace
 	}
+	limiter := opts.AuthLimiter
+	if limiter == nil {
+		limiter = authlimit.MustNew(authlimit.Config{Logger: log.With("component", "console")})
+	}
 	actor := strings.TrimSpace(opts.Actor)
 	if actor == "" {
 		actor = DefaultActor
@@ -159,7 +169,7 @@ func newHandler(opts Options) (*handler, error) {
 		grace:    grace,
 		log:      log.With("component", "console"),
 		sessions: newSessions(ttl, maxSessions),
-		limiter:  newLoginLimiter(loginFailures, loginWindow, maxLimiterClients),
+		limiter:  limiter,
 		origin:   http.NewCrossOriginProtection(),
 		pages:    pages,
 		static:   http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)),
