@@ -31,6 +31,7 @@ import (
 	"github.com/hymical/hymical/internal/buildinfo"
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/console"
 	"github.com/hymical/hymical/server/database"
@@ -217,12 +218,24 @@ func (s *Server) startTelemetry(ctx context.Context) error {
 // the same listener when the config turns it on.
 func (s *Server) handler() (http.Handler, error) {
 	cfg := s.cfg
+	// One count of failed authentications for both faces, so a guesser
+	// gains nothing by switching from the API to the console.
+	limiter, err := authlimit.New(authlimit.Config{
+		Failures: cfg.Server.AuthFailures,
+		Window:   cfg.Server.AuthFailureWindow,
+		Clients:  cfg.Server.AuthFailureClients,
+		Logger:   s.log.With("component", "authlimit"),
+	})
+	if err != nil {
+		return nil, err
+	}
 	apiHandler, err := api.New(api.Options{
 		Store:               s.store,
 		Transports:          s.host,
 		AdminToken:          cfg.Server.AdminToken.Reveal(),
 		IngestKeys:          revealAll(cfg.Server.IngestKeys),
 		Insecure:            cfg.Server.InsecureDevMode,
+		AuthLimiter:         limiter,
 		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		RetryBounds:         cfg.Worker().EndpointRetry,
@@ -245,6 +258,7 @@ func (s *Server) handler() (http.Handler, error) {
 	opts := console.Options{
 		Store:               s.store,
 		Insecure:            cfg.Server.InsecureDevMode,
+		AuthLimiter:         limiter,
 		TraceURL:            traceURL,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		SessionTTL:          cfg.Console.SessionTTL,
