@@ -147,10 +147,22 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	if s.listener, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("server.listen %s: %w", cfg.Server.Listen, err)
 	}
-	s.closers = append(s.closers, func() { s.listener.Close() })
+	// ln, not s.listener: an error return below sets s to nil before
+	// the closers run.
+	s.listener = ln
+	s.closers = append(s.closers, func() { ln.Close() })
+	// Load refuses a listen address that is not loopback in dev mode; this
+	// checks where the socket is actually bound (a host name may resolve to
+	// anything), and covers a Config built in code.
+	if cfg.Server.InsecureDevMode {
+		if a, ok := s.listener.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+			return nil, fmt.Errorf("server.insecure_dev_mode is true but server.listen %s is bound to %s, which other machines can reach, and dev mode lets anyone in without a token: listen on 127.0.0.1, [::1] or localhost, or turn server.insecure_dev_mode off and set FORMS_SERVER_ADMIN_TOKEN", cfg.Server.Listen, s.listener.Addr())
+		}
+	}
 	return s, nil
 }
 

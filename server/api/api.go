@@ -14,6 +14,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/server/devmode"
 	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
@@ -258,8 +259,9 @@ func (h *handler) handle(pattern string, who access, fn handlerFunc) {
 }
 
 // ServeHTTP sets the headers every response carries, recovers from panics
-// with a JSON 500, and turns the mux's own plain-text 404 and 405 answers
-// into the API's error shape.
+// with a JSON 500, in insecure dev mode refuses what did not come from
+// this machine (package devmode), and turns the mux's own plain-text 404
+// and 405 answers into the API's error shape.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	// Responses can carry a signing secret shown once; nothing may cache them.
@@ -277,6 +279,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errInternal())
 		}
 	}()
+	if h.insecure {
+		// Without a token, only this machine may call: see devmode.
+		ref := devmode.Check(r)
+		if ref == nil {
+			ref = devmode.CheckJSONWrite(r)
+		}
+		if ref != nil {
+			h.fail(w, r, &apiError{Status: ref.Status, Code: ref.Code, Message: ref.Message})
+			return
+		}
+	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		h.unrouted(w, r)
 		return

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/server/devmode"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -220,6 +221,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.renderError(w, r, authResult{}, errInternal(nil))
 		}
 	}()
+	if h.insecure {
+		// Without a token, only this machine may call: see devmode. The
+		// console's forms cannot send JSON, so devmode.CheckJSONWrite is
+		// the API's alone; the console's actions have their CSRF tokens.
+		if ref := devmode.Check(r); ref != nil {
+			h.renderError(w, r, authResult{}, &pageError{Status: ref.Status, Title: "Refused in insecure dev mode",
+				Message: strings.ToUpper(ref.Message[:1]) + ref.Message[1:] + ".",
+				Advice:  "Nothing was changed. Open the console at http://127.0.0.1 or http://localhost with the port the server listens on, and use its own links and buttons."})
+			return
+		}
+	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		h.unrouted(w, r)
 		return
