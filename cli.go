@@ -78,7 +78,9 @@ func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.
 	if err != nil {
 		return err
 	}
-	if body != nil {
+	// Every write says JSON, with a body or without: a server in insecure
+	// dev mode refuses writes that do not, so no web page can send one.
+	if body != nil || method != http.MethodGet {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

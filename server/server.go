@@ -31,6 +31,7 @@ import (
 	"github.com/hymical/hymical/internal/buildinfo"
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/console"
 	"github.com/hymical/hymical/server/database"
@@ -146,10 +147,22 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	if s.listener, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("server.listen %s: %w", cfg.Server.Listen, err)
 	}
-	s.closers = append(s.closers, func() { s.listener.Close() })
+	// ln, not s.listener: an error return below sets s to nil before
+	// the closers run.
+	s.listener = ln
+	s.closers = append(s.closers, func() { ln.Close() })
+	// Load refuses a listen address that is not loopback in dev mode; this
+	// checks where the socket is actually bound (a host name may resolve to
+	// anything), and covers a Config built in code.
+	if cfg.Server.InsecureDevMode {
+		if a, ok := s.listener.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+			return nil, fmt.Errorf("server.insecure_dev_mode is true but server.listen %s is bound to %s, which other machines can reach, and dev mode lets anyone in without a token: listen on 127.0.0.1, [::1] or localhost, or turn server.insecure_dev_mode off and set FORMS_SERVER_ADMIN_TOKEN", cfg.Server.Listen, s.listener.Addr())
+		}
+	}
 	return s, nil
 }
 
@@ -217,12 +230,24 @@ func (s *Server) startTelemetry(ctx context.Context) error {
 // the same listener when the config turns it on.
 func (s *Server) handler() (http.Handler, error) {
 	cfg := s.cfg
+	// One count of failed authentications for both faces, so a guesser
+	// gains nothing by switching from the API to the console.
+	limiter, err := authlimit.New(authlimit.Config{
+		Failures: cfg.Server.AuthFailures,
+		Window:   cfg.Server.AuthFailureWindow,
+		Clients:  cfg.Server.AuthFailureClients,
+		Logger:   s.log.With("component", "authlimit"),
+	})
+	if err != nil {
+		return nil, err
+	}
 	apiHandler, err := api.New(api.Options{
 		Store:               s.store,
 		Transports:          s.host,
 		AdminToken:          cfg.Server.AdminToken.Reveal(),
 		IngestKeys:          revealAll(cfg.Server.IngestKeys),
 		Insecure:            cfg.Server.InsecureDevMode,
+		AuthLimiter:         limiter,
 		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		RetryBounds:         cfg.Worker().EndpointRetry,
@@ -245,6 +270,7 @@ func (s *Server) handler() (http.Handler, error) {
 	opts := console.Options{
 		Store:               s.store,
 		Insecure:            cfg.Server.InsecureDevMode,
+		AuthLimiter:         limiter,
 		TraceURL:            traceURL,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		SessionTTL:          cfg.Console.SessionTTL,

@@ -13,6 +13,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/server/devmode"
 	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
@@ -67,6 +69,10 @@ type Options struct {
 	// Insecure turns authentication off, for local development only. Every
 	// response then carries "Hymical-Auth: disabled" and New logs a warning.
 	Insecure bool
+	// AuthLimiter counts wrong tokens per client address and refuses an
+	// address that has had too many; give the console the same one. Nil
+	// means a limiter of the API's own with authlimit's defaults.
+	AuthLimiter *authlimit.Limiter
 	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// SecretRotationGrace is how long a rotated-out secret keeps signing
@@ -99,6 +105,7 @@ type handler struct {
 	store      storage.Store
 	transports Transports
 	auth       authenticator
+	limiter    *authlimit.Limiter
 	insecure   bool
 	maxBody    int64
 	grace      time.Duration
@@ -157,6 +164,10 @@ func newHandler(opts Options) (*handler, error) {
 	if opts.MetricsPublic {
 		metricsWho = public
 	}
+	limiter := opts.AuthLimiter
+	if limiter == nil {
+		limiter = authlimit.MustNew(authlimit.Config{Logger: log})
+	}
 	h := &handler{
 		tracer:     tp.Tracer(telemetry.ScopeName),
 		metrics:    opts.Metrics,
@@ -164,6 +175,7 @@ func newHandler(opts Options) (*handler, error) {
 		store:      opts.Store,
 		transports: opts.Transports,
 		auth:       auth,
+		limiter:    limiter,
 		insecure:   opts.Insecure,
 		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
 		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
@@ -235,7 +247,7 @@ func (h *handler) handle(pattern string, who access, fn handlerFunc) {
 			defer end()
 		}
 		if who != public {
-			if err := h.auth.check(r, who); err != nil {
+			if err := h.authorize(w, r, who); err != nil {
 				h.fail(w, r, err)
 				return
 			}
@@ -247,8 +259,9 @@ func (h *handler) handle(pattern string, who access, fn handlerFunc) {
 }
 
 // ServeHTTP sets the headers every response carries, recovers from panics
-// with a JSON 500, and turns the mux's own plain-text 404 and 405 answers
-// into the API's error shape.
+// with a JSON 500, in insecure dev mode refuses what did not come from
+// this machine (package devmode), and turns the mux's own plain-text 404
+// and 405 answers into the API's error shape.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	// Responses can carry a signing secret shown once; nothing may cache them.
@@ -266,6 +279,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errInternal())
 		}
 	}()
+	if h.insecure {
+		// Without a token, only this machine may call: see devmode.
+		ref := devmode.Check(r)
+		if ref == nil {
+			ref = devmode.CheckJSONWrite(r)
+		}
+		if ref != nil {
+			h.fail(w, r, &apiError{Status: ref.Status, Code: ref.Code, Message: ref.Message})
+			return
+		}
+	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		h.unrouted(w, r)
 		return

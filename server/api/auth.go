@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/hymical/hymical/server/authlimit"
 )
 
 // minTokenLen is the admin token length below which New warns.
@@ -78,27 +80,53 @@ func (a authenticator) identify(token string) role {
 	return roleNone
 }
 
-// check authorises r for a route open to who.
-func (a authenticator) check(r *http.Request, who access) error {
+// check authorises r for a route open to who, and says what the limiter
+// is to make of it: a token that is none of ours is a failure; a valid
+// ingest key on an admin route is refused but no guess; a request without
+// a bearer token guessed nothing.
+func (a authenticator) check(r *http.Request, who access) (authlimit.Outcome, error) {
 	if a.insecure {
-		return nil
+		return authlimit.Absent, nil
 	}
 	token, err := bearer(r)
 	if err != nil {
-		return err
+		return authlimit.Absent, err
 	}
 	switch a.identify(token) {
 	case roleAdmin:
-		return nil
+		return authlimit.Passed, nil
 	case roleIngest:
 		if who == ingest {
-			return nil
+			return authlimit.Passed, nil
 		}
-		return &apiError{Status: http.StatusForbidden, Code: "forbidden",
+		return authlimit.Passed, &apiError{Status: http.StatusForbidden, Code: "forbidden",
 			Message: "an ingest key may only submit forms and events; this route needs the admin token"}
 	}
-	return &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+	return authlimit.Failed, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 		Message: "the bearer token is not valid for this server; check the token you configured for this client"}
+}
+
+// authorize checks r's credentials for a route open to who, unless its
+// client address has had too many failures: then it sets Retry-After
+// and refuses with 429 without looking at the token, so a guess that
+// happens to be right cannot be told from a wrong one.
+func (h *handler) authorize(w http.ResponseWriter, r *http.Request, who access) error {
+	if h.insecure {
+		return nil
+	}
+	var err error
+	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
+		var out authlimit.Outcome
+		out, err = h.auth.check(r, who)
+		return out
+	})
+	if wait > 0 {
+		retry := authlimit.RetryAfter(wait)
+		w.Header().Set("Retry-After", retry)
+		return &apiError{Status: http.StatusTooManyRequests, Code: "too_many_failed_authentications",
+			Message: fmt.Sprintf("too many requests from your address had a wrong token; every request that needs a token is refused for the next %s seconds (Retry-After), even with the right one: wait, then send the token configured for this client", retry)}
+	}
+	return err
 }
 
 // bearer reads the token from "Authorization: Bearer <token>".

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
@@ -69,6 +70,11 @@ type ServerConfig struct {
 	WriteTimeout        time.Duration `koanf:"write_timeout" doc:"Time the server has to write a response, from the end of the request's headers; a client that does not read it is cut off."`
 	IdleTimeout         time.Duration `koanf:"idle_timeout" doc:"How long a keep-alive connection may wait for its next request before it is closed."`
 	MaxHeaderBytes      int           `koanf:"max_header_bytes" doc:"Largest size of a request's headers, in bytes; larger ones are answered 431."`
+
+	// Guessed credentials: server/authlimit, shared by the API and the console.
+	AuthFailures       int           `koanf:"auth_failures" doc:"Failed authentications (a wrong bearer token or ingest key, a wrong console login, an unknown console session) one client address may have within server.auth_failure_window. After that every request it makes to a route that needs a credential is answered 429 with Retry-After until the window ends, even with the right token. The address is the TCP peer (IPv6 counted by /64), so behind a reverse proxy all clients share the proxy's."`
+	AuthFailureWindow  time.Duration `koanf:"auth_failure_window" doc:"How long failed authentications are counted from an address's first one, and so the longest it is refused."`
+	AuthFailureClients int           `koanf:"auth_failure_clients" doc:"How many client addresses with failures are remembered at once (and as many that authenticated recently); memory is fixed by it, about 160 bytes an address. A record is never dropped before its window ends: when the table is full, addresses not in it share one allowance of server.auth_failures, except those that authenticated recently."`
 }
 
 // WorkerConfig is the delivery loop's.
@@ -206,6 +212,9 @@ func Default() Config {
 			WriteTimeout:        60 * time.Second,
 			IdleTimeout:         60 * time.Second,
 			MaxHeaderBytes:      64 << 10,
+			AuthFailures:        authlimit.DefaultFailures,
+			AuthFailureWindow:   authlimit.DefaultWindow,
+			AuthFailureClients:  authlimit.DefaultClients,
 		},
 		Workers: WorkerConfig{
 			LeaseSeconds:  int(w.Lease / time.Second),

@@ -26,6 +26,10 @@ const (
 	maxLeaseSeconds   = 24 * 60 * 60
 	maxTimeoutSeconds = 60 * 60
 	maxConcurrency    = 10000
+	// A limit on guesses above this is no limit; a table above this is
+	// hundreds of megabytes.
+	maxAuthFailures       = 10000
+	maxAuthFailureClients = 1000000
 )
 
 // check applies every rule, normalising what it may (log level case, the
@@ -84,12 +88,19 @@ func (c *Config) check(r *report, src map[string]string) {
 			}
 		}
 	}
-	if c.Server.InsecureDevMode && !skip("server.insecure_dev_mode") {
-		msg := "INSECURE: server.insecure_dev_mode is true, so the API lets callers in without the admin token: use it only on a development machine, never in production"
-		if !skip("server.listen") && !isLoopback(c.Server.Listen) {
-			msg += fmt.Sprintf(", and server.listen (%s) is reachable from other machines; listen on 127.0.0.1 instead", c.Server.Listen)
+	if c.Server.InsecureDevMode && !skip("server.insecure_dev_mode", "server.listen") {
+		// Dev mode answers anyone without a token, so it may only be
+		// reachable from this machine: a refusal, not a warning.
+		if !isLoopback(c.Server.Listen) {
+			port := "8080"
+			if _, p, err := net.SplitHostPort(c.Server.Listen); err == nil && p != "" {
+				port = p
+			}
+			r.invalid("server.insecure_dev_mode", "server.insecure_dev_mode is true but server.listen%s is %s, which other machines can reach, and dev mode lets anyone in without a token: listen on loopback (127.0.0.1:%s, [::1]:%s or localhost:%s), or turn server.insecure_dev_mode off and set FORMS_SERVER_ADMIN_TOKEN",
+				at("server.listen"), quote(c.Server.Listen), port, port, port)
+		} else {
+			r.warn("INSECURE: server.insecure_dev_mode is true, so the API lets callers in without the admin token: use it only on a development machine, never in production")
 		}
-		r.warn("%s", msg)
 	}
 	for _, key := range []string{"server.admin_token", "server.ingest_keys"} {
 		if strings.HasPrefix(src[key], "by --") {
@@ -110,6 +121,9 @@ func (c *Config) check(r *report, src map[string]string) {
 	if !skip("server.max_header_bytes") && c.Server.MaxHeaderBytes < 4096 {
 		r.invalid("server.max_header_bytes", "server.max_header_bytes%s is %d: it must be at least 4096 bytes (the default is %d, 64 KiB)", at("server.max_header_bytes"), c.Server.MaxHeaderBytes, Default().Server.MaxHeaderBytes)
 	}
+	boundedInt(r, "server.auth_failures", at, c.Server.AuthFailures, Default().Server.AuthFailures, maxAuthFailures)
+	positiveDuration(r, "server.auth_failure_window", at, c.Server.AuthFailureWindow, Default().Server.AuthFailureWindow)
+	boundedInt(r, "server.auth_failure_clients", at, c.Server.AuthFailureClients, Default().Server.AuthFailureClients, maxAuthFailureClients)
 
 	// worker
 	d := Default()

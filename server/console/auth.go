@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -29,12 +29,6 @@ const (
 	// maxSessions caps live sessions; past it the one closest to expiry
 	// is dropped, so a login loop cannot grow memory without end.
 	maxSessions = 1000
-	// loginFailures wrong tokens from one address within loginWindow
-	// lock that address out of the login form until the window passes.
-	loginFailures = 10
-	loginWindow   = 5 * time.Minute
-	// maxLimiterClients caps the addresses the login limiter remembers.
-	maxLimiterClients = 10000
 	// maxFormBytes bounds a form post; the console's forms are tiny.
 	maxFormBytes = 64 << 10
 )
@@ -127,83 +121,6 @@ func randomToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// loginLimiter counts wrong tokens per client address in fixed windows.
-// The token is long and compared in constant time, so this only keeps a
-// guessing loop slow and noisy; behind a reverse proxy every client shares
-// the proxy's address and a lock-out there lasts at most one window.
-type loginLimiter struct {
-	mu     sync.Mutex
-	limit  int
-	window time.Duration
-	max    int
-	m      map[string]*failures
-}
-
-type failures struct {
-	n     int
-	since time.Time
-}
-
-func newLoginLimiter(limit int, window time.Duration, max int) *loginLimiter {
-	return &loginLimiter{limit: limit, window: window, max: max, m: map[string]*failures{}}
-}
-
-// blocked reports how long client must wait before trying again; zero
-// when it may try now.
-func (l *loginLimiter) blocked(client string, now time.Time) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f, ok := l.m[client]
-	if !ok {
-		return 0
-	}
-	if now.Sub(f.since) >= l.window {
-		delete(l.m, client)
-		return 0
-	}
-	if f.n < l.limit {
-		return 0
-	}
-	return f.since.Add(l.window).Sub(now)
-}
-
-func (l *loginLimiter) fail(client string, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f, ok := l.m[client]
-	if !ok || now.Sub(f.since) >= l.window {
-		if !ok && len(l.m) >= l.max {
-			for k, v := range l.m {
-				if now.Sub(v.since) >= l.window {
-					delete(l.m, k)
-				}
-			}
-			if len(l.m) >= l.max {
-				// Full of live entries: forget them all rather than
-				// grow, or lock out an address that did nothing.
-				clear(l.m)
-			}
-		}
-		f = &failures{since: now}
-		l.m[client] = f
-	}
-	f.n++
-}
-
-func (l *loginLimiter) succeed(client string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.m, client)
-}
-
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
 // tokenOK compares a presented token with the admin token's digest in
 // time that depends on neither.
 func (h *handler) tokenOK(token string) bool {
@@ -221,37 +138,81 @@ type authResult struct {
 	// never adds on its own, so it needs no CSRF token.
 	bearer   bool
 	operator string
+	// stale: the request carried a session cookie of no live session (the
+	// server restarted, or the session ended), which should be cleared.
+	stale bool
 }
 
 // authenticate says who made r: a bearer token wins over a cookie. A
 // result with neither a session nor bearer set means nobody is logged in;
-// the error is set only when an Authorization header was sent and is
-// wrong, which is worth saying rather than sending to the login form.
+// the error is set when an Authorization header was sent and is wrong,
+// which is worth saying rather than sending to the login form, and when
+// the client address has had too many failures: then nothing r carries
+// is looked at.
+//
+// A wrong bearer token and a session cookie of no live session both count
+// as failures in the limiter the API shares: a session id is as much a
+// credential as the token. A page clears a stale cookie (see page), so a
+// browser pays one failure after a restart, not one per page.
 func (h *handler) authenticate(r *http.Request) (authResult, *pageError) {
+	var (
+		a    authResult
+		perr *pageError
+	)
+	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
+		var out authlimit.Outcome
+		a, perr, out = h.identify(r)
+		return out
+	})
+	if wait > 0 {
+		return authResult{}, errTooManyFailures(wait)
+	}
+	return a, perr
+}
+
+// identify is authenticate without the limiter, saying what the limiter
+// is to make of it.
+func (h *handler) identify(r *http.Request) (authResult, *pageError, authlimit.Outcome) {
 	if hdr := r.Header.Get("Authorization"); hdr != "" {
 		scheme, token, _ := strings.Cut(hdr, " ")
 		token = strings.TrimSpace(token)
 		if !strings.EqualFold(scheme, "Bearer") || token == "" {
 			return authResult{}, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
 				Message: "The Authorization header is not \"Bearer <token>\".",
-				Advice:  "Send the admin token with the Bearer scheme, or log in with the form."}
+				Advice:  "Send the admin token with the Bearer scheme, or log in with the form."}, authlimit.Absent
 		}
-		if !h.insecure && !h.tokenOK(token) {
+		if h.insecure {
+			return authResult{bearer: true, operator: storage.OperatorName(r.Header.Get("Hymical-Operator"))}, nil, authlimit.Absent
+		}
+		if !h.tokenOK(token) {
 			return authResult{}, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
 				Message: "The bearer token is not this server's admin token.",
-				Advice:  "Send the value of FORMS_SERVER_ADMIN_TOKEN, or log in with the form."}
+				Advice:  "Send the value of FORMS_SERVER_ADMIN_TOKEN, or log in with the form."}, authlimit.Failed
 		}
-		return authResult{bearer: true, operator: storage.OperatorName(r.Header.Get("Hymical-Operator"))}, nil
+		return authResult{bearer: true, operator: storage.OperatorName(r.Header.Get("Hymical-Operator"))}, nil, authlimit.Passed
 	}
 	c, err := r.Cookie(CookieName)
-	if err != nil {
-		return authResult{}, nil
+	if err != nil || c.Value == "" {
+		return authResult{}, nil, authlimit.Absent
 	}
 	s := h.sessions.get(c.Value, h.now())
 	if s == nil {
-		return authResult{}, nil
+		if h.insecure {
+			return authResult{stale: true}, nil, authlimit.Absent
+		}
+		return authResult{stale: true}, nil, authlimit.Failed
 	}
-	return authResult{session: s, sessionID: c.Value, operator: s.operator}, nil
+	return authResult{session: s, sessionID: c.Value, operator: s.operator}, nil, authlimit.Passed
+}
+
+// errTooManyFailures refuses a client address that has had too many
+// failed authentications.
+func errTooManyFailures(wait time.Duration) *pageError {
+	retry := authlimit.RetryAfter(wait)
+	return &pageError{Status: http.StatusTooManyRequests, Title: "Too many failed logins from your address",
+		Message:    "Too many wrong tokens or unknown sessions came from your address, so the console (and the API) refuse it for now, even with the right token.",
+		Advice:     fmt.Sprintf("Wait %s seconds, then log in again with the admin token.", retry),
+		retryAfter: retry}
 }
 
 // actorFor is the replay audit's actor for a request.
@@ -275,6 +236,9 @@ func (h *handler) page(fn pageFunc) http.HandlerFunc {
 			return
 		}
 		if a.session == nil && !a.bearer {
+			if a.stale {
+				http.SetCookie(w, h.cookie("", -1))
+			}
 			http.Redirect(w, r, Prefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
@@ -336,11 +300,26 @@ type loginData struct {
 // GET /console/login
 func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.URL.Query().Get("next"))
-	if a, _ := h.authenticate(r); a.session != nil {
+	data := loginData{base: h.base(authResult{}, "", "Log in"), Next: next, LoggedOut: r.URL.Query().Get("done") == "logout"}
+	a, perr := h.authenticate(r)
+	switch {
+	case perr != nil && perr.Status == http.StatusTooManyRequests:
+		h.refuseLogin(w, data, perr)
+		return
+	case a.session != nil:
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
+	case a.stale:
+		http.SetCookie(w, h.cookie("", -1))
 	}
-	h.render(w, http.StatusOK, "login", loginData{base: h.base(authResult{}, "", "Log in"), Next: next, LoggedOut: r.URL.Query().Get("done") == "logout"})
+	h.render(w, http.StatusOK, "login", data)
+}
+
+// refuseLogin shows the login form with a refusal of the limiter.
+func (h *handler) refuseLogin(w http.ResponseWriter, data loginData, perr *pageError) {
+	w.Header().Set("Retry-After", perr.retryAfter)
+	data.Error = perr.Message + " " + perr.Advice
+	h.render(w, perr.Status, "login", data)
 }
 
 // POST /console/login
@@ -354,8 +333,6 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, authResult{}, errCrossOrigin())
 		return
 	}
-	now := h.now()
-	client := clientAddr(r)
 	data := loginData{base: h.base(authResult{}, "", "Log in")}
 	if err := r.ParseForm(); err != nil {
 		data.Error = "The form sent could not be read. Reload the page and try again."
@@ -363,21 +340,31 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Next = safeNext(r.PostForm.Get("next"))
-	if wait := h.limiter.blocked(client, now); wait > 0 {
-		w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())+1))
-		data.Error = fmt.Sprintf("Too many wrong tokens from your address. Wait %s, then try again with the admin token.", wait.Round(time.Second))
-		h.render(w, http.StatusTooManyRequests, "login", data)
+	ok := false
+	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
+		switch {
+		case h.insecure:
+			ok = true
+			return authlimit.Absent
+		case h.tokenOK(r.PostForm.Get("token")):
+			ok = true
+			return authlimit.Passed
+		}
+		return authlimit.Failed
+	})
+	if wait > 0 {
+		h.refuseLogin(w, data, errTooManyFailures(wait))
 		return
 	}
-	if !h.insecure && !h.tokenOK(r.PostForm.Get("token")) {
-		h.limiter.fail(client, now)
-		h.log.Warn("console login with a wrong token", "client", client)
+	if !ok {
+		// The limiter warns once when an address is refused; each
+		// wrong token is only worth a debug line.
+		h.log.Debug("console login with a wrong token", "client", r.RemoteAddr)
 		data.Error = "That is not this server's admin token. Enter the value of FORMS_SERVER_ADMIN_TOKEN (or the token `hymical serve` printed when it started without one)."
 		h.render(w, http.StatusUnauthorized, "login", data)
 		return
 	}
-	h.limiter.succeed(client)
-	id, _, err := h.sessions.create(storage.OperatorName(r.PostForm.Get("operator")), now)
+	id, _, err := h.sessions.create(storage.OperatorName(r.PostForm.Get("operator")), h.now())
 	if err != nil {
 		h.fail(w, r, authResult{}, err)
 		return

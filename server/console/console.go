@@ -27,6 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/server/devmode"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -69,6 +71,11 @@ type Options struct {
 	// Insecure lets anyone in without the token (insecure dev mode). The
 	// login page then only starts a session, and every page says so.
 	Insecure bool
+	// AuthLimiter counts wrong tokens and unknown session cookies per
+	// client address and refuses an address that has had too many; give it
+	// the API's, so the two share one count. Nil means a limiter of the
+	// console's own with authlimit's defaults.
+	AuthLimiter *authlimit.Limiter
 	// Actor is the replay audit's actor, followed by ":" and the name an
 	// operator gives at login; empty means DefaultActor.
 	Actor string
@@ -87,8 +94,8 @@ type Options struct {
 //go:embed templates/*.html static/*
 var assets embed.FS
 
-// handler is the console. Its mutable state is the sessions and the login
-// limiter, each behind its own lock.
+// handler is the console. Its mutable state is the sessions and the
+// limiter of failed authentications, each behind its own lock.
 type handler struct {
 	store    Store
 	digest   [sha256.Size]byte
@@ -98,7 +105,7 @@ type handler struct {
 	grace    time.Duration
 	log      *slog.Logger
 	sessions *sessions
-	limiter  *loginLimiter
+	limiter  *authlimit.Limiter
 	origin   *http.CrossOriginProtection
 	pages    map[string]*template.Template
 	static   http.Handler
@@ -146,6 +153,10 @@ func newHandler(opts Options) (*handler, error) {
 	if grace == 0 {
 		grace = DefaultSecretRotationGrace
 	}
+	limiter := opts.AuthLimiter
+	if limiter == nil {
+		limiter = authlimit.MustNew(authlimit.Config{Logger: log.With("component", "console")})
+	}
 	actor := strings.TrimSpace(opts.Actor)
 	if actor == "" {
 		actor = DefaultActor
@@ -159,7 +170,7 @@ func newHandler(opts Options) (*handler, error) {
 		grace:    grace,
 		log:      log.With("component", "console"),
 		sessions: newSessions(ttl, maxSessions),
-		limiter:  newLoginLimiter(loginFailures, loginWindow, maxLimiterClients),
+		limiter:  limiter,
 		origin:   http.NewCrossOriginProtection(),
 		pages:    pages,
 		static:   http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)),
@@ -210,6 +221,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.renderError(w, r, authResult{}, errInternal(nil))
 		}
 	}()
+	if h.insecure {
+		// Without a token, only this machine may call: see devmode. The
+		// console's forms cannot send JSON, so devmode.CheckJSONWrite is
+		// the API's alone; the console's actions have their CSRF tokens.
+		if ref := devmode.Check(r); ref != nil {
+			h.renderError(w, r, authResult{}, &pageError{Status: ref.Status, Title: "Refused in insecure dev mode",
+				Message: strings.ToUpper(ref.Message[:1]) + ref.Message[1:] + ".",
+				Advice:  "Nothing was changed. Open the console at http://127.0.0.1 or http://localhost with the port the server listens on, and use its own links and buttons."})
+			return
+		}
+	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		h.unrouted(w, r)
 		return

@@ -21,6 +21,8 @@ type pageError struct {
 	Link, LinkText string
 	// cause is logged, never shown.
 	cause error
+	// retryAfter, when set, is sent as the Retry-After header.
+	retryAfter string
 }
 
 func (e *pageError) Error() string {
@@ -105,7 +107,13 @@ func (h *handler) renderError(w http.ResponseWriter, r *http.Request, a authResu
 	if pe.Status == http.StatusUnauthorized && pe.Link == "" {
 		pe.Link, pe.LinkText = Prefix+"/login", "Log in"
 	}
-	if a.session == nil && !a.bearer && pe.Status != http.StatusUnauthorized {
+	if pe.retryAfter != "" {
+		w.Header().Set("Retry-After", pe.retryAfter)
+	}
+	// Who is asking decides whether the page shows the navigation. The
+	// refusals of credentials already looked at them: asking again would
+	// count a wrong token twice.
+	if a.session == nil && !a.bearer && pe.Status != http.StatusUnauthorized && pe.Status != http.StatusTooManyRequests {
 		if who, perr := h.authenticate(r); perr == nil {
 			a = who
 		}

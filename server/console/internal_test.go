@@ -53,39 +53,6 @@ func TestSessionsExpireAndStayBounded(t *testing.T) {
 	}
 }
 
-func TestLoginLimiterWindows(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	l := newLoginLimiter(3, time.Minute, 2)
-	for range 3 {
-		if l.blocked("a", now) != 0 {
-			t.Fatal("blocked before the limit")
-		}
-		l.fail("a", now)
-	}
-	if wait := l.blocked("a", now.Add(20*time.Second)); wait != 40*time.Second {
-		t.Fatalf("wait %s, want the rest of the window, 40s", wait)
-	}
-	if l.blocked("b", now) != 0 {
-		t.Fatal("another address is blocked")
-	}
-	if l.blocked("a", now.Add(time.Minute)) != 0 {
-		t.Fatal("still blocked after the window")
-	}
-	l.fail("a", now)
-	l.succeed("a")
-	if _, ok := l.m["a"]; ok {
-		t.Fatal("a success did not clear the count")
-	}
-	// The map stays within its bound.
-	for i := range 10 {
-		l.fail(fmt.Sprint("client", i), now)
-	}
-	if len(l.m) > 2 {
-		t.Fatalf("the limiter remembers %d addresses, bound 2", len(l.m))
-	}
-}
-
 func TestSafeNext(t *testing.T) {
 	t.Parallel()
 	for next, want := range map[string]string{

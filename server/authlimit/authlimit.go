@@ -1,0 +1,360 @@
+// Package authlimit keeps credentials from being guessed without limit. It
+// counts failed authentications per client address and, once an address
+// has failed too often within a window, refuses every request it makes to
+// a route that takes a credential until the window ends. One Limiter is
+// shared by the HTTP API and the console, so switching from one to the
+// other buys a guesser nothing.
+//
+// It owns only those counts, in a fixed amount of memory. It never sees a
+// credential: the caller judges the credential and says only whether it
+// passed, failed or was absent.
+//
+// # The design
+//
+// A client is its TCP peer address (never X-Forwarded-For, which anyone
+// can write); an IPv6 address counts by its /64, the block one subscriber
+// gets, so rotating through the addresses of a single host is no help.
+//
+// Failures are kept in a table of at most Clients addresses, each with
+// the start of its window and its count, in the order their windows
+// started. A record is removed only when its window has passed: never to
+// make room, so no number of other addresses can flush the record of an
+// address that is being refused. When the table is full of records whose
+// windows are still running, an address that has none shares a single
+// overflow record with every other such address: its failures count
+// there, and once the overflow has had Failures of them, those addresses
+// are refused until the overflow's window ends. An attacker with more
+// addresses than the table holds therefore gets at most
+// (Clients+1) × Failures guesses per window, and memory stays fixed.
+//
+// The overflow would refuse a client that did nothing wrong but happens to
+// be new while the table is full, so the Limiter also remembers up to
+// Clients addresses that authenticated successfully (the most recent ones;
+// only a right credential can put an address there). Those skip the
+// overflow until they fail once. A right credential from an address that
+// has its own record past the limit is refused like a wrong one: the
+// Limiter cannot tell a lucky guess from the owner, and answering it
+// would turn the refusal into an oracle. The owner, from any other
+// address, is never refused for someone else's failures.
+package authlimit
+
+import (
+	"container/list"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults for the Config fields that take one.
+const (
+	DefaultFailures = 10
+	DefaultWindow   = 5 * time.Minute
+	DefaultClients  = 10000
+)
+
+// Outcome is what a caller made of the credential a request presented.
+type Outcome int
+
+const (
+	// Absent: the request presented no credential to judge (no
+	// Authorization header, another scheme, no session cookie). It counts
+	// neither way.
+	Absent Outcome = iota
+	// Passed: the credential is valid.
+	Passed
+	// Failed: a credential was presented and is not valid.
+	Failed
+)
+
+// Config configures a Limiter.
+type Config struct {
+	// Failures is how many failed authentications one client may have
+	// within Window; the next request is refused. Zero means
+	// DefaultFailures.
+	Failures int
+	// Window is how long failures are counted from the first one, and so
+	// the longest a refusal lasts. Zero means DefaultWindow.
+	Window time.Duration
+	// Clients bounds the addresses whose failures are remembered, and the
+	// addresses remembered as having authenticated. Zero means
+	// DefaultClients.
+	Clients int
+	// Logger gets one warning when a client starts being refused; nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Limiter counts failed authentications. Its methods may be called from
+// many goroutines.
+type Limiter struct {
+	limit  int
+	window time.Duration
+	max    int
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu sync.Mutex
+	// failing holds a record per client with failures in a running
+	// window; order holds the same records, oldest window first, so the
+	// expired ones are found at its front.
+	failing map[netip.Prefix]*list.Element
+	order   list.List
+	// overflow counts the failures of clients the full table has no room
+	// for.
+	overflow record
+	// known are clients that authenticated, most recent first.
+	known   map[netip.Prefix]*list.Element
+	knownBy list.List
+}
+
+// record is one client's failures in its current window.
+type record struct {
+	client   netip.Prefix
+	since    time.Time
+	failures int
+}
+
+// New checks cfg and returns a Limiter.
+func New(cfg Config) (*Limiter, error) {
+	if cfg.Failures < 0 || cfg.Window < 0 || cfg.Clients < 0 {
+		return nil, fmt.Errorf("authlimit: Failures (%d), Window (%s) and Clients (%d) must not be negative; use 0 for the defaults", cfg.Failures, cfg.Window, cfg.Clients)
+	}
+	l := &Limiter{
+		limit:   cmpOr(cfg.Failures, DefaultFailures),
+		window:  cmpOr(cfg.Window, DefaultWindow),
+		max:     cmpOr(cfg.Clients, DefaultClients),
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		failing: map[netip.Prefix]*list.Element{},
+		known:   map[netip.Prefix]*list.Element{},
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	return l, nil
+}
+
+// MustNew is New for a Config known to be valid, such as the zero one.
+func MustNew(cfg Config) *Limiter {
+	l, err := New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func cmpOr[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// Check runs judge for a request from remoteAddr (an http.Request's
+// RemoteAddr) unless that client has failed too often, and counts what
+// judge says. It returns zero when judge ran, or how long the client must
+// wait when it did not.
+//
+// judge runs under the Limiter's lock, so the limit holds exactly even
+// against guesses sent in parallel; it must be quick (a constant-time
+// comparison of digests) and must not call the Limiter.
+func (l *Limiter) Check(remoteAddr string, judge func() Outcome) (wait time.Duration) {
+	client := ClientOf(remoteAddr)
+	var warn func()
+	defer func() {
+		// Logged after the lock is released: a slow log writer must not
+		// hold up every authentication.
+		if warn != nil {
+			warn()
+		}
+	}()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+
+	rec := l.lookup(client, now)
+	overflow := false
+	switch {
+	case rec != nil:
+		if rec.failures >= l.limit {
+			return l.rest(rec, now)
+		}
+	case !l.roomFor(now) && l.known[client] == nil:
+		overflow = true
+		l.resetIfOver(&l.overflow, now)
+		if l.overflow.failures >= l.limit {
+			return l.rest(&l.overflow, now)
+		}
+	}
+
+	switch judge() {
+	case Passed:
+		l.remember(client)
+	case Failed:
+		l.forget(client)
+		if rec == nil && !overflow && l.roomFor(now) {
+			rec = &record{client: client, since: now}
+			l.failing[client] = l.order.PushBack(rec)
+		}
+		if rec == nil {
+			overflow = true
+			l.resetIfOver(&l.overflow, now)
+			rec = &l.overflow
+		}
+		if rec.failures == 0 {
+			rec.since = now
+		}
+		rec.failures++
+		if rec.failures == l.limit {
+			warn = l.warning(rec, overflow, now)
+		}
+	}
+	return 0
+}
+
+// lookup returns client's record, dropping it first when its window has
+// passed.
+func (l *Limiter) lookup(client netip.Prefix, now time.Time) *record {
+	el := l.failing[client]
+	if el == nil {
+		return nil
+	}
+	rec := el.Value.(*record)
+	if now.Sub(rec.since) >= l.window {
+		l.order.Remove(el)
+		delete(l.failing, client)
+		return nil
+	}
+	return rec
+}
+
+// roomFor reports whether the table can take one more record, first
+// removing the records whose windows have passed: they sit at the front,
+// since records are added in the order their windows start and never move.
+func (l *Limiter) roomFor(now time.Time) bool {
+	for len(l.failing) >= l.max {
+		el := l.order.Front()
+		rec := el.Value.(*record)
+		if now.Sub(rec.since) < l.window {
+			return false
+		}
+		l.order.Remove(el)
+		delete(l.failing, rec.client)
+	}
+	return true
+}
+
+func (l *Limiter) resetIfOver(rec *record, now time.Time) {
+	if rec.failures > 0 && now.Sub(rec.since) >= l.window {
+		rec.failures = 0
+	}
+}
+
+// rest is how long rec's window still runs, at least a nanosecond.
+func (l *Limiter) rest(rec *record, now time.Time) time.Duration {
+	return max(rec.since.Add(l.window).Sub(now), 1)
+}
+
+// remember notes that client authenticated, dropping the least recent
+// client when the list is full.
+func (l *Limiter) remember(client netip.Prefix) {
+	if el := l.known[client]; el != nil {
+		l.knownBy.MoveToFront(el)
+		return
+	}
+	if len(l.known) >= l.max {
+		last := l.knownBy.Back()
+		l.knownBy.Remove(last)
+		delete(l.known, last.Value.(netip.Prefix))
+	}
+	l.known[client] = l.knownBy.PushFront(client)
+}
+
+// forget drops client from the clients that authenticated: one failure
+// and it is judged like any other again.
+func (l *Limiter) forget(client netip.Prefix) {
+	if el := l.known[client]; el != nil {
+		l.knownBy.Remove(el)
+		delete(l.known, client)
+	}
+}
+
+// warning is the one log line of a burst: the moment a client (or the
+// overflow) reaches the limit. The refusals that follow are not logged,
+// so a guessing loop cannot flood the log.
+func (l *Limiter) warning(rec *record, overflow bool, now time.Time) func() {
+	retry := l.rest(rec, now).Round(time.Second)
+	if overflow {
+		tableFull := len(l.failing)
+		return func() {
+			l.log.Warn("too many failed authentications from client addresses beyond the full table of failing addresses: every address not in it is refused until the window ends, except those that authenticated recently",
+				"client", displayClient(rec.client), "failures", rec.failures, "table", tableFull, "retry_after", retry)
+		}
+	}
+	return func() {
+		l.log.Warn("too many failed authentications from one client address: it is refused on every authenticated route until the window ends",
+			"client", displayClient(rec.client), "failures", rec.failures, "retry_after", retry)
+	}
+}
+
+// Remembered is how many client addresses the Limiter holds a record of:
+// those with failures in a running window plus those that authenticated.
+// It never exceeds twice Config.Clients.
+func (l *Limiter) Remembered() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.failing) + len(l.known)
+}
+
+// ClientOf is the client an http.Request's RemoteAddr counts as: an IPv4
+// address itself, an IPv6 address its /64. An address that does not parse
+// (a Unix socket, a test's made-up value) is the zero Prefix, one client
+// for all of them.
+func ClientOf(remoteAddr string) netip.Prefix {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	var addr netip.Addr
+	if err == nil {
+		addr = ap.Addr()
+	} else if a, err := netip.ParseAddr(remoteAddr); err == nil {
+		addr = a
+	} else {
+		return netip.Prefix{}
+	}
+	addr = addr.Unmap().WithZone("")
+	bits := 32
+	if addr.Is6() {
+		bits = 64
+	}
+	p, err := addr.Prefix(bits)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return p
+}
+
+// displayClient is a client as logged: an IPv4 address without its /32.
+func displayClient(p netip.Prefix) string {
+	switch {
+	case !p.IsValid():
+		return "unknown"
+	case p.Addr().Is4():
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// RetryAfter is the value of a Retry-After header for a wait: whole
+// seconds, rounded up, at least 1.
+func RetryAfter(wait time.Duration) string {
+	s := math.Ceil(wait.Seconds())
+	return strconv.Itoa(max(int(s), 1))
+}
