@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -413,4 +415,40 @@ func TestGuardRefusesALoopbackServerUnlessAllowed(t *testing.T) {
 			t.Errorf("the server lists %d connections from the plugin, want 1", n)
 		}
 	})
+}
+
+// The connection's own dialer checks every address it connects to, so a
+// server that passed the check and later resolves somewhere refused (DNS
+// rebinding), or one the cluster announces, is never connected to, and
+// the sends that fail meanwhile say why.
+func TestTheConnectionsDialerRefusesToo(t *testing.T) {
+	t.Parallel()
+	monitorPort := brokertest.FreePort(t)
+	srv := natstest.Start(t, natstest.Options{Config: fmt.Sprintf("http: \"127.0.0.1:%d\"", monitorPort)})
+	st, err := parseSettings(transport.Settings{SettingReconnectWait: "20ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseServers(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// dial, unlike Transport.conn, asks no guard first: only the dialer
+	// stands between it and the server.
+	c, err := dial(s, st, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.nc.Close)
+	want := "refused to connect to 127.0.0.1:" + strconv.Itoa(srv.Port) + ": it is in 127.0.0.0/8, loopback"
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(c.lastError(), want) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.nc.IsConnected() || !strings.Contains(c.lastError(), want) {
+		t.Fatalf("connected %v, last error %q; want not connected, the guard's refusal", c.nc.IsConnected(), c.lastError())
+	}
+	if n := pluginConns(t, fmt.Sprintf("http://127.0.0.1:%d", monitorPort)); n != 0 {
+		t.Fatalf("the server saw %d connections from the plugin, want none", n)
+	}
 }

@@ -323,20 +323,18 @@ func containsAll(s string, subs []string) bool {
 func TestThePoolsDialerRefusesToo(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
-	st, err := parseSettings(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := New(Options{})
+	t.Cleanup(tr.Close)
 	s, err := parseServer(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := *s.opts
-	opts.Dialer = guardedDialer(st, &opts)
-	opts.DisableIdentity = true
-	opts.DialerRetries = 1 // a refusal is not worth the client's retries here
-	c := redis.NewClient(&opts)
-	t.Cleanup(func() { c.Close() })
+	// The pool, unlike Send, asks no guard first: only its dialer stands
+	// between it and the server.
+	c, ok := tr.client(s, tr.settings())
+	if !ok {
+		t.Fatal("no pool")
+	}
 	err = c.XAdd(context.Background(), &redis.XAddArgs{Stream: "forms:rebound", Values: []any{"k", "v"}}).Err()
 	out := classify(err, failure{stream: "forms:rebound", server: s.shown})
 	if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, "127.0.0.0/8, loopback") {
