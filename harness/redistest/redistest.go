@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -32,6 +33,9 @@ func Binary(t testing.TB) string {
 type Options struct {
 	// Password, when set, is required of every client (requirepass).
 	Password string
+	// UnixSocket, when true, makes the server listen on a unix socket in
+	// its directory too (Server.Socket), besides its loopback port.
+	UnixSocket bool
 }
 
 // Server is one redis-server.
@@ -39,6 +43,8 @@ type Server struct {
 	*brokertest.Proc
 	Port int
 	Dir  string
+	// Socket is the unix socket's path, when Options.UnixSocket is set.
+	Socket string
 }
 
 // Start runs a server and stops it when the test ends.
@@ -46,6 +52,9 @@ func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	bin := Binary(t)
 	s := &Server{Dir: t.TempDir()}
+	if opts.UnixSocket {
+		s.Socket = filepath.Join(s.Dir, "redis.sock")
+	}
 	s.Proc = brokertest.NewProc(t, "redis-server", s.Dir, "Ready to accept connections", func(logPath string, _ *os.File) *exec.Cmd {
 		args := []string{
 			"--bind", "127.0.0.1",
@@ -61,6 +70,9 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 		if opts.Password != "" {
 			args = append(args, "--requirepass", opts.Password)
+		}
+		if s.Socket != "" {
+			args = append(args, "--unixsocket", s.Socket, "--unixsocketperm", "700")
 		}
 		return exec.Command(bin, args...)
 	})

@@ -60,6 +60,9 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 				Dir: pluginDir,
 				Plugins: []pluginhost.PluginConfig{{Name: "nats", Settings: map[string]string{
 					"url": broker.URL(), "connect_timeout": "1s", "reconnect_wait": "50ms",
+					// The broker listens on loopback, which the guard refuses
+					// unless it is allowed.
+					"allowed_networks": "127.0.0.1",
 				}}},
 			}, e2etest.Logger())
 			if err != nil {

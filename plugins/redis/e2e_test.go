@@ -57,8 +57,13 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			url := fmt.Sprintf("redis://:%s@%s/0", password, broker.Addr())
 
 			host, err := pluginhost.New(ctx, pluginhost.Config{
-				Dir:     pluginDir,
-				Plugins: []pluginhost.PluginConfig{{Name: "redis", Settings: map[string]string{"connect_timeout": "1s"}}},
+				Dir: pluginDir,
+				Plugins: []pluginhost.PluginConfig{{Name: "redis", Settings: map[string]string{
+					"connect_timeout": "1s",
+					// The broker listens on loopback, which the guard refuses
+					// unless it is allowed.
+					"allowed_networks": "127.0.0.1",
+				}}},
 			}, e2etest.Logger())
 			if err != nil {
 				t.Fatal(err)

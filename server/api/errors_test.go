@@ -254,3 +254,28 @@ func TestReadyzWantsAMigratedDatabase(t *testing.T) {
 		t.Fatalf("readyz on an unmigrated database: %s %q", code, msg)
 	}
 }
+
+// Addresses that reach a private network by another form (NAT64, 6to4,
+// IPv4-compatible) or sit in another special-purpose range are refused at
+// creation too, each naming its range and the setting that allows it.
+func TestSpecialPurposeEndpointsRefusedWithoutAllowList(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, func(o *api.Options) { o.Transports = strictHost })
+		for url, want := range map[string]string{
+			"http://[64:ff9b::a00:5]/hook": "leads to 10.0.0.5",
+			"http://[2002:a00:5::1]/hook":  "leads to 10.0.0.5",
+			"http://[::a00:5]/hook":        "leads to 10.0.0.5",
+			"http://[fec0::1]/hook":        "fec0::/10, site-local",
+			"http://198.18.0.1/hook":       "198.18.0.0/15, benchmarking (RFC 2544)",
+		} {
+			r := f.admin("POST", "/v1/endpoints", map[string]any{"url": url}).must(t, http.StatusUnprocessableEntity)
+			code, msg := r.errorCode(t)
+			if code != "transport_refused" || !strings.Contains(msg, want) || !strings.Contains(msg, "the http plugin's allowed_networks setting") {
+				t.Errorf("%s: %s %q, want transport_refused saying %q and naming the http plugin's allowed_networks", url, code, msg, want)
+			}
+		}
+		if n := f.count("webhook_endpoints"); n != 0 {
+			t.Fatalf("%d endpoints written for refused targets", n)
+		}
+	})
+}

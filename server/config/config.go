@@ -94,7 +94,7 @@ type WorkerConfig struct {
 type WebhookConfig struct {
 	ConnectTimeoutSeconds int            `koanf:"connect_timeout_seconds" doc:"Seconds allowed to connect to a receiver (TCP and TLS)."`
 	ReadTimeoutSeconds    int            `koanf:"read_timeout_seconds" doc:"Seconds allowed for a receiver's response headers once the request is sent."`
-	AllowedNetworks       []netip.Prefix `koanf:"allowed_networks" doc:"CIDRs (or single addresses) of private, loopback or link-local receivers that may be sent to; by default such addresses are refused after DNS resolution, so an endpoint cannot reach the server's own network. Comma-separated in the environment."`
+	AllowedNetworks       []netip.Prefix `koanf:"allowed_networks" doc:"CIDRs (or single addresses) of receivers that are not globally reachable (private, loopback, link-local, CGNAT and the other special-purpose ranges, and their NAT64 and 6to4 forms) but may be sent to; by default such addresses are refused, when an endpoint is created and after DNS resolution, so an endpoint cannot reach the server's own network. Comma-separated in the environment."`
 }
 
 // PluginsConfig is the plugin host's.

@@ -20,8 +20,10 @@
 //     receiver's own spans join the attempt's trace; the span records the
 //     method, host, port, scheme and status, never the URL's path or query
 //     (which may carry a token), a header or the body;
-//   - connections to loopback, private, link-local, unspecified, multicast
-//     and CGNAT addresses are refused when dialing, after DNS resolution,
+//   - connections to addresses that are not globally reachable (the rule
+//     of sdk/netguard: loopback, private, link-local, CGNAT, multicast,
+//     documentation, benchmarking, and the NAT64, 6to4 and IPv4-compatible
+//     forms of those) are refused when dialing, after DNS resolution,
 //     unless the operator's allowed_networks contains the address;
 //   - an outcome says no request went out (NoRequest) only when the plugin
 //     itself stopped before any connection was made: its guard refused
@@ -55,6 +57,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -78,7 +81,7 @@ const maxRetryAfter = 7 * 24 * time.Hour
 const (
 	SettingConnectTimeout  = "connect_timeout"
 	SettingReadTimeout     = "read_timeout"
-	SettingAllowedNetworks = "allowed_networks"
+	SettingAllowedNetworks = netguard.SettingAllowedNetworks
 )
 
 // Options are what the embedding program decides, as opposed to the
@@ -105,7 +108,7 @@ var _ transport.Transport = (*Transport)(nil)
 type configured struct {
 	connectTimeout time.Duration
 	readTimeout    time.Duration
-	guard          guard
+	guard          *netguard.Guard
 	client         *http.Client
 }
 
@@ -122,8 +125,11 @@ func New(opts Options) *Transport {
 }
 
 func newConfigured(connect, read time.Duration, allowed []netip.Prefix) *configured {
-	c := &configured{connectTimeout: connect, readTimeout: read, guard: guard{allowed: allowed}}
-	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: c.guard.control}
+	c := &configured{connectTimeout: connect, readTimeout: read, guard: newGuard(allowed)}
+	// The guard checks each address the dialer connects to, after DNS
+	// resolution, so a name that resolves (or re-resolves, as in DNS
+	// rebinding) to a refused address is caught.
+	dialer := c.guard.Dialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second})
 	c.client = &http.Client{
 		Transport: &http.Transport{
 			// No proxy: through a proxy the guard would check the proxy's
@@ -148,6 +154,10 @@ func newConfigured(connect, read time.Duration, allowed []netip.Prefix) *configu
 	return c
 }
 
+func newGuard(allowed []netip.Prefix) *netguard.Guard {
+	return netguard.New(netguard.Config{Allowed: allowed, Plugin: "http", Target: "receiver"})
+}
+
 func (t *Transport) current() *configured {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -168,7 +178,7 @@ func (t *Transport) Configure(_ context.Context, settings transport.Settings) er
 		case SettingReadTimeout:
 			read, err = parseTimeout(key, value)
 		case SettingAllowedNetworks:
-			allowed, err = parseNetworks(value)
+			allowed, err = netguard.ParseNetworks(SettingAllowedNetworks, value)
 		default:
 			err = fmt.Errorf("unknown setting %q: the http plugin takes %s, %s and %s",
 				key, SettingConnectTimeout, SettingReadTimeout, SettingAllowedNetworks)
@@ -194,28 +204,6 @@ func parseTimeout(key, value string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %q is not a positive Go duration such as \"5s\" or \"1500ms\"", key, value)
 	}
 	return d, nil
-}
-
-// parseNetworks reads comma-separated CIDRs; a bare address means just it.
-func parseNetworks(value string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, field := range strings.Split(value, ",") {
-		field = strings.TrimSpace(field)
-		if field == "" {
-			continue
-		}
-		if p, err := netip.ParsePrefix(field); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		if a, err := netip.ParseAddr(field); err == nil {
-			a = a.Unmap()
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
-		return nil, fmt.Errorf("%s: %q is not a CIDR such as 10.0.0.0/8 or fd00::/8, nor an address", SettingAllowedNetworks, field)
-	}
-	return out, nil
 }
 
 // Validate checks an endpoint before it is registered: a URL that could
@@ -262,7 +250,7 @@ func (c *configured) target(raw string, checkLiteral bool) (*url.URL, error) {
 		return nil, errors.New("the endpoint URL has no host")
 	}
 	if addr, err := netip.ParseAddr(u.Hostname()); err == nil && checkLiteral {
-		if err := c.guard.check(addr, u.Hostname()); err != nil {
+		if err := c.guard.Check(addr); err != nil {
 			return nil, err
 		}
 	}
@@ -369,7 +357,7 @@ func discard(body io.ReadCloser, timeout time.Duration, cancel context.CancelFun
 // classifyError says what a failed Do means. connected is whether the
 // client got a connection for the request at any point.
 func (c *configured) classifyError(ctx context.Context, host string, err error, connected bool) transport.Outcome {
-	var refused *RefusedError
+	var refused *netguard.RefusedError
 	if errors.As(err, &refused) {
 		if !connected {
 			// The guard refused the dial, and the client had no other

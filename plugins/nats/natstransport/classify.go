@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -35,7 +36,11 @@ var errNotConnected = errors.New("the connection is down")
 func classify(err, cause error, f failure) transport.Outcome {
 	var perr *PermissionError
 	var apiErr *jetstream.APIError
+	var refused *netguard.RefusedError
 	switch {
+	case errors.As(err, &refused):
+		// The guard refused the server before any connection was made.
+		return transport.Refused(refused.Error())
 	case errors.As(cause, &perr), errors.As(err, &perr):
 		return transport.Permanent(0, perr.Error())
 	case errors.Is(err, nats.ErrPermissionViolation):

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -21,6 +23,12 @@ const (
 	SettingConnectTimeout = "connect_timeout"
 	SettingReconnectWait  = "reconnect_wait"
 	SettingAckTimeout     = "ack_timeout"
+	// SettingAllowedNetworks lists the networks (CIDRs or addresses,
+	// comma-separated) of NATS servers that are not globally reachable but
+	// may be connected to, such as the operator's own broker on a private
+	// network or loopback. Every other such address is refused, by the
+	// rule of sdk/netguard.
+	SettingAllowedNetworks = netguard.SettingAllowedNetworks
 )
 
 // The endpoint config keys Validate and Send read.
@@ -48,6 +56,7 @@ type settings struct {
 	connectTimeout time.Duration
 	reconnectWait  time.Duration
 	ackTimeout     time.Duration
+	guard          *netguard.Guard
 }
 
 func defaultSettings() settings {
@@ -55,7 +64,12 @@ func defaultSettings() settings {
 		connectTimeout: DefaultConnectTimeout,
 		reconnectWait:  DefaultReconnectWait,
 		ackTimeout:     DefaultAckTimeout,
+		guard:          newGuard(nil),
 	}
+}
+
+func newGuard(allowed []netip.Prefix) *netguard.Guard {
+	return netguard.New(netguard.Config{Allowed: allowed, Plugin: "nats", Target: "NATS server"})
 }
 
 func parseSettings(s transport.Settings) (settings, error) {
@@ -78,9 +92,13 @@ func parseSettings(s transport.Settings) (settings, error) {
 			out.reconnectWait, err = parseDuration(key, value)
 		case SettingAckTimeout:
 			out.ackTimeout, err = parseDuration(key, value)
+		case SettingAllowedNetworks:
+			var allowed []netip.Prefix
+			allowed, err = netguard.ParseNetworks("setting "+key, value)
+			out.guard = newGuard(allowed)
 		default:
-			err = fmt.Errorf("unknown setting %q: the nats plugin takes %s, %s, %s and %s",
-				key, SettingURL, SettingConnectTimeout, SettingReconnectWait, SettingAckTimeout)
+			err = fmt.Errorf("unknown setting %q: the nats plugin takes %s, %s, %s, %s and %s",
+				key, SettingURL, SettingConnectTimeout, SettingReconnectWait, SettingAckTimeout, SettingAllowedNetworks)
 		}
 		errs = append(errs, err)
 	}
@@ -106,6 +124,8 @@ type servers struct {
 	// secrets are the passwords and tokens in the URLs, scrubbed from any
 	// error text before it leaves the plugin.
 	secrets []string
+	// hosts are the servers' host:port (or host), for the SSRF guard.
+	hosts []string
 }
 
 var allowedSchemes = []string{"nats", "tls", "ws", "wss"}
@@ -153,6 +173,7 @@ func parseServers(raw string) (*servers, error) {
 			return nil, fmt.Errorf("server URL %d has no host; give one such as nats://127.0.0.1:4222", i+1)
 		}
 		shown = append(shown, u.Scheme+"://"+u.Host)
+		s.hosts = append(s.hosts, u.Host)
 	}
 	s.shown = strings.Join(shown, ",")
 	return s, nil

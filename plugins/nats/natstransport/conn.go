@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"regexp"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,6 +39,23 @@ var errClosed = errors.New("the nats transport is shutting down")
 // conn returns the connection for srv, making it on first use. A failure
 // to make one is not cached: the next send tries again.
 func (t *Transport) conn(ctx context.Context, srv *servers, st settings) (*conn, error) {
+	t.mu.Lock()
+	_, cached := t.conns[srv.raw]
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
+	if !cached {
+		// The guard is asked before a connection is made, by name, because
+		// a refused dial would only be retried in the background and read
+		// as a server that is down. The dialer then checks every address
+		// actually connected to, including servers the cluster announces
+		// later and names that re-resolve.
+		if err := checkServers(ctx, st, srv); err != nil {
+			return nil, err
+		}
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -94,6 +113,7 @@ func dial(srv *servers, st settings, log *slog.Logger) (*conn, error) {
 	nc, err := nats.Connect(srv.raw,
 		nats.Name(ClientName),
 		nats.Timeout(st.connectTimeout),
+		nats.SetCustomDialer(st.guard.Dialer(&net.Dialer{Timeout: st.connectTimeout, KeepAlive: 30 * time.Second})),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(st.reconnectWait),

@@ -18,9 +18,14 @@
 //     stream's max_msg_size are permanent;
 //   - error text names the servers and what went wrong, never a header, the
 //     body, or a password or token from a server URL;
+//   - connections to servers whose addresses are not globally reachable
+//     (the rule of sdk/netguard: loopback, private, link-local, …) are
+//     refused, at Validate and on every dial after DNS resolution, unless
+//     the plugin's allowed_networks setting contains the address;
 //   - an outcome says no request went out (NoRequest) only when the plugin
 //     refused before publishing anything: an endpoint config or a header
-//     it cannot use, or the plugin shutting down. A connection that is
+//     it cannot use, a server the guard refuses, or the plugin shutting
+//     down. A connection that is
 //     down is an attempt, retryable, so the retry allowance bounds it.
 //
 // One connection is kept per server list (in practice one per plugin
@@ -32,7 +37,9 @@ package natstransport
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +48,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -113,11 +121,34 @@ func (t *Transport) Close() {
 
 // Validate checks an endpoint's config without connecting: an endpoint is
 // refused for what no retry could fix (no subject, an invalid subject, no
-// server or an unreadable server URL), not because the server is down
-// right now.
-func (t *Transport) Validate(_ context.Context, e transport.Endpoint) error {
-	_, err := t.settings().resolve(e)
-	return err
+// server or an unreadable server URL, a server the SSRF guard refuses),
+// not because the server is down right now. Server names are resolved to
+// check where they lead; one that does not resolve now is accepted, and
+// checked again when dialled.
+func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
+	st := t.settings()
+	tgt, err := st.resolve(e)
+	if err != nil {
+		return err
+	}
+	return checkServers(ctx, st, tgt.servers)
+}
+
+// checkServers applies the SSRF guard to every server of a list, resolving
+// names for at most the connect timeout. It returns the guard's refusal, or
+// nil: a name that does not resolve now is left to the dial, which checks
+// every address it connects to.
+func checkServers(ctx context.Context, st settings, srv *servers) error {
+	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
+	defer cancel()
+	for _, h := range srv.hosts {
+		err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, h)
+		var refused *netguard.RefusedError
+		if errors.As(err, &refused) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Send publishes msg and waits for JetStream's ack.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -58,7 +59,8 @@ func TestConfigure(t *testing.T) {
 		wantErr string
 	}{
 		{"no settings", nil, ""},
-		{"every setting", transport.Settings{SettingURL: "nats://a:4222,nats://b:4222", SettingConnectTimeout: "2s", SettingReconnectWait: "100ms", SettingAckTimeout: "3s"}, ""},
+		{"every setting", transport.Settings{SettingURL: "nats://a:4222,nats://b:4222", SettingConnectTimeout: "2s", SettingReconnectWait: "100ms", SettingAckTimeout: "3s", SettingAllowedNetworks: "10.0.0.0/8, fd00::/8"}, ""},
+		{"a bad allow-list", transport.Settings{SettingAllowedNetworks: "10.0.0.0/33"}, `setting allowed_networks: "10.0.0.0/33" is not a CIDR`},
 		{"an unknown setting", transport.Settings{"servers": "nats://a"}, `unknown setting "servers"`},
 		{"a bad duration", transport.Settings{SettingAckTimeout: "soon"}, "ack_timeout"},
 		{"a negative duration", transport.Settings{SettingConnectTimeout: "-1s"}, "connect_timeout"},
@@ -82,11 +84,19 @@ func TestConfigure(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	withDefault := New(Options{})
-	if err := withDefault.Configure(context.Background(), transport.Settings{SettingURL: "nats://127.0.0.1:4222"}); err != nil {
-		t.Fatal(err)
+	configure := func(s transport.Settings) *Transport {
+		tr := New(Options{})
+		if err := tr.Configure(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		return tr
 	}
-	noDefault := New(Options{})
+	withDefault := configure(transport.Settings{SettingURL: "nats://127.0.0.1:4222", SettingAllowedNetworks: "127.0.0.1"})
+	noDefault := configure(transport.Settings{SettingAllowedNetworks: "10.0.0.0/8"})
+	// Without an allow-list, the SSRF guard refuses servers that are not
+	// globally reachable, whether named by the endpoint or the plugin.
+	guarded := New(Options{})
+	guardedDefault := configure(transport.Settings{SettingURL: "nats://127.0.0.1:4222"})
 	cfg := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
@@ -122,6 +132,14 @@ func TestValidate(t *testing.T) {
 		{"a url without a host", noDefault, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://")}, "no host"},
 		{"a url that does not parse", noDefault, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://u:"+testPassword+"@[::1")}, "does not parse"},
 		{"two different urls", noDefault, transport.Endpoint{URL: "nats://a:4222", Config: cfg("subject", "forms.x", "url", "nats://b:4222")}, "both"},
+		{"a public server", guarded, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://93.184.216.34:4222")}, ""},
+		{"a loopback server", guarded, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://127.0.0.1:4222")}, "refused to connect to 127.0.0.1:4222: it is in 127.0.0.0/8, loopback"},
+		{"the plugin's loopback url", guardedDefault, transport.Endpoint{Config: cfg("subject", "forms.x")}, "127.0.0.0/8, loopback"},
+		{"a private server outside the allow-list", noDefault, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://u:"+testPassword+"@192.168.1.5:4222")}, "192.168.0.0/16, private-use"},
+		{"a name resolving to loopback", guarded, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://localhost:4222")}, "localhost resolves to"},
+		{"a cluster with one metadata address", guarded, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://93.184.216.34:4222,nats://169.254.169.254:4222")}, "169.254.0.0/16, link-local"},
+		{"NAT64 of a private address", guarded, transport.Endpoint{Config: cfg("subject", "forms.x", "url", "nats://[64:ff9b::a00:5]:4222")}, "leads to 10.0.0.5"},
+		{"a websocket to a unique-local address", guarded, transport.Endpoint{URL: "wss://[fd00::1]/nats", Config: cfg("subject", "forms.x")}, "fc00::/7"},
 		{"an unknown key", withDefault, transport.Endpoint{Config: cfg("subject", "forms.x", "stream", "FORMS")}, `unknown endpoint config "stream"`},
 	}
 	for _, tt := range tests {
@@ -139,6 +157,10 @@ func TestValidate(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), testPassword) {
 				t.Fatalf("Validate error %q shows the password", err)
+			}
+			var refused *netguard.RefusedError
+			if errors.As(err, &refused) && !strings.Contains(err.Error(), "the nats plugin's allowed_networks setting") {
+				t.Errorf("refusal %q does not name the setting that allows it", err)
 			}
 			// What Validate refuses, Send refuses permanently, without
 			// trying the network.
@@ -251,6 +273,9 @@ func TestClassifyHeadersRefusedBeforeTheServerSaidHelloIsRetryable(t *testing.T)
 func TestSendAfterCloseMakesNoRequest(t *testing.T) {
 	t.Parallel()
 	tr := New(Options{})
+	if err := tr.Configure(context.Background(), transport.Settings{SettingAllowedNetworks: "127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
 	tr.Close()
 	msg := message("forms.x")
 	msg.Endpoint.Config[ConfigURL] = "nats://127.0.0.1:1"

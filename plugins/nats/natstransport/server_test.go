@@ -2,7 +2,12 @@ package natstransport
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hymical/hymical/harness/brokertest"
 	"github.com/hymical/hymical/harness/natstest"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -50,8 +56,17 @@ func createStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConf
 	return st
 }
 
+// configured is a transport with settings s; unless s says otherwise, it
+// may reach the loopback brokers the tests run.
 func configured(t *testing.T, s transport.Settings) *Transport {
 	t.Helper()
+	s = maps.Clone(s)
+	if s == nil {
+		s = transport.Settings{}
+	}
+	if _, ok := s[SettingAllowedNetworks]; !ok {
+		s[SettingAllowedNetworks] = "127.0.0.1"
+	}
 	tr := New(Options{})
 	if err := tr.Configure(context.Background(), s); err != nil {
 		t.Fatalf("Configure(%v): %v", s, err)
@@ -203,7 +218,7 @@ func TestAgainstServer(t *testing.T) {
 	t.Run("an endpoint's own url overrides the setting", func(t *testing.T) {
 		msg := message("forms.own")
 		msg.Endpoint.Config[ConfigURL] = srv.URL()
-		if out := send(New(Options{}), msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := send(configured(t, nil), msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
 	})
@@ -337,5 +352,124 @@ func TestServerNeverUp(t *testing.T) {
 		if took := time.Since(start); took > 1500*time.Millisecond {
 			t.Fatalf("send %d took %s, past its deadline", i+1, took)
 		}
+	}
+}
+
+// pluginConns counts the plugin's connections the server's monitoring
+// endpoint lists.
+func pluginConns(t *testing.T, monitor string) int {
+	t.Helper()
+	resp, err := http.Get(monitor + "/connz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var connz struct {
+		Connections []struct {
+			Name string `json:"name"`
+		} `json:"connections"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&connz); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range connz.Connections {
+		if c.Name == ClientName {
+			n++
+		}
+	}
+	return n
+}
+
+// The brokers the tests run listen on loopback, which the SSRF guard
+// refuses unless the plugin's allowed_networks lists it: the endpoint is
+// refused at creation, a send makes no connection, and both say which
+// setting to change.
+func TestGuardRefusesALoopbackServerUnlessAllowed(t *testing.T) {
+	t.Parallel()
+	monitorPort := brokertest.FreePort(t)
+	srv := natstest.Start(t, natstest.Options{Config: fmt.Sprintf("http: \"127.0.0.1:%d\"", monitorPort)})
+	monitor := fmt.Sprintf("http://127.0.0.1:%d", monitorPort)
+	createStream(t, admin(t, srv.URL()), jetstream.StreamConfig{Name: "GUARD", Subjects: []string{"forms.guard"}})
+	ctx := context.Background()
+	const want = "it is in 127.0.0.0/8, loopback (RFC 1122 §3.2.1.3), which is not globally reachable; if this NATS server is meant to be internal, add a network containing it to the nats plugin's allowed_networks setting"
+
+	for _, tt := range []struct {
+		name     string
+		settings transport.Settings
+		url      string
+	}{
+		{"the plugin's url", transport.Settings{SettingURL: srv.URL(), SettingAllowedNetworks: ""}, ""},
+		{"the endpoint's url", transport.Settings{SettingAllowedNetworks: ""}, srv.URL()},
+		{"the endpoint's url by name", transport.Settings{SettingAllowedNetworks: ""}, fmt.Sprintf("nats://localhost:%d", srv.Port)},
+		{"an allow-list for another network", transport.Settings{SettingURL: srv.URL(), SettingAllowedNetworks: "10.0.0.0/8"}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := configured(t, tt.settings)
+			msg := message("forms.guard")
+			if tt.url != "" {
+				msg.Endpoint.Config[ConfigURL] = tt.url
+			}
+			if err := tr.Validate(ctx, msg.Endpoint); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Validate = %v, want a refusal ending %q", err, want)
+			}
+			out := send(tr, msg, 5*time.Second)
+			if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, want) {
+				t.Errorf("outcome = %+v, want permanent, no request, saying %q", out, want)
+			}
+		})
+	}
+	if n := pluginConns(t, monitor); n != 0 {
+		t.Fatalf("the server saw %d connections from the plugin, want none", n)
+	}
+
+	t.Run("allowed", func(t *testing.T) {
+		tr := configured(t, transport.Settings{SettingURL: fmt.Sprintf("nats://localhost:%d", srv.Port), SettingAllowedNetworks: "127.0.0.0/8, ::1"})
+		msg := message("forms.guard")
+		if err := tr.Validate(ctx, msg.Endpoint); err != nil {
+			t.Fatalf("Validate: %v", err)
+		}
+		if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+			t.Fatalf("outcome = %+v, want delivered", out)
+		}
+		if n := pluginConns(t, monitor); n != 1 {
+			t.Errorf("the server lists %d connections from the plugin, want 1", n)
+		}
+	})
+}
+
+// The connection's own dialer checks every address it connects to, so a
+// server that passed the check and later resolves somewhere refused (DNS
+// rebinding), or one the cluster announces, is never connected to, and
+// the sends that fail meanwhile say why.
+func TestTheConnectionsDialerRefusesToo(t *testing.T) {
+	t.Parallel()
+	monitorPort := brokertest.FreePort(t)
+	srv := natstest.Start(t, natstest.Options{Config: fmt.Sprintf("http: \"127.0.0.1:%d\"", monitorPort)})
+	st, err := parseSettings(transport.Settings{SettingReconnectWait: "20ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseServers(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// dial, unlike Transport.conn, asks no guard first: only the dialer
+	// stands between it and the server.
+	c, err := dial(s, st, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.nc.Close)
+	want := "refused to connect to 127.0.0.1:" + strconv.Itoa(srv.Port) + ": it is in 127.0.0.0/8, loopback"
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(c.lastError(), want) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.nc.IsConnected() || !strings.Contains(c.lastError(), want) {
+		t.Fatalf("connected %v, last error %q; want not connected, the guard's refusal", c.nc.IsConnected(), c.lastError())
+	}
+	if n := pluginConns(t, fmt.Sprintf("http://127.0.0.1:%d", monitorPort)); n != 0 {
+		t.Fatalf("the server saw %d connections from the plugin, want none", n)
 	}
 }

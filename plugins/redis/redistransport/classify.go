@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -39,6 +40,11 @@ var permanentPrefixes = []struct{ prefix, hint string }{
 
 // classify decides what a failed XADD means for the delivery, in one place.
 func classify(err error, f failure) transport.Outcome {
+	var refused *netguard.RefusedError
+	if errors.As(err, &refused) {
+		// The guard refused the dial: nothing reached the server.
+		return transport.Refused(refused.Error())
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		text := strings.TrimSpace(rerr.Error())

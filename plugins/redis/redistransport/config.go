@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -23,6 +25,16 @@ const (
 	SettingURL            = "url"
 	SettingConnectTimeout = "connect_timeout"
 	SettingPoolSize       = "pool_size"
+	// SettingAllowedNetworks lists the networks (CIDRs or addresses,
+	// comma-separated) of Redis servers that are not globally reachable but
+	// may be connected to, such as the operator's own server on a private
+	// network or loopback. Every other such address is refused, by the
+	// rule of sdk/netguard.
+	SettingAllowedNetworks = netguard.SettingAllowedNetworks
+	// SettingAllowUnixSockets ("true" or "false", default false) lets
+	// unix:// server URLs through; a socket path reaches this host's own
+	// services, so they are refused unless the operator says otherwise.
+	SettingAllowUnixSockets = "allow_unix_sockets"
 )
 
 // The endpoint config keys Validate and Send read.
@@ -65,14 +77,22 @@ type settings struct {
 	server         *server // nil when no default url is set
 	connectTimeout time.Duration
 	poolSize       int // 0: the client's default
+	guard          *netguard.Guard
 }
 
 func defaultSettings() settings {
-	return settings{connectTimeout: DefaultConnectTimeout}
+	return settings{connectTimeout: DefaultConnectTimeout, guard: newGuard(nil, false)}
+}
+
+func newGuard(allowed []netip.Prefix, unix bool) *netguard.Guard {
+	return netguard.New(netguard.Config{Allowed: allowed, AllowUnixSockets: unix, Plugin: "redis",
+		Target: "Redis server", UnixSetting: SettingAllowUnixSockets})
 }
 
 func parseSettings(s transport.Settings) (settings, error) {
 	out := defaultSettings()
+	var allowed []netip.Prefix
+	unix := false
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(s)) {
 		value := strings.TrimSpace(s[key])
@@ -97,11 +117,21 @@ func parseSettings(s transport.Settings) (settings, error) {
 				err = fmt.Errorf("setting %s: %q is not a whole number of connections from 1 to 10000", key, value)
 			}
 			out.poolSize = n
+		case SettingAllowedNetworks:
+			allowed, err = netguard.ParseNetworks("setting "+key, value)
+		case SettingAllowUnixSockets:
+			var perr error
+			unix, perr = strconv.ParseBool(value)
+			if perr != nil {
+				err = fmt.Errorf("setting %s: %q is not true or false", key, value)
+			}
 		default:
-			err = fmt.Errorf("unknown setting %q: the redis plugin takes %s, %s and %s", key, SettingURL, SettingConnectTimeout, SettingPoolSize)
+			err = fmt.Errorf("unknown setting %q: the redis plugin takes %s, %s, %s, %s and %s", key,
+				SettingURL, SettingConnectTimeout, SettingPoolSize, SettingAllowedNetworks, SettingAllowUnixSockets)
 		}
 		errs = append(errs, err)
 	}
+	out.guard = newGuard(allowed, unix)
 	return out, errors.Join(errs...)
 }
 
@@ -115,6 +145,9 @@ type server struct {
 	// secret is the URL's password, scrubbed from any error text.
 	secret string
 	opts   *redis.Options
+	// network and addr are where the client dials ("tcp" and host:port,
+	// or "unix" and a socket path), for the SSRF guard.
+	network, addr string
 }
 
 var allowedSchemes = []string{"redis", "rediss", "unix"}
@@ -162,6 +195,7 @@ func parseServer(raw string) (*server, error) {
 		return nil, fmt.Errorf("the server URL %s is not usable: %s", s.shown, s.scrub(err.Error()))
 	}
 	s.opts = opts
+	s.network, s.addr = opts.Network, opts.Addr
 	return s, nil
 }
 

@@ -16,7 +16,13 @@
 //     (the URL's credentials), NOPERM (the user's ACL), an unknown database
 //     and a cluster's MOVED/ASK are permanent;
 //   - error text names the server and what went wrong, never the body, a
-//     header or the password from the URL.
+//     header or the password from the URL;
+//   - connections to servers whose addresses are not globally reachable
+//     (the rule of sdk/netguard: loopback, private, link-local, …) are
+//     refused, at Validate and on every dial after DNS resolution, unless
+//     the plugin's allowed_networks setting contains the address; unix://
+//     servers are refused unless allow_unix_sockets is true. A refusal is
+//     permanent and no request goes out.
 //
 // Redis Streams have no duplicate window: a retry after a reply was lost
 // appends a second entry with the same id field. Consumers dedupe on it, or
@@ -30,8 +36,11 @@ package redistransport
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +49,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -117,11 +127,49 @@ func closeAll(clients map[string]*redis.Client) {
 
 // Validate checks an endpoint's config without connecting: an endpoint is
 // refused for what no retry could fix (no stream, an unusable key, a bad
-// maxlen, no server or an unreadable server URL), not because the server is
-// down right now.
-func (t *Transport) Validate(_ context.Context, e transport.Endpoint) error {
-	_, err := t.settings().resolve(e)
-	return err
+// maxlen, no server or an unreadable server URL, a server the SSRF guard
+// refuses), not because the server is down right now. A server name is
+// resolved to check where it leads; one that does not resolve now is
+// accepted, and checked again when dialled.
+func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
+	st := t.settings()
+	tgt, err := st.resolve(e)
+	if err != nil {
+		return err
+	}
+	return checkServer(ctx, st, tgt.server)
+}
+
+// checkServer applies the SSRF guard to a server, resolving its name for at
+// most the connect timeout. It returns the guard's refusal, or nil: a name
+// that does not resolve now is left to the dial, which checks every address
+// it connects to.
+func checkServer(ctx context.Context, st settings, srv *server) error {
+	if srv.network == "unix" {
+		return st.guard.CheckNetwork(srv.network, srv.addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
+	defer cancel()
+	err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, srv.addr)
+	var refused *netguard.RefusedError
+	if errors.As(err, &refused) {
+		return err
+	}
+	return nil
+}
+
+// guardedDialer is the client's dialer: the SSRF guard checks every
+// address it connects to, after DNS resolution, then TLS is added when
+// the URL asks for it (what go-redis's own dialer does).
+func guardedDialer(st settings, opts *redis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := st.guard.Dialer(&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 5 * time.Minute})
+	tlsConfig := opts.TLSConfig
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if tlsConfig == nil {
+			return d.DialContext(ctx, network, addr)
+		}
+		return (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext(ctx, network, addr)
+	}
 }
 
 // client returns the pool for srv, making it on first use. Making one does
@@ -139,6 +187,7 @@ func (t *Transport) client(srv *server, st settings) (*redis.Client, bool) {
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = st.connectTimeout
 	}
+	opts.Dialer = guardedDialer(st, &opts)
 	if st.poolSize > 0 && opts.PoolSize == 0 {
 		opts.PoolSize = st.poolSize
 	}
@@ -161,6 +210,15 @@ func (t *Transport) client(srv *server, st settings) (*redis.Client, bool) {
 	return c, true
 }
 
+// hasClient says whether a pool for srv is already made (or the transport
+// is closed, when client will say so).
+func (t *Transport) hasClient(srv *server) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.clients[srv.raw]
+	return ok || t.closed
+}
+
 // Send appends msg to the endpoint's stream.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
 	st := t.settings()
@@ -172,6 +230,15 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	fields, err := entry(msg)
 	if err != nil {
 		return transport.Refused(err.Error())
+	}
+	if !t.hasClient(tgt.server) {
+		// The guard is asked by name before a pool is made, so a refused
+		// server fails once, clearly, rather than in each dial; the pool's
+		// dialer still checks every address it connects to, so a name
+		// that re-resolves later is caught too.
+		if err := checkServer(ctx, st, tgt.server); err != nil {
+			return transport.Refused(err.Error())
+		}
 	}
 	// The consumer's spans join the attempt's trace through these fields.
 	ctx, span, traceFields := transport.StartPublish(ctx, "redis", tgt.stream)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -56,7 +57,9 @@ func TestConfigure(t *testing.T) {
 		wantErr string
 	}{
 		{"no settings", nil, ""},
-		{"every setting", transport.Settings{SettingURL: "redis://127.0.0.1:6379/0", SettingConnectTimeout: "2s", SettingPoolSize: "20"}, ""},
+		{"every setting", transport.Settings{SettingURL: "redis://127.0.0.1:6379/0", SettingConnectTimeout: "2s", SettingPoolSize: "20", SettingAllowedNetworks: "127.0.0.1,10.0.0.0/8", SettingAllowUnixSockets: "false"}, ""},
+		{"a bad allow-list", transport.Settings{SettingAllowedNetworks: "localhost"}, `setting allowed_networks: "localhost" is not a CIDR`},
+		{"allow_unix_sockets not a boolean", transport.Settings{SettingAllowUnixSockets: "yes please"}, `setting allow_unix_sockets: "yes please" is not true or false`},
 		{"an unknown setting", transport.Settings{"maxlen": "5"}, `unknown setting "maxlen"`},
 		{"a bad duration", transport.Settings{SettingConnectTimeout: "soon"}, "connect_timeout"},
 		{"a zero pool", transport.Settings{SettingPoolSize: "0"}, "pool_size"},
@@ -79,6 +82,11 @@ func TestConfigure(t *testing.T) {
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	tr := New(Options{})
+	if err := tr.Configure(context.Background(), transport.Settings{
+		SettingAllowedNetworks: "127.0.0.1, 10.0.0.0/8", SettingAllowUnixSockets: "true",
+	}); err != nil {
+		t.Fatal(err)
+	}
 	cfg := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
@@ -144,10 +152,64 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// Without an allow-list, the SSRF guard refuses servers that are not
+// globally reachable, and unix sockets, at Validate and at Send, saying
+// which setting lets them through.
+func TestValidateRefusesWhatTheGuardRefuses(t *testing.T) {
+	t.Parallel()
+	tr := New(Options{})
+	cfg := func(url string) transport.Endpoint {
+		return transport.Endpoint{Config: map[string]string{"stream": "s", "url": url}}
+	}
+	tests := []struct {
+		name    string
+		e       transport.Endpoint
+		wantErr string // "" means valid
+	}{
+		{"a public server", cfg("redis://93.184.216.34:6379/0"), ""},
+		{"a public server over TLS", cfg("rediss://[2606:2800:220:1::1]:6380/0"), ""},
+		{"loopback", cfg("redis://:" + testPassword + "@127.0.0.1:6379/0"), "127.0.0.0/8, loopback"},
+		{"a name resolving to loopback", cfg("redis://localhost:6379/0"), "localhost resolves to"},
+		{"a private server", cfg("rediss://10.0.0.1:6380/0"), "10.0.0.0/8, private-use"},
+		{"the metadata service", cfg("redis://169.254.169.254:6379/0"), "169.254.0.0/16, link-local"},
+		{"NAT64 of a private address", cfg("redis://[64:ff9b::a00:5]:6379/0"), "leads to 10.0.0.5"},
+		{"6to4 of a private address", cfg("redis://[2002:a00:5::1]:6379/0"), "leads to 10.0.0.5"},
+		{"benchmarking", cfg("redis://198.18.0.1:6379/0"), "198.18.0.0/15, benchmarking (RFC 2544)"},
+		{"a unix socket", cfg("unix:///run/redis.sock"), "set the redis plugin's allow_unix_sockets setting to true"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tr.Validate(context.Background(), tt.e)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate error = %v, want one containing %q", err, tt.wantErr)
+			}
+			var refused *netguard.RefusedError
+			if !errors.As(err, &refused) || strings.Contains(err.Error(), testPassword) {
+				t.Fatalf("Validate error = %v, want a *netguard.RefusedError without the password", err)
+			}
+			if tt.e.Config["url"] != "unix:///run/redis.sock" && !strings.Contains(err.Error(), "the redis plugin's allowed_networks setting") {
+				t.Errorf("refusal %q does not name the setting that allows it", err)
+			}
+			msg := message("", "")
+			msg.Endpoint = tt.e
+			if out := tr.Send(context.Background(), msg); out.Kind != transport.OutcomePermanent || !out.NoRequest || out.Error != err.Error() {
+				t.Fatalf("Send: outcome %+v, want permanent, no request, with Validate's refusal", out)
+			}
+		})
+	}
+}
+
 func TestDefaultURLSetting(t *testing.T) {
 	t.Parallel()
 	tr := New(Options{})
-	if err := tr.Configure(context.Background(), transport.Settings{SettingURL: "redis://127.0.0.1:6379/0"}); err != nil {
+	if err := tr.Configure(context.Background(), transport.Settings{SettingURL: "redis://127.0.0.1:6379/0", SettingAllowedNetworks: "127.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Validate(context.Background(), transport.Endpoint{Config: map[string]string{ConfigStream: "s"}}); err != nil {

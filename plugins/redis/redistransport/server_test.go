@@ -38,9 +38,19 @@ func send(tr *Transport, msg transport.Message, within time.Duration) transport.
 	return tr.Send(ctx, msg)
 }
 
+// newTransport is a transport that may reach the loopback brokers the
+// tests run.
 func newTransport(t *testing.T) *Transport {
 	t.Helper()
+	return configured(t, transport.Settings{SettingAllowedNetworks: "127.0.0.1"})
+}
+
+func configured(t *testing.T, s transport.Settings) *Transport {
+	t.Helper()
 	tr := New(Options{})
+	if err := tr.Configure(context.Background(), s); err != nil {
+		t.Fatalf("Configure(%v): %v", s, err)
+	}
 	t.Cleanup(tr.Close)
 	return tr
 }
@@ -238,5 +248,122 @@ func TestHungServerTimesOutRetryable(t *testing.T) {
 	}
 	if took := time.Since(start); took < 400*time.Millisecond || took > 1500*time.Millisecond {
 		t.Fatalf("Send took %s, want about the 500ms deadline", took)
+	}
+}
+
+// pluginClients counts the plugin's connections the server lists.
+func pluginClients(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	list, err := rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(list, "name="+ClientName+" ")
+}
+
+// The brokers the tests run listen on loopback (and here a unix socket),
+// which the SSRF guard refuses unless the plugin's settings allow them:
+// the endpoint is refused at creation, a send makes no connection, and
+// both say which setting to change.
+func TestGuardRefusesLoopbackAndSocketsUnlessAllowed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{UnixSocket: true})
+	rdb := admin(t, srv.URL())
+	ctx := context.Background()
+	const loopback = "it is in 127.0.0.0/8, loopback (RFC 1122 §3.2.1.3), which is not globally reachable; if this Redis server is meant to be internal, add a network containing it to the redis plugin's allowed_networks setting"
+	const socket = "refused to connect to unix socket " // …the path, then the advice
+	const socketAdvice = "set the redis plugin's allow_unix_sockets setting to true"
+	socketURL := "unix://" + srv.Socket + "?db=0"
+
+	for _, tt := range []struct {
+		name     string
+		settings transport.Settings
+		url      string
+		want     []string
+	}{
+		{"a loopback server", nil, srv.URL(), []string{loopback}},
+		{"a loopback server by name", nil, fmt.Sprintf("redis://localhost:%d/0", srv.Port), []string{"localhost resolves to", "loopback", "redis plugin's allowed_networks"}},
+		{"the plugin's own url", transport.Settings{SettingURL: srv.URL()}, "", []string{loopback}},
+		{"an allow-list for another network", transport.Settings{SettingAllowedNetworks: "10.0.0.0/8"}, srv.URL(), []string{loopback}},
+		{"a unix socket", nil, socketURL, []string{socket + srv.Socket, socketAdvice}},
+		{"a unix socket with every network allowed", transport.Settings{SettingAllowedNetworks: "0.0.0.0/0,::/0"}, socketURL, []string{socketAdvice}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := configured(t, tt.settings)
+			msg := message(tt.url, "forms:guard")
+			if err := tr.Validate(ctx, msg.Endpoint); err == nil || !containsAll(err.Error(), tt.want) {
+				t.Errorf("Validate = %v, want a refusal saying %q", err, tt.want)
+			}
+			out := send(tr, msg, 5*time.Second)
+			if out.Kind != transport.OutcomePermanent || !out.NoRequest || !containsAll(out.Error, tt.want) {
+				t.Errorf("outcome = %+v, want permanent, no request, saying %q", out, tt.want)
+			}
+		})
+	}
+	if n := pluginClients(t, rdb); n != 0 {
+		t.Fatalf("the server lists %d connections from the plugin, want none", n)
+	}
+	if n, err := rdb.XLen(ctx, "forms:guard").Result(); err != nil || n != 0 {
+		t.Fatalf("XLEN forms:guard = %d, %v; want 0", n, err)
+	}
+
+	for _, tt := range []struct {
+		name     string
+		settings transport.Settings
+		url      string
+	}{
+		{"an allowed loopback server", transport.Settings{SettingAllowedNetworks: "127.0.0.0/8, ::1"}, fmt.Sprintf("redis://localhost:%d/0", srv.Port)},
+		{"an allowed unix socket", transport.Settings{SettingAllowUnixSockets: "true"}, socketURL},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := configured(t, tt.settings)
+			msg := message(tt.url, "forms:guard")
+			if err := tr.Validate(ctx, msg.Endpoint); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+				t.Fatalf("outcome = %+v, want delivered", out)
+			}
+		})
+	}
+	if n, err := rdb.XLen(ctx, "forms:guard").Result(); err != nil || n != 2 {
+		t.Fatalf("XLEN forms:guard = %d, %v; want 2", n, err)
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// The pool's own dialer checks every address it connects to, so a name
+// that passed the check and later resolves somewhere refused (DNS
+// rebinding) is caught at the dial, and the refusal reads as one.
+func TestThePoolsDialerRefusesToo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	tr := New(Options{})
+	t.Cleanup(tr.Close)
+	s, err := parseServer(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pool, unlike Send, asks no guard first: only its dialer stands
+	// between it and the server.
+	c, ok := tr.client(s, tr.settings())
+	if !ok {
+		t.Fatal("no pool")
+	}
+	err = c.XAdd(context.Background(), &redis.XAddArgs{Stream: "forms:rebound", Values: []any{"k", "v"}}).Err()
+	out := classify(err, failure{stream: "forms:rebound", server: s.shown})
+	if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, "127.0.0.0/8, loopback") {
+		t.Fatalf("outcome = %+v (from %v), want the guard's refusal: permanent, no request", out, err)
+	}
+	if n := pluginClients(t, admin(t, srv.URL())); n != 0 {
+		t.Fatalf("the server lists %d connections from the plugin, want none", n)
 	}
 }
