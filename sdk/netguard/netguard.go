@@ -50,6 +50,12 @@ type Config struct {
 	// Target names what is being reached, as in "if this receiver is meant
 	// to be internal"; empty means "server".
 	Target string
+	// AllowedSetting names, in the refusal's advice, the setting an
+	// operator changes to allow a network, where the host maps its own
+	// key onto the plugin's (the http plugin's allowed_networks is the
+	// server's webhook.allowed_networks). Empty means "the <Plugin>
+	// plugin's allowed_networks setting".
+	AllowedSetting string
 	// UnixSetting names the setting that allows unix sockets, for the
 	// refusal's advice; empty means "allow_unix_sockets".
 	UnixSetting string
@@ -71,6 +77,9 @@ func New(cfg Config) *Guard {
 	cfg.Allowed = allowed
 	if cfg.Target == "" {
 		cfg.Target = "server"
+	}
+	if cfg.AllowedSetting == "" {
+		cfg.AllowedSetting = fmt.Sprintf("the %s plugin's %s setting", cfg.Plugin, SettingAllowedNetworks)
 	}
 	if cfg.UnixSetting == "" {
 		cfg.UnixSetting = "allow_unix_sockets"
@@ -149,8 +158,8 @@ func (g *Guard) allows(addr netip.Addr) bool {
 
 func (g *Guard) refused(shown, reason string, e Range) error {
 	return &RefusedError{Addr: shown, Reason: reason, Range: e,
-		Advice: fmt.Sprintf("if this %s is meant to be internal, add a network containing it to the %s plugin's %s setting",
-			g.cfg.Target, g.cfg.Plugin, SettingAllowedNetworks)}
+		Advice: fmt.Sprintf("if this %s is meant to be internal, add a network containing it to %s",
+			g.cfg.Target, g.cfg.AllowedSetting)}
 }
 
 // CheckNetwork checks a dial to address over network ("tcp", "tcp4",

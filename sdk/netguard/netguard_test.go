@@ -255,7 +255,7 @@ func TestEmbeddedAddressesAreJudgedByTheIPv4TheyCarry(t *testing.T) {
 		{"8.8.8.8", ""},
 		{"2606:4700:4700::1111", ""},
 	}
-	g := New(Config{Plugin: "http", Target: "receiver"})
+	g := New(Config{Plugin: "http", Target: "receiver", AllowedSetting: "webhook.allowed_networks"})
 	for _, tt := range tests {
 		err := g.Check(netip.MustParseAddr(tt.addr))
 		if tt.wantIn == "" {
@@ -264,7 +264,7 @@ func TestEmbeddedAddressesAreJudgedByTheIPv4TheyCarry(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), tt.wantIn) || !strings.Contains(err.Error(), "the http plugin's allowed_networks setting") {
+		if err == nil || !strings.Contains(err.Error(), tt.wantIn) || !strings.Contains(err.Error(), "webhook.allowed_networks") {
 			t.Errorf("%s: Check = %v, want a refusal containing %q and naming the setting", tt.addr, err, tt.wantIn)
 		}
 	}

@@ -270,8 +270,8 @@ func TestSpecialPurposeEndpointsRefusedWithoutAllowList(t *testing.T) {
 		} {
 			r := f.admin("POST", "/v1/endpoints", map[string]any{"url": url}).must(t, http.StatusUnprocessableEntity)
 			code, msg := r.errorCode(t)
-			if code != "transport_refused" || !strings.Contains(msg, want) || !strings.Contains(msg, "the http plugin's allowed_networks setting") {
-				t.Errorf("%s: %s %q, want transport_refused saying %q and naming the http plugin's allowed_networks", url, code, msg, want)
+			if code != "transport_refused" || !strings.Contains(msg, want) || !strings.Contains(msg, "webhook.allowed_networks") {
+				t.Errorf("%s: %s %q, want transport_refused saying %q and naming webhook.allowed_networks", url, code, msg, want)
 			}
 		}
 		if n := f.count("webhook_endpoints"); n != 0 {

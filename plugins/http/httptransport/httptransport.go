@@ -155,7 +155,9 @@ func newConfigured(connect, read time.Duration, allowed []netip.Prefix) *configu
 }
 
 func newGuard(allowed []netip.Prefix) *netguard.Guard {
-	return netguard.New(netguard.Config{Allowed: allowed, Plugin: "http", Target: "receiver"})
+	return netguard.New(netguard.Config{Allowed: allowed, Plugin: "http", Target: "receiver",
+		// The server hands its webhook.allowed_networks to this plugin.
+		AllowedSetting: "webhook.allowed_networks (FORMS_WEBHOOK_ALLOWED_NETWORKS)"})
 }
 
 func (t *Transport) current() *configured {

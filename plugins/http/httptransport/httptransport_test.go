@@ -482,7 +482,7 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate error = %v, want it to contain %q", err, tt.wantInError)
 			}
 			var refused *netguard.RefusedError
-			if errors.As(err, &refused) && !strings.Contains(err.Error(), "the http plugin's "+SettingAllowedNetworks+" setting") {
+			if errors.As(err, &refused) && !strings.Contains(err.Error(), "webhook.allowed_networks") {
 				t.Errorf("refusal %q does not say which setting to change", err)
 			}
 		})
