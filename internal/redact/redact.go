@@ -13,6 +13,7 @@ package redact
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -266,4 +267,101 @@ func HoldsMask(s string) bool {
 		}
 	}
 	return false
+}
+
+// minQuoted is the shortest secret TextFor looks for on its own: a shorter
+// one would match ordinary words and garble the text, and is little
+// secret anyway.
+const minQuoted = 4
+
+// SecretsOf lists the secret values a URL and a set of settings hold, as
+// URL and Map would hide them: the URL's user name and password, the values
+// of its secret-named query and fragment parameters (as written and
+// unescaped), the values of secret-named settings and the secrets of
+// setting values that are URLs. TextFor hides them wherever they appear.
+func SecretsOf(rawURL string, settings map[string]string) []string {
+	var out []string
+	add := func(vs ...string) {
+		for _, v := range vs {
+			if len(v) >= minQuoted {
+				out = append(out, v)
+			}
+		}
+	}
+	urlSecrets := func(s string) {
+		if _, parts := URLParts(s); parts == nil {
+			return
+		}
+		creds, rest := credentials(s)
+		if creds != "" {
+			user, pass, _ := strings.Cut(creds, ":")
+			add(creds, user, pass)
+			if u, err := url.PathUnescape(user); err == nil {
+				add(u)
+			}
+			if p, err := url.PathUnescape(pass); err == nil {
+				add(p)
+			}
+		}
+		rest, fragment, _ := strings.Cut(rest, "#")
+		_, query, _ := strings.Cut(rest, "?")
+		for _, raw := range []string{query, fragment} {
+			for _, pair := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
+				k, v, _ := strings.Cut(pair, "=")
+				name, err := url.QueryUnescape(k)
+				if err != nil {
+					name = k
+				}
+				if SecretName(name) {
+					add(v)
+					if u, err := url.QueryUnescape(v); err == nil {
+						add(u)
+					}
+				}
+			}
+		}
+	}
+	urlSecrets(rawURL)
+	for k, v := range settings {
+		if SecretName(k) {
+			add(v)
+			continue
+		}
+		urlSecrets(v)
+	}
+	// Longest first, so a secret that holds a shorter one is hidden whole.
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(out)
+}
+
+// TextFor is Text, and also hides every one of secrets (from SecretsOf)
+// wherever it appears in text: a plugin may quote a token or a password on
+// its own, outside any URL.
+func TextFor(text string, secrets []string) string {
+	text = Text(text)
+	for _, s := range secrets {
+		if s != "" && s != Mask {
+			text = strings.ReplaceAll(text, s, Mask)
+		}
+	}
+	return text
+}
+
+// credentials splits a URL's user information, as URLParts finds it, from
+// what follows it (the host onwards); creds is empty when there is none.
+func credentials(s string) (creds, rest string) {
+	_, rest, _ = strings.Cut(s, "://")
+	at := -1
+	if _, err := url.Parse(s); err != nil {
+		at = strings.LastIndexByte(rest, '@')
+	} else {
+		authority, _, _ := strings.Cut(rest, "#")
+		authority, _, _ = strings.Cut(authority, "?")
+		authority, _, _ = strings.Cut(authority, "/")
+		at = strings.LastIndexByte(authority, '@')
+	}
+	if at < 0 {
+		return "", rest
+	}
+	return rest[:at], rest[at+1:]
 }

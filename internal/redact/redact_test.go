@@ -144,3 +144,25 @@ func FuzzURL(f *testing.F) {
 		}
 	})
 }
+
+func TestTextFor(t *testing.T) {
+	secrets := SecretsOf("https://carol:pw-LONG@h/hook?token=SECRET%2B123&x=1&key=abc",
+		map[string]string{"password": "brokerpass", "url": "nats://u:natspass@n:4222", "subject": "forms.in"})
+	for _, tc := range []struct{ in, want string }{
+		// Quoted on their own, outside any URL, as written or unescaped.
+		{"token SECRET+123 refused", "token [redacted] refused"},
+		{"token SECRET%2B123 refused", "token [redacted] refused"},
+		{"login carol with pw-LONG failed", "login [redacted] with [redacted] failed"},
+		{"auth natspass / brokerpass", "auth [redacted] / [redacted]"},
+		// Too short to look for alone (key=abc), and not secret (x=1).
+		{"abc x=1 forms.in", "abc x=1 forms.in"},
+		{`Post "https://carol:pw-LONG@h/hook?token=SECRET%2B123&x=1": EOF`, `Post "https://[redacted]@h/hook?token=[redacted]&x=1": EOF`},
+	} {
+		if got := TextFor(tc.in, secrets); got != tc.want {
+			t.Errorf("TextFor(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := SecretsOf("https://h/in?x=1", nil); len(got) != 0 {
+		t.Errorf("SecretsOf a URL with none: %q", got)
+	}
+}
