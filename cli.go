@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/api/apiwire"
 )
 
@@ -241,8 +242,9 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 		d.ID, d.EndpointID, d.EventID, state, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
 	if d.UnsentReason != "" {
 		// A claim that sent nothing records no attempt, so the table below
-		// cannot say why; this line does.
-		fmt.Fprintf(stdout, "not sent (no request went out, no attempt recorded): %s\n", d.UnsentReason)
+		// cannot say why; this line does. A plugin's words may quote a URL
+		// (an older server does not mask them): its secrets are hidden.
+		fmt.Fprintf(stdout, "not sent (no request went out, no attempt recorded): %s\n", redact.Text(d.UnsentReason))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tOUTCOME\tHTTP\tLATE\tSTARTED\tTOOK\tTRACE\tERROR")
@@ -252,7 +254,7 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 			status = fmt.Sprint(*a.HTTPStatus)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, status, a.Late,
-			a.StartedAt.Format(time.RFC3339), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), dash(a.TraceID), a.Error)
+			a.StartedAt.Format(time.RFC3339), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), dash(a.TraceID), redact.Text(a.Error))
 	}
 	return tw.Flush()
 }
@@ -370,7 +372,9 @@ func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := c.do(ctx, http.MethodPost, "/v1/endpoints", body, &created); err != nil {
 		return err
 	}
-	shown := created.URL
+	// The server shows the URL with its secrets hidden already; an older
+	// one does not, and a terminal's scrollback is no place for a token.
+	shown := redact.URL(created.URL)
 	if shown == "" {
 		shown = "transport " + *transportName
 	}
@@ -527,7 +531,7 @@ func writeEndpointsWide(w io.Writer, eps []apiwire.Endpoint) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tCONFIG\tFORMS\tEVENT TYPES\tSTATUS\tCONTROLS\tSCHEME\tSECRETS\tPUBLIC KEYS\tDESCRIPTION")
 	for _, e := range eps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Transport, dash(e.URL), dash(configText(e.Config)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Transport, dash(redact.URL(e.URL)), dash(configText(e.Config)),
 			dash(strings.Join(e.FormIDs, ",")), dash(strings.Join(e.EventTypes, ",")), endpointStatus(e), endpointLimits(e),
 			dash(e.SignatureScheme), len(e.Secrets), dash(strings.Join(e.PublicKeys, " ")), dash(oneLine(e.Description)))
 	}
@@ -591,16 +595,18 @@ func endpointLimits(e apiwire.Endpoint) string {
 }
 
 // endpointTarget is where the endpoint sends: its URL, or for a transport
-// that takes none, its settings.
+// that takes none, its settings. The server hides the URL's secrets; an
+// older one does not, so they are hidden here too.
 func endpointTarget(e apiwire.Endpoint) string {
 	if e.URL != "" {
-		return e.URL
+		return redact.URL(e.URL)
 	}
 	return dash(configText(e.Config))
 }
 
 // configText is a transport's settings as KEY=VALUE, sorted by key. The API
-// has already redacted what is secret.
+// has already redacted what is secret; an older server did not hide a URL
+// value's user name, so the one rule runs here again.
 func configText(cfg map[string]string) string {
 	keys := make([]string, 0, len(cfg))
 	for k := range cfg {
@@ -609,7 +615,7 @@ func configText(cfg map[string]string) string {
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = k + "=" + cfg[k]
+		parts[i] = k + "=" + redact.Value(k, cfg[k])
 	}
 	return strings.Join(parts, ",")
 }

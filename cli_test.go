@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,8 +267,11 @@ func TestEndpointsListOnARealServer(t *testing.T) {
 	}
 	t.Logf("endpoints list:\n%s", list)
 
+	// The token's value is hidden, in every form of the list.
+	shown := slices.Clone(urls)
+	shown[1] = "http://127.0.0.1:9/in?token=[redacted]"
 	wide := hymical("endpoints", "list", "--wide")
-	for _, want := range append(urls, "5/s, ordered", "form_3", "endpoint number 2", "disabled (operator, ") {
+	for _, want := range append(shown, "5/s, ordered", "form_3", "endpoint number 2", "disabled (operator, ") {
 		if !strings.Contains(wide, want) {
 			t.Errorf("endpoints list --wide does not show %q:\n%s", want, wide)
 		}
@@ -285,9 +289,12 @@ func TestEndpointsListOnARealServer(t *testing.T) {
 		byID[e.ID] = e
 	}
 	for i, id := range ids {
-		if byID[id].URL != urls[i] {
-			t.Errorf("-o json: endpoint %s has URL %q, want %q", id, byID[id].URL, urls[i])
+		if byID[id].URL != shown[i] {
+			t.Errorf("-o json: endpoint %s has URL %q, want %q", id, byID[id].URL, shown[i])
 		}
+	}
+	if strings.Contains(wide, "ttt") || !slices.Equal(byID[ids[1]].URLMasked, []string{"query:token"}) {
+		t.Errorf("the token is shown, or -o json does not say it is hidden: %+v\n%s", byID[ids[1]], wide)
 	}
 	if e := byID[ids[1]]; e.RateLimit != 5 || !e.Ordered || !byID[ids[0]].Disabled {
 		t.Errorf("-o json lost the controls or the disabling: %+v", got.Endpoints)
@@ -325,5 +332,39 @@ func TestDeliveriesShowSaysWhyNothingWasSent(t *testing.T) {
 	detail.UnsentReason = ""
 	if out := show(); strings.Contains(out, "not sent") {
 		t.Fatalf("deliveries show with nothing unsent:\n%s", out)
+	}
+}
+
+// deliveries show hides the secrets of a URL that an attempt's error or
+// the reason nothing was sent quotes, even when the server did not (an
+// older one, or a third-party plugin's words): what is not secret stays.
+func TestDeliveriesShowHidesURLSecrets(t *testing.T) {
+	const target = "https://carol:pw@127.0.0.1:8443/hook?token=SECRET123&x=1"
+	at := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	detail := apiwire.DeliveryDetail{
+		Delivery: apiwire.Delivery{ID: "dlv_1", EndpointID: "ep_1", EventID: "evt_1", State: apiwire.StateFailed,
+			NextAttemptAt: at, UnsentReason: "the transport refused " + target},
+		AttemptHistory: []apiwire.Attempt{{Number: 1, Outcome: apiwire.OutcomeRetryable, StartedAt: at, FinishedAt: at,
+			Error: `Post "` + target + `": dial tcp 127.0.0.1:8443: connect: connection refused`}},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(detail)
+	}))
+	defer srv.Close()
+	var b bytes.Buffer
+	if err := run(t.Context(), []string{"deliveries", "show", "dlv_1", "--server", srv.URL, "--token", "t"}, &b, &b); err != nil {
+		t.Fatalf("deliveries show: %v\n%s", err, b.String())
+	}
+	out := b.String()
+	for _, leak := range []string{"SECRET123", "carol", ":pw"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("deliveries show prints %q:\n%s", leak, out)
+		}
+	}
+	const shown = "https://[redacted]@127.0.0.1:8443/hook?token=[redacted]&x=1"
+	for _, want := range []string{"the transport refused " + shown, `Post "` + shown + `": dial tcp`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("deliveries show lacks %q:\n%s", want, out)
+		}
 	}
 }

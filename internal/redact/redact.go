@@ -1,21 +1,44 @@
 // Package redact is the one rule for keeping secrets out of what Hymical
-// shows: logs, API answers, config dumps and error text. A value is hidden
-// when its name says it is a secret, and the password of a URL (and its
-// secret-named query parameters) is hidden wherever a URL is shown.
+// shows: logs, traces, API answers, console pages, CLI output, config dumps
+// and error text. A value is hidden when its name says it is a secret; a
+// URL's credentials (its whole user:password@, since a bare token often
+// stands where the user name goes) and its secret-named query and fragment
+// parameters are hidden wherever a URL is shown, and Text finds the URLs
+// inside free text, such as an error a transport plugin returned.
+//
+// Masking is for showing only: what is stored and used to deliver is the
+// URL as given, and a masked URL must never be written back (see
+// HoldsMask).
 package redact
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 )
 
 // Mask replaces a hidden value.
 const Mask = "[redacted]"
 
+// What URLParts reports it hid.
+const (
+	// PartUserinfo is a URL's user:password@ (or user@), hidden whole.
+	PartUserinfo = "userinfo"
+	// PartQuery and PartFragment prefix the name of a hidden parameter:
+	// "query:token", "fragment:access_token".
+	PartQuery    = "query:"
+	PartFragment = "fragment:"
+)
+
 // SecretName reports whether a setting or parameter of this name holds a secret.
 func SecretName(name string) bool {
 	n := strings.ToLower(name)
-	for _, s := range []string{"secret", "token", "password", "passwd", "credential", "key"} {
+	// "sig" alone is the signature of a pre-signed URL (Azure SAS); as a
+	// substring it would catch "design".
+	if n == "sig" {
+		return true
+	}
+	for _, s := range []string{"secret", "token", "password", "passwd", "credential", "key", "signature"} {
 		if strings.Contains(n, s) {
 			return true
 		}
@@ -43,36 +66,302 @@ func Map(m map[string]string) map[string]string {
 	return out
 }
 
-// URL hides the password and secret-named query parameters of a URL. Text
-// that is not a URL with a scheme and a host comes back unchanged.
+// URL hides the credentials and secret-named parameters of a URL. Text
+// that is not a URL with a scheme comes back unchanged.
 func URL(s string) string {
+	masked, _ := URLParts(s)
+	return masked
+}
+
+// URLParts is URL, also saying what it hid, in the order the parts appear
+// in the URL: PartUserinfo, then PartQuery or PartFragment followed by the
+// parameter's name. Everything else is kept byte for byte, so what is shown
+// is the stored URL with only the secrets replaced. parts is nil when
+// nothing was hidden.
+func URLParts(s string) (masked string, parts []string) {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok || !isScheme(scheme) {
+		return s, nil
+	}
+	prefix := scheme + "://"
+	if _, err := url.Parse(s); err != nil {
+		// A URL that does not parse may have a password holding a '/',
+		// '?' or '#' (postgres://u:pa/ss@h): all before its last '@' is
+		// taken for credentials.
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			prefix += Mask + "@"
+			parts = append(parts, PartUserinfo)
+			rest = rest[at+1:]
+		}
+	}
+	tail, hid := maskRest(rest)
+	parts = append(parts, hid...)
+	if len(parts) == 0 {
+		return s, nil
+	}
+	return prefix + tail, parts
+}
+
+// maskRest masks what follows a URL's "scheme://", split as net/url splits
+// it: the fragment at the first '#', the query at the first '?' before it,
+// the authority up to the first '/', and the user information up to the
+// authority's last '@'. The rest is kept byte for byte.
+func maskRest(rest string) (string, []string) {
+	var parts []string
+	rest, fragment, hasFragment := strings.Cut(rest, "#")
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	authority, path := rest, ""
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		authority, path = rest[:i], rest[i:]
+	}
+	var b strings.Builder
+	b.Grow(len(rest) + len(query) + len(fragment) + 2*len(Mask))
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		b.WriteString(Mask)
+		b.WriteString(authority[at:])
+		parts = append(parts, PartUserinfo)
+	} else {
+		b.WriteString(authority)
+	}
+	b.WriteString(path)
+	if hasQuery {
+		b.WriteByte('?')
+		q, hid := maskParams(query, PartQuery)
+		b.WriteString(q)
+		parts = append(parts, hid...)
+	}
+	if hasFragment {
+		b.WriteByte('#')
+		f, hid := maskParams(fragment, PartFragment)
+		b.WriteString(f)
+		parts = append(parts, hid...)
+	}
+	return b.String(), parts
+}
+
+// maskParams replaces the value of each secret-named name=value pair of a
+// raw query (or a fragment written like one), keeping the rest as written.
+// Pairs are split at '&' and at ';', which some receivers still take for a
+// separator.
+func maskParams(raw, prefix string) (string, []string) {
+	if !strings.Contains(raw, "=") {
+		return raw, nil
+	}
+	var b strings.Builder
+	var hid []string
+	for raw != "" {
+		pair, sep := raw, ""
+		if i := strings.IndexAny(raw, "&;"); i >= 0 {
+			pair, sep, raw = raw[:i], raw[i:i+1], raw[i+1:]
+		} else {
+			raw = ""
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		name := k
+		if u, err := url.QueryUnescape(k); err == nil {
+			name = u
+		}
+		if ok && v != "" && SecretName(name) {
+			pair = k + "=" + Mask
+			hid = append(hid, prefix+name)
+		}
+		b.WriteString(pair)
+		b.WriteString(sep)
+	}
+	if hid == nil {
+		return b.String(), nil
+	}
+	return b.String(), hid
+}
+
+// isScheme reports whether s is a URL scheme: a letter, then letters,
+// digits, '+', '-' or '.'.
+func isScheme(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Text hides the secrets of every URL in free text: an error message
+// (Go's *url.Error quotes the whole URL), a plugin's log line, an attempt's
+// recorded error. A URL runs from its scheme to the first space, quote,
+// angle bracket, backquote or backslash, less the punctuation that ends a
+// sentence.
+func Text(s string) string {
 	if !strings.Contains(s, "://") {
 		return s
 	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "://")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		start := i
+		for start > 0 && schemeByte(s[start-1]) {
+			start--
+		}
+		// A scheme starts with a letter; skip leading digits and signs.
+		for start < i && !letter(s[start]) {
+			start++
+		}
+		end := i + len("://")
+		for end < len(s) && !strings.ContainsRune(" \t\r\n\"'<>`\\", rune(s[end])) {
+			end++
+		}
+		// Punctuation that ends a sentence is not taken for the URL's.
+		stop := end
+		for stop > i+len("://") && strings.IndexByte(".,;:!?)", s[stop-1]) >= 0 {
+			stop--
+		}
+		b.WriteString(s[:start])
+		if start == i {
+			// No scheme: not a URL.
+			b.WriteString(s[start:stop])
+		} else {
+			b.WriteString(URL(s[start:stop]))
+		}
+		b.WriteString(s[stop:end])
+		s = s[end:]
+	}
+}
+
+func letter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+func schemeByte(c byte) bool {
+	return letter(c) || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+// HoldsMask reports whether a URL carries Mask where URL would have put
+// it: as its user information, or as the value of a secret-named query or
+// fragment parameter. Such a URL is a masked one sent back, and storing it
+// would replace a real secret with the mask.
+func HoldsMask(s string) bool {
 	u, err := url.Parse(s)
 	if err != nil {
-		// An unparseable URL may still carry user:password@: cut it out.
-		scheme, rest, _ := strings.Cut(s, "://")
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			return scheme + "://" + Mask + "@" + rest[at+1:]
+		return strings.Contains(s, Mask)
+	}
+	if u.User != nil {
+		if p, _ := u.User.Password(); u.User.Username() == Mask || p == Mask || strings.Contains(u.User.String(), url.PathEscape(Mask)) {
+			return true
 		}
-		return s
 	}
-	changed := false
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		changed = true
+	for _, raw := range []string{u.RawQuery, u.EscapedFragment()} {
+		q, _ := url.ParseQuery(raw)
+		for k, vs := range q {
+			for _, v := range vs {
+				if SecretName(k) && v == Mask {
+					return true
+				}
+			}
+		}
 	}
-	q := u.Query()
-	for k := range q {
+	return false
+}
+
+// minQuoted is the shortest secret TextFor looks for on its own: a shorter
+// one would match ordinary words and garble the text, and is little
+// secret anyway.
+const minQuoted = 4
+
+// SecretsOf lists the secret values a URL and a set of settings hold, as
+// URL and Map would hide them: the URL's user name and password, the values
+// of its secret-named query and fragment parameters (as written and
+// unescaped), the values of secret-named settings and the secrets of
+// setting values that are URLs. TextFor hides them wherever they appear.
+func SecretsOf(rawURL string, settings map[string]string) []string {
+	var out []string
+	add := func(vs ...string) {
+		for _, v := range vs {
+			if len(v) >= minQuoted {
+				out = append(out, v)
+			}
+		}
+	}
+	urlSecrets := func(s string) {
+		if _, parts := URLParts(s); parts == nil {
+			return
+		}
+		creds, rest := credentials(s)
+		if creds != "" {
+			user, pass, _ := strings.Cut(creds, ":")
+			add(creds, user, pass)
+			if u, err := url.PathUnescape(user); err == nil {
+				add(u)
+			}
+			if p, err := url.PathUnescape(pass); err == nil {
+				add(p)
+			}
+		}
+		rest, fragment, _ := strings.Cut(rest, "#")
+		_, query, _ := strings.Cut(rest, "?")
+		for _, raw := range []string{query, fragment} {
+			for _, pair := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
+				k, v, _ := strings.Cut(pair, "=")
+				name, err := url.QueryUnescape(k)
+				if err != nil {
+					name = k
+				}
+				if SecretName(name) {
+					add(v)
+					if u, err := url.QueryUnescape(v); err == nil {
+						add(u)
+					}
+				}
+			}
+		}
+	}
+	urlSecrets(rawURL)
+	for k, v := range settings {
 		if SecretName(k) {
-			q.Set(k, "xxxxx")
-			changed = true
+			add(v)
+			continue
+		}
+		urlSecrets(v)
+	}
+	// Longest first, so a secret that holds a shorter one is hidden whole.
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(out)
+}
+
+// TextFor is Text, and also hides every one of secrets (from SecretsOf)
+// wherever it appears in text: a plugin may quote a token or a password on
+// its own, outside any URL.
+func TextFor(text string, secrets []string) string {
+	text = Text(text)
+	for _, s := range secrets {
+		if s != "" && s != Mask {
+			text = strings.ReplaceAll(text, s, Mask)
 		}
 	}
-	if !changed {
-		return s
+	return text
+}
+
+// credentials splits a URL's user information, as URLParts finds it, from
+// what follows it (the host onwards); creds is empty when there is none.
+func credentials(s string) (creds, rest string) {
+	_, rest, _ = strings.Cut(s, "://")
+	at := -1
+	if _, err := url.Parse(s); err != nil {
+		at = strings.LastIndexByte(rest, '@')
+	} else {
+		authority, _, _ := strings.Cut(rest, "#")
+		authority, _, _ = strings.Cut(authority, "?")
+		authority, _, _ = strings.Cut(authority, "/")
+		at = strings.LastIndexByte(authority, '@')
 	}
-	u.RawQuery = q.Encode()
-	return strings.ReplaceAll(u.String(), "xxxxx", Mask)
+	if at < 0 {
+		return "", rest
+	}
+	return rest[:at], rest[at+1:]
 }

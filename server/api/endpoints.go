@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 
@@ -87,7 +88,7 @@ func refusalReason(err error) string {
 	if i := strings.LastIndex(msg, marker); i >= 0 {
 		msg = strings.TrimPrefix(msg[i+len(marker):], "endpoint: ")
 	}
-	return transport.BoundError(msg)
+	return transport.BoundError(redact.Text(msg))
 }
 
 // signatureScheme reads the scheme a new endpoint asks for; none is v1.
@@ -210,7 +211,10 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 	}
 	e, err := h.modifyEndpoint(r.Context(), id, func(e *storage.Endpoint) (bool, error) {
 		target := p.URL != nil || p.Transport != nil || p.Config != nil
-		if p.URL != nil {
+		// The URL as this API shows it, sent back unchanged (a client
+		// that PATCHes the whole object it read), keeps the stored URL:
+		// writing it would replace the hidden secrets with the mask.
+		if p.URL != nil && *p.URL != redact.URL(e.URL) {
 			e.URL = *p.URL
 		}
 		if p.Transport != nil {

@@ -37,6 +37,101 @@ func noSecretIn(t *testing.T, what string, raw []byte, secrets ...string) {
 	}
 }
 
+// TestEndpointURLSecretsAreMasked: every answer shows an endpoint's URL
+// with its credentials and secret-named parameters hidden, says what it
+// hid, and the stored URL, the one delivery uses, stays the real one: a
+// masked URL sent back keeps it, and one edited around the mask is refused.
+func TestEndpointURLSecretsAreMasked(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, nil)
+		const (
+			real      = "http://127.0.0.1:9/hook?token=SECRET123&x=1"
+			shown     = "http://127.0.0.1:9/hook?token=[redacted]&x=1"
+			withCreds = "http://alice:pw@127.0.0.1:9/hook?token=SECRET123&x=1"
+		)
+		hidden := func(what string, r response, wantURL string, wantMasked ...string) {
+			t.Helper()
+			// Not "pw" alone: a rotation's new random secret may hold it.
+			for _, leak := range []string{"SECRET123", "alice", ":pw", "pw@"} {
+				if strings.Contains(string(r.raw), leak) {
+					t.Errorf("%s shows %q: %s", what, leak, r.raw)
+				}
+			}
+			if !strings.Contains(string(r.raw), "x=1") {
+				t.Errorf("%s hides x=1, which is no secret: %s", what, r.raw)
+			}
+			ep := r.body
+			if eps, ok := r.body["endpoints"].([]any); ok && len(eps) == 1 {
+				ep, _ = eps[0].(map[string]any)
+			}
+			if ep["url"] != wantURL || fmt.Sprint(ep["url_masked"]) != fmt.Sprint(wantMasked) {
+				t.Errorf("%s: url %v, url_masked %v; want %q, %q", what, ep["url"], ep["url_masked"], wantURL, wantMasked)
+			}
+		}
+		created := f.admin("POST", "/v1/endpoints", map[string]any{"url": real}).must(t, http.StatusCreated)
+		id := created.str("id")
+		hidden("the create answer", created, shown, "query:token")
+		storedURL := func() string {
+			t.Helper()
+			e, err := f.store.EndpointGet(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e.URL
+		}
+		if got := storedURL(); got != real {
+			t.Fatalf("stored URL %q, want the real one %q", got, real)
+		}
+
+		// A client that PATCHes back what it read changes nothing.
+		back := f.admin("PATCH", "/v1/endpoints/"+id, map[string]any{"url": shown, "description": "read, then written back"}).must(t, http.StatusOK)
+		hidden("the PATCH answer", back, shown, "query:token")
+		if got := storedURL(); got != real {
+			t.Fatalf("PATCHing the masked URL back stored %q; want the real URL kept", got)
+		}
+		// A masked URL edited elsewhere cannot keep the secret it hides,
+		// and must not store the mask: it is refused, on create too.
+		for _, r := range []response{
+			f.admin("PATCH", "/v1/endpoints/"+id, map[string]any{"url": "http://127.0.0.1:9/other?token=[redacted]&x=1"}),
+			f.admin("PATCH", "/v1/endpoints/"+id, map[string]any{"url": "http://127.0.0.1:9/hook?token=%5Bredacted%5D&x=2"}),
+			f.admin("POST", "/v1/endpoints", map[string]any{"url": shown}),
+		} {
+			r.must(t, http.StatusUnprocessableEntity)
+			if code, msg := r.errorCode(t); code != "invalid_url" || !strings.Contains(msg, "[redacted]") || !strings.Contains(msg, "send the real URL") {
+				t.Errorf("a masked URL sent back: %s %s", code, msg)
+			}
+		}
+		if got := storedURL(); got != real {
+			t.Fatalf("a refused PATCH stored %q", got)
+		}
+		// A new real URL replaces the old one.
+		moved := f.admin("PATCH", "/v1/endpoints/"+id, map[string]any{"url": "http://127.0.0.1:9/new?api_key=NEWSECRET&x=1"}).must(t, http.StatusOK)
+		hidden("the PATCH answer", moved, "http://127.0.0.1:9/new?api_key=[redacted]&x=1", "query:api_key")
+		if got := storedURL(); got != "http://127.0.0.1:9/new?api_key=NEWSECRET&x=1" {
+			t.Fatalf("stored URL after a PATCH with a new URL: %q", got)
+		}
+
+		// The API refuses credentials in a URL, but a row may still hold
+		// them (written before that rule, or straight into the database).
+		e, err := f.store.EndpointGet(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.URL = withCreds
+		if _, err := f.store.EndpointUpdate(t.Context(), e); err != nil {
+			t.Fatal(err)
+		}
+		const both = "http://[redacted]@127.0.0.1:9/hook?token=[redacted]&x=1"
+		hidden("GET /v1/endpoints/{id}", f.admin("GET", "/v1/endpoints/"+id, nil).must(t, http.StatusOK), both, "userinfo", "query:token")
+		hidden("GET /v1/endpoints", f.admin("GET", "/v1/endpoints", nil).must(t, http.StatusOK), both, "userinfo", "query:token")
+		hidden("disable", f.admin("POST", "/v1/endpoints/"+id+"/disable", nil).must(t, http.StatusOK), both, "userinfo", "query:token")
+		hidden("rotate-secret", f.admin("POST", "/v1/endpoints/"+id+"/rotate-secret", nil).must(t, http.StatusOK), both, "userinfo", "query:token")
+		if logs := f.logs.String(); strings.Contains(logs, "SECRET") || strings.Contains(logs, ":pw@") {
+			t.Errorf("the API's log shows a URL's secret:\n%s", logs)
+		}
+	})
+}
+
 func TestEndpointLifecycle(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const grace = 2 * time.Hour
@@ -70,7 +165,7 @@ func TestEndpointLifecycle(t *testing.T) {
 
 		got := f.admin("GET", "/v1/endpoints/"+id, nil).must(t, http.StatusOK)
 		noSecretIn(t, "GET endpoint", got.raw, secret)
-		if _, ok := got.body["secret"]; ok || len(got.list("secrets")) != 1 || got.str("url") != "https://hooks.example.com/in?token=abc" {
+		if _, ok := got.body["secret"]; ok || len(got.list("secrets")) != 1 || got.str("url") != "https://hooks.example.com/in?token=[redacted]" {
 			t.Fatalf("GET endpoint: %s", got.raw)
 		}
 		list := f.admin("GET", "/v1/endpoints", nil).must(t, http.StatusOK)

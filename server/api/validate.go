@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/boundtext"
 	"github.com/hymical/hymical/storage"
 )
@@ -70,6 +71,8 @@ func checkEndpointURL(raw string) error {
 		return bad("url has no scheme; give an absolute URL starting with https:// (or http://)")
 	case u.Scheme != "http" && u.Scheme != "https":
 		return bad("url scheme %q is not supported; endpoints take http:// or https:// URLs", clip(u.Scheme))
+	case redact.HoldsMask(raw):
+		return bad("url holds %q where a secret was: it is a URL as the API shows it, with its secrets hidden; send the real URL (or leave url out of a PATCH to keep the stored one)", redact.Mask)
 	case u.User != nil:
 		return bad("url carries a user name or password; remove it, since credentials in URLs end up in logs and proxies, and let the receiver verify the signature instead")
 	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":

@@ -17,8 +17,11 @@ import (
 // except the one-time Secret of apiwire.EndpointCreated.
 
 func viewEndpoint(e storage.Endpoint, now time.Time) apiwire.Endpoint {
+	url, masked := redact.URLParts(e.URL)
 	v := apiwire.Endpoint{
-		ID: e.ID, URL: e.URL, Transport: e.Transport,
+		// The URL's credentials and secret-named parameters are not shown;
+		// URLMasked says which were there.
+		ID: e.ID, URL: url, URLMasked: masked, Transport: e.Transport,
 		// Config is shown, but a password in a broker URL or a
 		// secret-named setting is not.
 		EventTypes: nonNil(e.EventTypes), FormIDs: nonNil(e.FormIDs), Config: redact.Map(e.Config),
@@ -52,11 +55,14 @@ func viewEndpoint(e storage.Endpoint, now time.Time) apiwire.Endpoint {
 }
 
 func viewDelivery(d storage.Delivery) apiwire.Delivery {
+	// A reason or an error is a plugin's text, which may quote a URL (a
+	// third-party plugin's, or one recorded before the worker masked what it
+	// records): its secrets are hidden here too.
 	return apiwire.Delivery{
 		ID: d.ID, EndpointID: d.EndpointID, EventID: d.EventID, State: apiwire.DeliveryState(d.State),
 		Attempts: d.Attempts, CycleAttempts: d.CycleAttempts,
 		NextAttemptAt:  d.NextAttemptAt.UTC(),
-		LeaseExpiresAt: utcPtr(d.ClaimExpiresAt), Held: d.Held, UnsentReason: d.UnsentReason,
+		LeaseExpiresAt: utcPtr(d.ClaimExpiresAt), Held: d.Held, UnsentReason: redact.Text(d.UnsentReason),
 		CreatedAt: d.CreatedAt.UTC(), CompletedAt: utcPtr(d.CompletedAt),
 	}
 }
@@ -69,7 +75,7 @@ func viewAttempts(as []storage.Attempt) []apiwire.Attempt {
 	out := make([]apiwire.Attempt, 0, len(as))
 	for _, a := range as {
 		v := apiwire.Attempt{
-			Number: a.Number, Outcome: apiwire.Outcome(a.Outcome), Error: a.Error, Late: a.Late,
+			Number: a.Number, Outcome: apiwire.Outcome(a.Outcome), Error: redact.Text(a.Error), Late: a.Late,
 			StartedAt: a.StartedAt.UTC(), FinishedAt: a.FinishedAt.UTC(), TraceID: a.TraceID,
 		}
 		if a.HTTPStatus != 0 {

@@ -24,7 +24,8 @@ func goldenEncode(v any) string {
 // goldenFixtures are the answers of every route, built by the view
 // functions from storage values that exercise every field: null and set
 // pointers, empty and filled lists, a v1a key with its public key, a
-// redacted config value, text that HTML escaping would change.
+// redacted config value, a URL with credentials and a token and an error
+// quoting it, text that HTML escaping would change.
 func goldenFixtures(t *testing.T) map[string]any {
 	t.Helper()
 	now := time.Date(2026, 12, 3, 14, 0, 0, 123456789, time.FixedZone("X", 3600))
@@ -37,6 +38,9 @@ func goldenFixtures(t *testing.T) map[string]any {
 		CreatedAt: now, UpdatedAt: later,
 		Secrets: []storage.Secret{ // A v1a signing key made for this test, so its public key is fixed.
 			storage.NewSecret("whsk_kSu/I30dLoCPBi3RJF+uTVo+NczK0/hGwCVjED2R6PYu7rWC5/c4sd3meepa8ZXptVZ/vKQt6QHkFyXV+q1c+g==", nil), storage.NewSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &later)}}
+	// Credentials and a token in the URL, and a plugin's error quoting it.
+	masked := storage.Endpoint{ID: "ep_3", Transport: "http", URL: "https://user:pw@x.example/in?token=t&x=1#access_token=a", CreatedAt: now, UpdatedAt: now}
+	leaky := []storage.Attempt{{Number: 1, Outcome: storage.OutcomeRetryable, Error: `Post "https://user:pw@x.example/in?token=t&x=1": EOF`, StartedAt: now, FinishedAt: later}}
 	d1 := storage.Delivery{ID: "dlv_1", EndpointID: "ep_1", EventID: "evt_1", State: storage.StatePending, NextAttemptAt: now, CreatedAt: now}
 	d2 := storage.Delivery{ID: "dlv_2", EndpointID: "ep_1", EventID: "evt_1", State: storage.StateProcessing, Attempts: 3, CycleAttempts: 2,
 		NextAttemptAt: now, ClaimExpiresAt: &later, Held: true, CreatedAt: now, CompletedAt: &later,
@@ -50,6 +54,8 @@ func goldenFixtures(t *testing.T) map[string]any {
 	return map[string]any{
 		"endpoint_bare":         viewEndpoint(bare, now),
 		"endpoint_full":         viewEndpoint(full, now),
+		"endpoint_masked":       viewEndpoint(masked, now),
+		"attempts_masked":       apiwire.AttemptList{Attempts: viewAttempts(leaky)},
 		"endpoint_created":      apiwire.EndpointCreated{Endpoint: viewEndpoint(bare, now), Secret: "whsec_s"},
 		"endpoint_rotated":      apiwire.EndpointCreated{Endpoint: viewEndpoint(full, now), Secret: "whsec_s", PreviousSecretsExpireAt: &later},
 		"endpoint_list":         apiwire.EndpointList{Endpoints: []apiwire.Endpoint{viewEndpoint(bare, now)}},

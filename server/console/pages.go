@@ -378,7 +378,11 @@ func (h *handler) delivery(w http.ResponseWriter, r *http.Request, a authResult)
 	if err != nil {
 		return storeError(err, deliveryName(id))
 	}
+	// A plugin's words may quote a URL (a third-party plugin's, or a row
+	// recorded before the worker masked what it records).
+	data.D.UnsentReason = redact.Text(d.UnsentReason)
 	for _, at := range as {
+		at.Error = redact.Text(at.Error)
 		data.Attempts = append(data.Attempts, attemptRow{Attempt: at, Duration: at.FinishedAt.Sub(at.StartedAt), TraceURL: h.traceURL.URL(at.TraceID)})
 	}
 	if data.Replays, err = h.store.ReplayList(ctx, id); err != nil {
@@ -389,13 +393,17 @@ func (h *handler) delivery(w http.ResponseWriter, r *http.Request, a authResult)
 }
 
 // endpointRow is an endpoint as the pages show it: never a secret value,
-// and settings with secrets and URL passwords redacted.
+// and its URL's credentials and secret-named parameters, and its secret
+// settings, redacted.
 type endpointRow struct {
 	ID, Transport, URL, Description string
-	Label                           string
-	Config                          map[string]string
-	EventTypes, FormIDs             []string
-	DisabledAt                      *time.Time
+	// URLHidden names what URL hides ("userinfo, query:token"); empty
+	// when nothing is.
+	URLHidden           string
+	Label               string
+	Config              map[string]string
+	EventTypes, FormIDs []string
+	DisabledAt          *time.Time
 	// DisabledReason is operator, gone or failing; FailingSince is when
 	// the current run of failed attempts began.
 	DisabledReason string
@@ -415,8 +423,9 @@ type endpointRow struct {
 }
 
 func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
+	shown, hidden := redact.URLParts(e.URL)
 	row := endpointRow{
-		ID: e.ID, Transport: e.Transport, URL: e.URL, Description: e.Description, Label: endpointLabel(e),
+		ID: e.ID, Transport: e.Transport, URL: shown, URLHidden: strings.Join(hidden, ", "), Description: e.Description, Label: endpointLabel(e),
 		Config: redact.Map(e.Config), EventTypes: e.EventTypes, FormIDs: e.FormIDs, DisabledAt: e.DisabledAt, CreatedAt: e.CreatedAt,
 	}
 	for _, s := range e.Secrets {
@@ -452,13 +461,13 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
 }
 
 // endpointLabel is how an endpoint is named in lists: its description, or
-// else where it sends.
+// else where it sends, with the URL's secrets hidden.
 func endpointLabel(e storage.Endpoint) string {
 	switch {
 	case e.Description != "":
 		return e.Description
 	case e.URL != "":
-		return e.URL
+		return redact.URL(e.URL)
 	}
 	return e.Transport
 }

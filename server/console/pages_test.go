@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/console"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
@@ -451,4 +452,59 @@ func TestDeliveryPageSaysWhyNothingWasSent(t *testing.T) {
 
 	other := f.submit("contact", 1)[0]
 	f.get(s, "/console/deliveries/"+other).must(t, http.StatusOK).lacks(t, "<dt>Not sent</dt>")
+}
+
+// TestURLSecretsAreHiddenOnEveryPage: an endpoint URL's credentials and
+// secret-named parameters appear on no page that shows the endpoint or a
+// delivery to it, nor in an attempt's error or a reason for not sending
+// that quotes the URL (as Go's *url.Error does, in a third-party plugin's
+// words or a row recorded before the worker masked them); what is not
+// secret (x=1) is still shown.
+func TestURLSecretsAreHiddenOnEveryPage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const target = "https://carol:pw@127.0.0.1:8443/hook?token=SECRET123&x=1"
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No description, so the URL is the endpoint's label in lists.
+	ep, err := f.store.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: target, FormIDs: []string{"leaky"},
+		Config: map[string]string{}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := f.submit("leaky", 2)
+	f.settle(map[string]outcome{ids[0]: {kind: storage.OutcomeRetryable, err: `Post "` + target + `": dial tcp 127.0.0.1:8443: connect: connection refused`}})
+	claims, err := f.store.DeliveryClaim(t.Context(), storage.DeliveryClaimParams{Limit: 10, Lease: time.Minute})
+	if err != nil || len(claims) != 1 || claims[0].Delivery.ID != ids[1] {
+		t.Fatalf("claimed %v, %v; want %s", claims, err, ids[1])
+	}
+	if _, err := f.store.DeliveryFail(t.Context(), storage.DeliveryFailParams{DeliveryID: ids[1], Token: claims[0].Token,
+		Reason: "the transport refused " + target + ", which it cannot reach"}); err != nil {
+		t.Fatal(err)
+	}
+	s := f.login("alice")
+	f.post(s, "/console/endpoints/"+ep.ID+"/disable", nil).must(t, http.StatusSeeOther)
+
+	const shown = "https://[redacted]@127.0.0.1:8443/hook?token=[redacted]&amp;x=1"
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"/console/", []string{shown}},
+		{"/console/endpoints", []string{shown, "hidden here: userinfo, query:token"}},
+		{"/console/deliveries", []string{shown}},
+		{"/console/deliveries?endpoint_id=" + ep.ID, []string{shown}},
+		{"/console/deliveries/" + ids[0], []string{shown, `Post &#34;` + shown + `&#34;: dial tcp`}},
+		{"/console/deliveries/" + ids[1], []string{shown, "the transport refused " + shown + ", which"}},
+	} {
+		f.get(s, tc.path).must(t, http.StatusOK).contains(t, tc.want...).lacks(t, "SECRET123", "carol", ":pw")
+	}
+	rotated := f.post(s, "/console/endpoints/"+ep.ID+"/rotate-secret", nil).must(t, http.StatusOK)
+	rotated.lacks(t, "SECRET123", "carol", ":pw")
+	// The stored URL, the one delivery uses, is untouched.
+	if got, err := f.store.EndpointGet(t.Context(), ep.ID); err != nil || got.URL != target {
+		t.Fatalf("stored URL %q, %v; want %q", got.URL, err, target)
+	}
 }

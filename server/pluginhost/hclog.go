@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/hymical/hymical/internal/redact"
 )
 
 // hclogAdapter lets go-plugin, which logs through hclog, write to the
@@ -60,7 +62,17 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	}
 	attrs = append(attrs, a.implied...)
 	attrs = append(attrs, args...)
-	a.base.Log(ctx, sl, msg, slog.Group("goplugin", attrs...))
+	// A plugin may log its endpoint's URL: its secrets are hidden before
+	// the line reaches the product's log.
+	for i, v := range attrs {
+		switch v := v.(type) {
+		case string:
+			attrs[i] = redact.Text(v)
+		case error:
+			attrs[i] = redact.Text(v.Error())
+		}
+	}
+	a.base.Log(ctx, sl, redact.Text(msg), slog.Group("goplugin", attrs...))
 }
 
 func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
@@ -158,6 +170,7 @@ func (w *lineLogger) Write(p []byte) (int, error) {
 
 func (w *lineLogger) emit(line []byte) {
 	if line = bytes.TrimRight(line, "\r"); len(line) > 0 {
-		w.logger.Info("plugin output", "line", string(line))
+		// A plugin may print its endpoint's URL: its secrets are hidden.
+		w.logger.Info("plugin output", "line", redact.Text(string(line)))
 	}
 }

@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	e2etest.PluginMain(m, map[string]string{
 		"http":      "github.com/hymical/hymical/plugins/http",
 		"misbehave": "github.com/hymical/hymical/server/pluginhost/testdata/misbehave",
+		"leaky":     "github.com/hymical/hymical/server/worker/testdata/leaky",
 	}, &pluginDir)
 }
 

@@ -40,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/retrypolicy"
@@ -566,6 +567,12 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 	// actx carries the attempt's span to the plugin and on to the receiver.
 	p.share.sending(c.Delivery.EndpointID, start)
 	out := p.sender.Send(actx, ep.Transport, msg, deadline)
+	if out.Error != "" {
+		// A plugin's words are recorded in the history, logged and traced,
+		// and may quote the endpoint's URL (Go's *url.Error does) or one of
+		// its secrets: whatever the plugin, they are masked first.
+		out.Error = redact.TextFor(out.Error, redact.SecretsOf(ep.URL, ep.Config))
+	}
 	p.share.sent(c.Delivery.EndpointID, start, p.now().Sub(start), !out.NoRequest)
 	if out.NoRequest && (out.Kind == transport.OutcomeRetryable || out.Kind == transport.OutcomePermanent) {
 		kind := telemetry.UnsentRefused

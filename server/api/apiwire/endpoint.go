@@ -6,8 +6,17 @@ import "time"
 // disable and enable answer it. It carries no secret value: Secrets says how
 // many secrets sign and until when.
 type Endpoint struct {
-	ID          string            `json:"id"`
-	URL         string            `json:"url"`
+	ID string `json:"id"`
+	// URL is where the endpoint sends, with its credentials (the whole
+	// user:password@) and the values of its secret-named query and
+	// fragment parameters (token, password, api_key, sig, …) replaced by
+	// "[redacted]". The server keeps and sends to the URL as given.
+	URL string `json:"url"`
+	// URLMasked names what URL hides, in the order it appears: "userinfo",
+	// "query:NAME" or "fragment:NAME" (a name may repeat). Left out when
+	// nothing is hidden. A PATCH that sends URL back as shown keeps the
+	// stored URL; to change a hidden part, send the whole real URL.
+	URLMasked   []string          `json:"url_masked,omitempty"`
 	Transport   string            `json:"transport"`
 	EventTypes  []string          `json:"event_types"`
 	FormIDs     []string          `json:"form_ids"`
