@@ -102,13 +102,18 @@ func TestServeTracesAndMetrics(t *testing.T) {
 
 	// Both attempts' traces reach the collector, from the server and the plugin.
 	spans := collector.WaitFor(t, 20*time.Second, "the attempts' spans from the server and the plugin", func(ss []telemetrytest.Span) bool {
-		for _, id := range traceIDs {
-			var attempt, post bool
+		// Both attempts are in one trace now, so count them there.
+		for i, id := range traceIDs {
+			var attempt bool
+			posts := 0
 			for _, s := range ss {
-				attempt = attempt || s.Service == "hymical-e2e" && s.Name == telemetry.SpanAttempt && s.TraceID == id
-				post = post || s.Service == "hymical-e2e-plugin-http" && s.Name == "POST" && s.TraceID == id
+				attempt = attempt || s.Service == "hymical-e2e" && s.Name == telemetry.SpanAttempt && s.TraceID == id &&
+					s.Attributes[string(telemetry.AttrAttemptNumber)] == strconv.Itoa(i+1)
+				if s.Service == "hymical-e2e-plugin-http" && s.Name == "POST" && s.TraceID == id {
+					posts++
+				}
 			}
-			if !attempt || !post {
+			if !attempt || posts < len(traceIDs) {
 				return false
 			}
 		}
