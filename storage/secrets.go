@@ -109,8 +109,8 @@ func (c SecretsCodec) Encode(id string, secrets []Secret) (string, error) {
 func (c SecretsCodec) Decode(id, column string) ([]Secret, error) {
 	if !strings.HasPrefix(strings.TrimSpace(column), `"`) {
 		if c.Box != nil {
-			return nil, fmt.Errorf("endpoint %s: %w: its signing secrets are stored in plaintext, but a secrets key (id %s) is configured: hymical serve encrypts them at start-up; check that nothing writes to the database without the key",
-				id, ErrSecretsKey, c.Box.KeyID())
+			return nil, fmt.Errorf("%w: the signing secrets of endpoint %s are stored in plaintext, but a secrets key (id %s) is configured: hymical serve encrypts them at start-up; check that nothing writes to the database without the key",
+				ErrSecretsKey, id, c.Box.KeyID())
 		}
 		return DecodeSecrets(column)
 	}
@@ -123,17 +123,17 @@ func (c SecretsCodec) Decode(id, column string) ([]Secret, error) {
 		return nil, fmt.Errorf("endpoint %s: %w", id, err)
 	}
 	if c.Box == nil {
-		return nil, fmt.Errorf("endpoint %s: %w: its signing secrets are encrypted under the key with id %s and no key is configured: set FORMS_SECRETS_KEY or secrets.key_file to that key",
-			id, ErrSecretsKey, keyID)
+		return nil, fmt.Errorf("%w: the signing secrets of endpoint %s are encrypted under the key with id %s and no key was given to read them: set FORMS_SECRETS_KEY or secrets.key_file to that key",
+			ErrSecretsKey, id, keyID)
 	}
 	plain, err := c.Box.Open(sealed, id)
 	switch {
 	case errors.Is(err, secretbox.ErrWrongKey):
-		return nil, fmt.Errorf("endpoint %s: %w: its signing secrets are encrypted under the key with id %s, but the configured key has id %s: configure the key with id %s",
-			id, ErrSecretsKey, keyID, c.Box.KeyID(), keyID)
+		return nil, fmt.Errorf("%w: the signing secrets of endpoint %s are encrypted under the key with id %s, but the configured key has id %s: configure the key with id %s",
+			ErrSecretsKey, id, keyID, c.Box.KeyID(), keyID)
 	case err != nil:
-		return nil, fmt.Errorf("endpoint %s: %w: its signing secrets do not decrypt with the configured key (id %s): the row was changed, or copied from another endpoint's row",
-			id, ErrSecretsKey, keyID)
+		return nil, fmt.Errorf("%w: the signing secrets of endpoint %s do not decrypt with the configured key (id %s): the row was changed, or copied from another endpoint's row",
+			ErrSecretsKey, id, keyID)
 	}
 	return DecodeSecrets(string(plain))
 }
