@@ -69,6 +69,9 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		{args: []string{"replay"}, usage: "usage: hymical replay", flags: cat(client, []string{"state", "endpoint", "form", "limit"}), notFlags: []string{"cursor", "url", "wide"}},
 		{args: []string{"bench"}, usage: "usage: hymical bench", flags: []string{"backend", "submissions", "endpoints", "concurrency", "json"}, notFlags: client},
 		{args: []string{"version"}, usage: "usage: hymical version", notFlags: client},
+		{args: []string{"secrets"}, usage: "usage: hymical secrets COMMAND", lines: []string{"  rotate-key "}},
+		{args: []string{"secrets", "rotate-key"}, usage: "usage: hymical secrets rotate-key", flags: []string{"database", "key-file", "new-key-file", "generate", "force"},
+			notFlags: cat(client, []string{"key", "new-key"}), lines: []string{"process list", "in one\ntransaction"}},
 	} {
 		name := strings.Join(append(tc.args, "--help"), " ")
 		t.Run(name, func(t *testing.T) {

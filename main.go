@@ -5,6 +5,7 @@
 //	hymical serve   [--config FILE] [--KEY=VALUE…]   run the delivery server
 //	hymical plugins list                        the transport plugins it would run
 //	hymical migrate [--database URL] [--to N]   apply pending schema migrations
+//	hymical secrets rotate-key --new-key-file F re-encrypt endpoint secrets under a new key
 //	hymical demo    [--database URL]            deliver a sample submission end to end
 //	hymical version                             print the build and schema version
 //
@@ -60,6 +61,7 @@ Commands:
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
   bench        measure delivery throughput, latency and cost against a loopback receiver
+  secrets      rotate-key: encrypt the endpoints' signing secrets under a new key
   version      print the build (version, revision, time) and the schema version it needs
 
 Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADMIN_TOKEN):
@@ -83,6 +85,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"replay":     runReplay,
 	"bench":      runBench,
 	"version":    runVersion,
+	"secrets":    runSecrets,
 }
 
 // run is the whole command line. Asked for help, at any level, a command

@@ -7,7 +7,9 @@
 // lease, one attempt counter), 2 the claim token, 3 cycle_attempts backfilled
 // from attempts, 4 the live worker registry, 5 the claim's ordered partial
 // indexes, 6 the endpoint controls, 7 the reason a claim ended without a
-// request. A database stopped at any step upgrades by applying the rest.
+// request, 8 the fair share's index, 9 the record of the key endpoint
+// secrets are encrypted under. A database stopped at any step upgrades by
+// applying the rest.
 // Never edit a released file: add a new one.
 package migrations
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/sqlite"
@@ -27,12 +28,18 @@ func TestGoneDisablesOnlyWhenAskedTo(t *testing.T) {
 		t.Run(fmt.Sprintf("endpoints.disable_on_gone=%v", on), func(t *testing.T) {
 			t.Parallel()
 			dbPath := filepath.Join(t.TempDir(), "hymical.db")
-			direct, err := sqlite.Open(t.Context(), dbPath)
+			// The server and the test's own store share a key, which
+			// the database records before the endpoint is written.
+			key, box := secretsKey(t)
+			direct, err := sqlite.Open(t.Context(), dbPath, storage.WithSecretBox(box))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer direct.Close()
 			if _, err := direct.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := direct.SecretsEncrypt(t.Context(), box); err != nil {
 				t.Fatal(err)
 			}
 			recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
@@ -48,6 +55,7 @@ func TestGoneDisablesOnlyWhenAskedTo(t *testing.T) {
 			}
 
 			cfg := testConfig("sqlite:" + dbPath)
+			cfg.Secrets.Key = config.Secret(key.Text())
 			cfg.Console.Enabled = false
 			cfg.Endpoints.DisableOnGone = on
 			start(t, cfg)

@@ -166,11 +166,19 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 	return s, nil
 }
 
-// openStore opens the database, migrates it when it is SQLite, and checks
-// its schema is the one this build knows.
+// openStore opens the database with the key of its endpoint secrets,
+// migrates it when it is SQLite, checks its schema is the one this build
+// knows, then checks the key against the one the database records (and
+// encrypts secrets still in plaintext; see database.PrepareSecrets).
 func (s *Server) openStore(ctx context.Context) error {
 	dbURL := s.cfg.Database.URL.Reveal()
-	store, err := database.Open(ctx, dbURL)
+	key, err := database.LoadSecretsKey(dbURL, database.SecretsConfig{
+		Key: s.cfg.Secrets.Key.Reveal(), KeyFile: s.cfg.Secrets.KeyFile,
+	}, true, s.log)
+	if err != nil {
+		return err
+	}
+	store, err := database.Open(ctx, dbURL, append(key.Options(), storage.WithLogger(s.log))...)
 	if err != nil {
 		return err
 	}
@@ -191,8 +199,10 @@ func (s *Server) openStore(ctx context.Context) error {
 			s.log.Info("migrated the database", "database", redact.URL(dbURL), "from", res.From, "to", res.To, "applied", strings.Join(res.Applied, ", "))
 		}
 	}
-	s.schema, err = database.CheckSchema(ctx, store)
-	return err
+	if s.schema, err = database.CheckSchema(ctx, store); err != nil {
+		return err
+	}
+	return database.PrepareSecrets(ctx, store, key, s.log)
 }
 
 // startTelemetry sets up tracing and metrics as the config says. This is

@@ -41,6 +41,7 @@ import (
 // method; its key is still "worker".
 type Config struct {
 	Database  DatabaseConfig  `koanf:"database" doc:"Where delivery state is kept."`
+	Secrets   SecretsConfig   `koanf:"secrets" doc:"Encryption of endpoint signing secrets at rest (AES-256-GCM), so a copy of the database or a backup of it cannot sign webhooks. With neither key set: SQLite uses the key file DATABASE.key beside the database, made on first start; PostgreSQL keeps them in plaintext and warns. Once a database's secrets are encrypted, the server does not start without their key."`
 	Server    ServerConfig    `koanf:"server" doc:"The HTTP API: where it listens and who may call it."`
 	Workers   WorkerConfig    `koanf:"worker" doc:"The delivery loop: how deliveries are claimed, leased and retried."`
 	Webhook   WebhookConfig   `koanf:"webhook" doc:"Sending to receivers over HTTP; handed to the http transport plugin."`
@@ -55,6 +56,13 @@ type Config struct {
 // DatabaseConfig says where delivery state is kept.
 type DatabaseConfig struct {
 	URL DatabaseURL `koanf:"url" doc:"sqlite:PATH for one process on one host (an embedded SQLite file, created if missing), or postgres://USER:PASSWORD@HOST:PORT/DB for any number of processes sharing one PostgreSQL. Prefer the environment for a URL that holds a password."`
+}
+
+// SecretsConfig is where the key that encrypts endpoint signing secrets
+// comes from: at most one of the two.
+type SecretsConfig struct {
+	Key     Secret `koanf:"key" doc:"The key itself: 32 random bytes in base64 or hex, e.g. the output of openssl rand -base64 32. Give it through FORMS_SECRETS_KEY or a secret store, never a flag or a checked-in file; its id, not the key, is recorded in the database."`
+	KeyFile string `koanf:"key_file" doc:"A file holding the key (base64 or hex, one line), readable by the server's user only. Instead of secrets.key."`
 }
 
 // ServerConfig is the HTTP API's.

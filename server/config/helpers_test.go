@@ -73,10 +73,14 @@ func problemFor(t testing.TB, err error, key string) config.Problem {
 	return config.Problem{}
 }
 
+// secretsKey is a valid secrets.key: 32 bytes in base64.
+const secretsKey = "q83vEjRWeJCrze8SNFZ4kKvN7xI0VniQq83vEjRWeJA="
+
 // allKeys is every key of the configuration, written out: it is the
 // specification of the names, and TestHelpListsEveryKey holds --help to it.
 var allKeys = []string{
 	"database.url",
+	"secrets.key", "secrets.key_file",
 	"server.listen", "server.admin_token", "server.ingest_keys", "server.insecure_dev_mode",
 	"server.max_body_bytes", "server.secret_rotation_grace", "server.read_header_timeout", "server.read_timeout",
 	"server.write_timeout", "server.idle_timeout", "server.max_header_bytes",

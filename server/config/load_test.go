@@ -100,6 +100,8 @@ var samples = []struct {
 	{"database.url", "postgres://hymical@db.internal:5432/hymical", func(c config.Config) bool {
 		return c.Database.URL.Reveal() == "postgres://hymical@db.internal:5432/hymical"
 	}},
+	{"secrets.key", secretsKey, func(c config.Config) bool { return c.Secrets.Key.Reveal() == secretsKey }},
+	{"secrets.key_file", "/etc/hymical/secrets.key", func(c config.Config) bool { return c.Secrets.KeyFile == "/etc/hymical/secrets.key" }},
 	{"server.listen", ":9090", func(c config.Config) bool { return c.Server.Listen == ":9090" }},
 	{"server.admin_token", "another-admin-token-0123456789", func(c config.Config) bool {
 		return c.Server.AdminToken.Reveal() == "another-admin-token-0123456789"

@@ -23,10 +23,14 @@ const (
 	secretSetting2 = "settingsecret-PLANTED-4b5a6978"
 	secretSetting3 = "settingpw-PLANTED-c3d2e1f0a9"
 	secretSetting4 = "settingkey-PLANTED-9a8b7c6d5e"
+	// secretKey is a valid secrets.key (base64 of 32 bytes), secretBadKey
+	// one that is too short.
+	secretKey    = "c2VjcmV0c2tleS1QTEFOVEVELTAxMjM0NTY3ODlhYmM="
+	secretBadKey = "YmFka2V5LVBMQU5URUQtN2U2ZDVj"
 )
 
 var planted = []string{secretToken, secretIngest1, secretIngest2, secretDBPass, secretDBQuery,
-	secretSetting1, secretSetting2, secretSetting3, secretSetting4}
+	secretSetting1, secretSetting2, secretSetting3, secretSetting4, secretKey, secretBadKey}
 
 // leaked returns the planted secrets that occur in any of the texts.
 func leaked(texts ...string) []string {
@@ -83,9 +87,10 @@ func TestSecretsAreNeverShown(t *testing.T) {
 		"FORMS_SERVER_ADMIN_TOKEN=" + secretToken,
 		"FORMS_DATABASE_URL=postgres://hymical:" + secretDBPass + "@db.internal:5432/hymical?sslmode=require&password=" + secretDBQuery,
 		"FORMS_WORKER_LEASE_SECONDS=20", // a warning, to have one to check
+		"FORMS_SECRETS_KEY=" + secretKey,
 	}
 	cfg, warnings := mustLoad(t, secretsFile, env, "--server.ingest_keys="+secretIngest1+","+secretIngest2)
-	if cfg.Server.AdminToken.Reveal() != secretToken || cfg.Plugins.List[0].Settings["auth_token"] != secretSetting1 {
+	if cfg.Server.AdminToken.Reveal() != secretToken || cfg.Plugins.List[0].Settings["auth_token"] != secretSetting1 || cfg.Secrets.Key.Reveal() != secretKey {
 		t.Fatal("the secrets were not loaded; the test would prove nothing")
 	}
 	if len(warnings) < 2 {
@@ -134,6 +139,9 @@ func TestSecretsAreNeverInErrors(t *testing.T) {
 		{name: "database URL with a bad escape in the password", env: []string{"FORMS_DATABASE_URL=postgres://u:%zz" + secretDBPass + "@h/db"}},
 		{name: "unsupported database URL", env: []string{"FORMS_DATABASE_URL=mysql://u:" + secretDBPass + "@h/db"}},
 		{name: "database URL without a scheme", env: []string{"FORMS_DATABASE_URL=" + secretDBPass}},
+		{name: "secrets key too short", env: []string{"FORMS_SECRETS_KEY=" + secretBadKey}},
+		{name: "secrets key and key file", env: []string{"FORMS_SECRETS_KEY=" + secretKey, "FORMS_SECRETS_KEY_FILE=/k"}},
+		{name: "secrets key in a misspelt variable", env: []string{"FORMS_SECRETS_KYE=" + secretKey}},
 		{name: "secret setting that is a map", file: "plugins:\n  list:\n    - name: nats\n      settings:\n        token:\n          v: " + secretSetting1 + "\n"},
 		{name: "secret setting in a bad entry", file: "plugins:\n  list:\n    - name: NATS!\n      settings:\n        password: " + secretSetting3 + "\n"},
 		{name: "secret in YAML that does not parse", file: "server:\n  admin_token: " + secretToken + "\n  ingest_keys: [" + secretIngest1 + "\n"},
@@ -159,9 +167,10 @@ func TestSecretsAreNeverInErrors(t *testing.T) {
 func TestSecretFlagsWarn(t *testing.T) {
 	t.Parallel()
 	_, warnings := mustLoad(t, "", nil, "--server.admin_token="+secretToken,
-		"--database.url=postgres://u:"+secretDBPass+"@h/db")
+		"--database.url=postgres://u:"+secretDBPass+"@h/db", "--secrets.key="+secretKey)
 	joined := strings.Join(warnings, "\n")
-	for _, want := range []string{"server.admin_token was given as a flag", "FORMS_SERVER_ADMIN_TOKEN", "database.url was given as a flag"} {
+	for _, want := range []string{"server.admin_token was given as a flag", "FORMS_SERVER_ADMIN_TOKEN", "database.url was given as a flag",
+		"secrets.key was given as a flag", "FORMS_SECRETS_KEY"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("warnings %q lack %q", warnings, want)
 		}

@@ -160,6 +160,11 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "upper-case scheme", env: []string{"FORMS_DATABASE_URL=Postgres://u@h/db"}, key: "database.url", want: []string{"lower case"}},
 		{name: "sqlite3 scheme", env: []string{"FORMS_DATABASE_URL=sqlite3://x.db"}, key: "database.url", want: []string{"sqlite:PATH"}},
 		{name: "unparseable PostgreSQL URL", env: []string{"FORMS_DATABASE_URL=postgres://u@h:port/db"}, key: "database.url", want: []string{"can be parsed", "percent-encoded"}},
+		// The secrets key. The values are never shown (TestSecretsNeverShow
+		// holds every message to it); these say what is wrong instead.
+		{name: "secrets key too short", env: []string{"FORMS_SECRETS_KEY=c2hvcnQta2V5"}, key: "secrets.key", want: []string{"decodes to 9 bytes, want 32", "openssl rand -base64 32", "not shown"}},
+		{name: "secrets key not base64", env: []string{"FORMS_SECRETS_KEY=not a key!"}, key: "secrets.key", want: []string{"neither base64 nor hex"}},
+		{name: "secrets key and key file", env: []string{"FORMS_SECRETS_KEY=" + secretsKey, "FORMS_SECRETS_KEY_FILE=/etc/hymical/key"}, key: "secrets.key", want: []string{"secrets.key_file", "one way only"}},
 		// Logging.
 		{name: "unknown level", env: []string{"FORMS_LOG_LEVEL=verbose"}, key: "log.level", want: []string{`"verbose"`, "debug, info, warn or error"}},
 		{name: "unknown format", file: "log:\n  format: xml\n", key: "log.format", want: []string{`"xml"`, "text or json"}},

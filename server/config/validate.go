@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/secretbox"
 
 	"github.com/hymical/hymical/server/telemetry"
 )
@@ -55,6 +56,21 @@ func (c *Config) check(r *report, src map[string]string) {
 	if !skip("database.url") {
 		if problem := checkDatabaseURL(c.Database.URL.Reveal()); problem != "" {
 			r.invalid("database.url", "database.url%s %s", at("database.url"), problem)
+		}
+	}
+
+	// secrets
+	if !skip("secrets.key", "secrets.key_file") {
+		key := c.Secrets.Key.Reveal()
+		switch {
+		case key != "" && c.Secrets.KeyFile != "":
+			r.invalid("secrets.key", "secrets.key%s and secrets.key_file%s are both set: give the key one way only", at("secrets.key"), at("secrets.key_file"))
+		case key != "":
+			if _, err := secretbox.ParseKey(key); err != nil {
+				r.invalid("secrets.key", "secrets.key%s is not a 32-byte key in base64 or hex (%v): make one with openssl rand -base64 32 (the value is not shown)", at("secrets.key"), err)
+			}
+		case c.Secrets.KeyFile != "" && strings.TrimSpace(c.Secrets.KeyFile) != c.Secrets.KeyFile:
+			r.invalid("secrets.key_file", "secrets.key_file%s begins or ends with white space: remove it", at("secrets.key_file"))
 		}
 	}
 
@@ -102,7 +118,7 @@ func (c *Config) check(r *report, src map[string]string) {
 			r.warn("INSECURE: server.insecure_dev_mode is true, so the API lets callers in without the admin token: use it only on a development machine, never in production")
 		}
 	}
-	for _, key := range []string{"server.admin_token", "server.ingest_keys"} {
+	for _, key := range []string{"server.admin_token", "server.ingest_keys", "secrets.key"} {
 		if strings.HasPrefix(src[key], "by --") {
 			r.warn("%s was given as a flag: other users of this machine can read it in the process list; use %s or the config file", key, envName(key))
 		}

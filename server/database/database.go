@@ -22,17 +22,18 @@ const DefaultURL = "sqlite:hymical.db"
 
 // Open opens the store a database URL names: "sqlite:PATH" for the
 // embedded single-node store, or a "postgres://" / "postgresql://" URL.
-func Open(ctx context.Context, url string) (storage.Store, error) {
+// opts go to the backend's Open (a SecretsKey's Options, a logger).
+func Open(ctx context.Context, url string, opts ...storage.OpenOption) (storage.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:"):
-		path := strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
-		s, err := sqlite.Open(ctx, path)
+		path, _ := sqlitePath(url)
+		s, err := sqlite.Open(ctx, path, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open SQLite database %q: %w", path, err)
 		}
 		return s, nil
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		s, err := postgres.Open(ctx, url)
+		s, err := postgres.Open(ctx, url, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open PostgreSQL database: %w", err)
 		}

@@ -173,7 +173,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	var claims []storage.Claim
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		if claims, err = claimIn(ctx, tx, p); err != nil || !needsAdmission(claims) {
+		if claims, err = claimIn(ctx, tx, p, s.secrets); err != nil || !needsAdmission(claims) {
 			return err
 		}
 		claims, err = admitClaims(ctx, tx, claims, p.Now)
@@ -188,8 +188,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	return claims, nil
 }
 
-// claimIn runs the claim statement in tx.
-func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]storage.Claim, error) {
+// claimIn runs the claim statement in tx; codec opens the endpoints' secrets.
+func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, codec storage.SecretsCodec) ([]storage.Claim, error) {
 	var (
 		rows pgx.Rows
 		err  error
@@ -220,7 +220,7 @@ func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]s
 		c.Event = ev.event()
 		known, ok := endpoints[ep.e.ID]
 		if !ok {
-			if known, err = ep.endpoint(); err != nil {
+			if known, err = ep.endpoint(codec); err != nil {
 				return c, err
 			}
 			endpoints[known.ID] = known

@@ -22,7 +22,7 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 		e.ID = storage.NewID("ep")
 	}
 	e = normalizeEndpoint(e)
-	secrets, err := storage.EncodeSecrets(e.Secrets)
+	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("postgres: %s: encode secrets: %w", op, err)
 	}
@@ -37,7 +37,7 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
 		e.Description, e.DisabledAt, dbNow(e.CreatedAt), dbNow(e.UpdatedAt), e.DisabledReason,
 		e.RateLimit, e.RateBurst, e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule))
-	out, err := scanEndpoint(row)
+	out, err := scanEndpoint(row, s.secrets)
 	if err != nil {
 		return storage.Endpoint{}, mapErr(op, err)
 	}
@@ -47,7 +47,7 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 // EndpointGet returns the endpoint with this id, or storage.ErrNotFound.
 func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, id)
-	e, err := scanEndpoint(row)
+	e, err := scanEndpoint(row, s.secrets)
 	if err != nil {
 		return storage.Endpoint{}, mapErr("endpoint get "+id, err)
 	}
@@ -60,7 +60,7 @@ func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 	if err != nil {
 		return nil, mapErr("endpoint list", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Endpoint, error) { return scanEndpoint(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Endpoint, error) { return scanEndpoint(r, s.secrets) })
 	if err != nil {
 		return nil, mapErr("endpoint list", err)
 	}
@@ -81,7 +81,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	e = normalizeEndpoint(e)
-	secrets, err := storage.EncodeSecrets(e.Secrets)
+	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("postgres: %s: encode secrets: %w", op, err)
 	}
@@ -110,7 +110,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 			RETURNING `+endpointColumns,
 			e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
 			e.Description, e.DisabledAt, readAt, e.DisabledReason, e.RateLimit, e.RateBurst,
-			e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule)))
+			e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule)), s.secrets)
 		if err != nil {
 			return err
 		}

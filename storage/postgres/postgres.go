@@ -26,6 +26,9 @@ type Store struct {
 	// events batches this process's concurrent EventCreates into shared
 	// transactions.
 	events groupcommit.Queue[storage.Event, storage.EventCreateResult]
+	// secrets seals endpoint secrets on every write and opens them on
+	// every read, when it has a box.
+	secrets storage.SecretsCodec
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -33,7 +36,8 @@ var _ storage.Store = (*Store)(nil)
 // Open connects to the database named by dsn (a postgres:// URL or a
 // keyword/value string, as libpq takes) and checks that it answers. It does
 // not migrate: call Migrate for that.
-func Open(ctx context.Context, dsn string) (*Store, error) {
+func Open(ctx context.Context, dsn string, opts ...storage.OpenOption) (*Store, error) {
+	open := storage.NewOpenConfig(opts)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, dsnError(dsn, err)
@@ -56,7 +60,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %w (check the DSN, that the server is running and that it accepts this user)", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, secrets: storage.SecretsCodec{Box: open.SecretBox}}
 	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 	return s, nil
 }

@@ -35,14 +35,14 @@ func newDatabase(t *testing.T) storagetest.Database {
 	return &database{dsn: dsn, pool: pool}
 }
 
-func (d *database) Open(t *testing.T) storage.Store {
+func (d *database) Open(t *testing.T, opts ...storage.OpenOption) storage.Store {
 	t.Helper()
-	return d.openStore(t)
+	return d.openStore(t, opts...)
 }
 
-func (d *database) openStore(t *testing.T) *postgres.Store {
+func (d *database) openStore(t *testing.T, opts ...storage.OpenOption) *postgres.Store {
 	t.Helper()
-	s, err := postgres.Open(context.Background(), d.dsn)
+	s, err := postgres.Open(context.Background(), d.dsn, opts...)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -61,6 +61,12 @@ func (d *database) QueryInt(ctx context.Context, sql string) (int64, error) {
 	var n int64
 	err := d.pool.QueryRow(ctx, sql).Scan(&n)
 	return n, err
+}
+
+func (d *database) QueryString(ctx context.Context, sql string) (string, error) {
+	var s string
+	err := d.pool.QueryRow(ctx, sql).Scan(&s)
+	return s, err
 }
 
 func (d *database) TimeLiteral(t time.Time) string {

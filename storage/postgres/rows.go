@@ -118,13 +118,13 @@ func (s *endpointScan) dest() []any {
 		&e.RateLimit, &e.RateBurst, &e.MaxInFlight, &e.Ordered, &s.retrySchedule}
 }
 
-func (s *endpointScan) endpoint() (storage.Endpoint, error) {
+// endpoint is the scanned endpoint, its secrets opened by codec.
+func (s *endpointScan) endpoint(codec storage.SecretsCodec) (storage.Endpoint, error) {
 	e := s.e
 	var err error
-	e.Secrets, err = storage.DecodeSecrets(s.secrets)
-	if err != nil {
-		// The decode error never carries the secret text itself.
-		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+	// The codec's errors name the endpoint and never carry a secret.
+	if e.Secrets, err = codec.Decode(e.ID, s.secrets); err != nil {
+		return storage.Endpoint{}, err
 	}
 	if e.RetrySchedule, err = storage.DecodeRetrySchedule(s.retrySchedule); err != nil {
 		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
@@ -132,12 +132,12 @@ func (s *endpointScan) endpoint() (storage.Endpoint, error) {
 	return normalizeEndpoint(e), nil
 }
 
-func scanEndpoint(row pgx.Row) (storage.Endpoint, error) {
+func scanEndpoint(row pgx.Row, codec storage.SecretsCodec) (storage.Endpoint, error) {
 	var s endpointScan
 	if err := row.Scan(s.dest()...); err != nil {
 		return storage.Endpoint{}, err
 	}
-	return s.endpoint()
+	return s.endpoint(codec)
 }
 
 // normalizeEndpoint makes absent collections empty rather than nil, and

@@ -335,7 +335,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 		if err != nil {
 			return err
 		}
-		endpoints, err := endpointsByID(ctx, tx.StmtContext(ctx, st[2]), endpointIDs)
+		endpoints, err := endpointsByID(ctx, tx.StmtContext(ctx, st[2]), endpointIDs, s.secrets)
 		if err != nil {
 			return err
 		}
@@ -359,8 +359,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 }
 
 // endpointsByID reads the endpoints named in ids (repeats allowed) with
-// the prepared endpointsByIDSQL.
-func endpointsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]storage.Endpoint, error) {
+// the prepared endpointsByIDSQL, their secrets opened by codec.
+func endpointsByID(ctx context.Context, st *sql.Stmt, ids []string, codec storage.SecretsCodec) (map[string]storage.Endpoint, error) {
 	rows, err := st.QueryContext(ctx, jsonList(ids))
 	if err != nil {
 		return nil, err
@@ -368,7 +368,7 @@ func endpointsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]
 	defer rows.Close()
 	out := map[string]storage.Endpoint{}
 	for rows.Next() {
-		e, err := scanEndpoint(rows)
+		e, err := scanEndpoint(rows, codec)
 		if err != nil {
 			return nil, err
 		}

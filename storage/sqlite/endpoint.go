@@ -20,7 +20,9 @@ type endpointRow struct {
 	config, eventTypes, formIDs, secrets, retrySchedule string
 }
 
-func encodeEndpoint(e storage.Endpoint) (endpointRow, error) {
+// encodeEndpoint writes e's columns, its secrets sealed by codec when it
+// has a box.
+func encodeEndpoint(e storage.Endpoint, codec storage.SecretsCodec) (endpointRow, error) {
 	config := e.Config
 	if config == nil {
 		config = map[string]string{}
@@ -42,7 +44,7 @@ func encodeEndpoint(e storage.Endpoint) (endpointRow, error) {
 	for i, sec := range e.Secrets {
 		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
 	}
-	enc, err := storage.EncodeSecrets(secrets)
+	enc, err := codec.Encode(e.ID, secrets)
 	if err != nil {
 		return endpointRow{}, fmt.Errorf("encode endpoint secrets: %w", err)
 	}
@@ -58,7 +60,8 @@ func normTime(t *time.Time) *time.Time {
 	return &n
 }
 
-func scanEndpoint(r rowScanner) (storage.Endpoint, error) {
+// scanEndpoint reads one endpoint, its secrets opened by codec.
+func scanEndpoint(r rowScanner, codec storage.SecretsCodec) (storage.Endpoint, error) {
 	var (
 		e                 storage.Endpoint
 		row               endpointRow
@@ -87,9 +90,10 @@ func scanEndpoint(r rowScanner) (storage.Endpoint, error) {
 	if err := json.Unmarshal([]byte(row.formIDs), &e.FormIDs); err != nil {
 		return storage.Endpoint{}, fmt.Errorf("decode form ids of endpoint %s: %w", e.ID, err)
 	}
-	secrets, err := storage.DecodeSecrets(row.secrets)
+	// The codec's errors name the endpoint and never hold a secret.
+	secrets, err := codec.Decode(e.ID, row.secrets)
 	if err != nil {
-		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+		return storage.Endpoint{}, err
 	}
 	for i, sec := range secrets {
 		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
@@ -111,7 +115,7 @@ func scanEndpoint(r rowScanner) (storage.Endpoint, error) {
 	return e, nil
 }
 
-func listEndpoints(ctx context.Context, q querier) ([]storage.Endpoint, error) {
+func listEndpoints(ctx context.Context, q querier, codec storage.SecretsCodec) ([]storage.Endpoint, error) {
 	rows, err := q.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints ORDER BY id`)
 	if err != nil {
 		return nil, err
@@ -119,7 +123,7 @@ func listEndpoints(ctx context.Context, q querier) ([]storage.Endpoint, error) {
 	defer rows.Close()
 	out := []storage.Endpoint{}
 	for rows.Next() {
-		e, err := scanEndpoint(rows)
+		e, err := scanEndpoint(rows, codec)
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +147,7 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 		e.UpdatedAt = e.CreatedAt
 	}
 	e.NormalizeControls()
-	row, err := encodeEndpoint(e)
+	row, err := encodeEndpoint(e, s.secrets)
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
@@ -156,7 +160,7 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 			RETURNING `+endpointColumns,
 			e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
 			nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(s.now(e.UpdatedAt)), e.DisabledReason,
-			e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule))
+			e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule), s.secrets)
 		return err
 	})
 	if err != nil {
@@ -168,7 +172,7 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 // EndpointGet reads one endpoint.
 func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, error) {
 	e, err := scanEndpoint(s.reader.QueryRowContext(ctx,
-		`SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, id))
+		`SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, id), s.secrets)
 	if err != nil {
 		return storage.Endpoint{}, s.mapErr("get endpoint "+id, err)
 	}
@@ -177,7 +181,7 @@ func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, e
 
 // EndpointList returns every endpoint, ordered by id.
 func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
-	out, err := listEndpoints(ctx, s.reader)
+	out, err := listEndpoints(ctx, s.reader, s.secrets)
 	if err != nil {
 		return nil, s.mapErr("list endpoints", err)
 	}
@@ -198,7 +202,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	e.NormalizeControls()
-	row, err := encodeEndpoint(e)
+	row, err := encodeEndpoint(e, s.secrets)
 	if err != nil {
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
@@ -225,7 +229,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 			e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
 			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})),
 			e.DisabledReason, e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule,
-			e.ID, readAt, readAt))
+			e.ID, readAt, readAt), s.secrets)
 		if err == nil {
 			was := before[e.ID]
 			after := endpointControl{disabled: out.DisabledAt != nil, ordered: out.Ordered}

@@ -1,10 +1,13 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,9 +46,9 @@ type testDatabase struct {
 	raw *sql.DB // for Exec and QueryInt, opened on first use
 }
 
-func (d *testDatabase) Open(t *testing.T) storage.Store {
+func (d *testDatabase) Open(t *testing.T, opts ...storage.OpenOption) storage.Store {
 	t.Helper()
-	s, err := Open(context.Background(), d.path)
+	s, err := Open(context.Background(), d.path, opts...)
 	if err != nil {
 		t.Fatalf("open sqlite store on %s: %v", d.path, err)
 	}
@@ -91,6 +94,16 @@ func (d *testDatabase) QueryInt(ctx context.Context, query string) (int64, error
 	var n int64
 	err = db.QueryRowContext(ctx, query).Scan(&n)
 	return n, err
+}
+
+func (d *testDatabase) QueryString(ctx context.Context, query string) (string, error) {
+	db, err := d.conn()
+	if err != nil {
+		return "", err
+	}
+	var s string
+	err = db.QueryRowContext(ctx, query).Scan(&s)
+	return s, err
 }
 
 func (d *testDatabase) TimeLiteral(t time.Time) string {
@@ -240,6 +253,68 @@ func TestOpenCreatesPrivateFiles(t *testing.T) {
 	openOn(t, kept)
 	if fi, err := os.Stat(kept); err != nil || fi.Mode().Perm() != 0o640 {
 		t.Errorf("an existing file's mode changed: %v, %v", fi.Mode(), err)
+	}
+}
+
+// TestOpenWarnsAboutLooseFiles: an existing database, WAL or shared-memory
+// file that other users may read is logged, with its mode and the command
+// that fixes it, and left as it is. SQLite makes the -wal and -shm files
+// with the database file's mode, and makes them again when it is the first
+// to open the database, so a loose one outlives that only while another
+// process has the database open: the test holds a first store open.
+func TestOpenWarnsAboutLooseFiles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		modes map[string]os.FileMode // suffix → mode, set while a first store is open
+		warn  []string               // suffixes warned about
+	}{
+		{"a private database", nil, nil},
+		{"a database older versions made world-readable", map[string]os.FileMode{"": 0o644}, []string{""}},
+		{"a group-writable database", map[string]os.FileMode{"": 0o660}, []string{""}},
+		{"a readable WAL file", map[string]os.FileMode{"-wal": 0o640}, []string{"-wal"}},
+		{"a readable shared-memory file", map[string]os.FileMode{"-shm": 0o604}, []string{"-shm"}},
+		{"all three", map[string]os.FileMode{"": 0o644, "-wal": 0o644, "-shm": 0o644}, []string{"", "-wal", "-shm"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "old.db")
+			first := openOn(t, path)
+			if _, err := first.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+				t.Fatal(err)
+			}
+			for suffix, mode := range tc.modes {
+				if err := os.Chmod(path+suffix, mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			var logged bytes.Buffer
+			s, err := Open(t.Context(), path, storage.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			var lines []string
+			if logged.Len() > 0 {
+				lines = strings.Split(strings.TrimSpace(logged.String()), "\n")
+			}
+			if len(lines) != len(tc.warn) {
+				t.Fatalf("logged %d lines, want %d warnings:\n%s", len(lines), len(tc.warn), logged.String())
+			}
+			for i, suffix := range tc.warn {
+				f := path + suffix
+				want := fmt.Sprintf("%04o", tc.modes[suffix])
+				for _, say := range []string{"level=WARN", "file=" + f, "mode=" + want, "chmod 600 " + f, "leaves the mode as it is"} {
+					if !strings.Contains(lines[i], say) {
+						t.Errorf("warning %q does not say %q", lines[i], say)
+					}
+				}
+				if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != tc.modes[suffix] {
+					t.Errorf("%s changed mode to %v (%v); it must be left as it was", f, fi.Mode(), err)
+				}
+			}
+		})
 	}
 }
 
@@ -557,7 +632,7 @@ func TestConcurrentMigrateAppliesEachStepOnce(t *testing.T) {
 	}
 	wg.Wait()
 	sort.Strings(applied)
-	want := []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share"}
+	want := []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share", "0009_secrets_key"}
 	if !slices.Equal(applied, want) {
 		t.Errorf("applied across processes = %v, want %v", applied, want)
 	}
@@ -629,7 +704,7 @@ func TestMigrateExplainsANewerDatabase(t *testing.T) {
 	if !errors.Is(err, storage.ErrSchemaUnknown) {
 		t.Fatalf("migrate a database at version 99 = %v, want ErrSchemaUnknown", err)
 	}
-	for _, want := range []string{"version 99", "up to 8", "upgrade the hymical binary"} {
+	for _, want := range []string{"version 99", "up to 9", "upgrade the hymical binary"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

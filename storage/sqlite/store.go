@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -37,24 +38,30 @@ type Store struct {
 	stmts stmtCache
 	// events batches concurrent EventCreates into shared transactions.
 	events groupcommit.Queue[storage.Event, storage.EventCreateResult]
+	// secrets seals endpoint secrets on every write and opens them on
+	// every read, when it has a box.
+	secrets storage.SecretsCodec
 }
 
 var _ storage.Store = (*Store)(nil)
 
 // Open opens (creating if missing) the SQLite database file at path. The
-// parent directory must exist. It does not migrate.
-func Open(ctx context.Context, path string) (*Store, error) {
-	return open(ctx, path, DefaultBusyTimeout)
+// parent directory must exist. It does not migrate. An existing database,
+// WAL or shared-memory file that other users may read or write is logged
+// as a warning (see warnLoose).
+func Open(ctx context.Context, path string, opts ...storage.OpenOption) (*Store, error) {
+	return open(ctx, path, DefaultBusyTimeout, opts...)
 }
 
-func open(ctx context.Context, path string, busyTimeout time.Duration) (*Store, error) {
+func open(ctx context.Context, path string, busyTimeout time.Duration, opts ...storage.OpenOption) (*Store, error) {
+	cfg := storage.NewOpenConfig(opts)
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
 	if err := createPrivate(path); err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now}
+	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now, secrets: storage.SecretsCodec{Box: cfg.SecretBox}}
 	s.stmts.m = map[string]*sql.Stmt{}
 	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 
@@ -93,7 +100,33 @@ func open(ctx context.Context, path string, busyTimeout time.Duration) (*Store, 
 		s.Close()
 		return nil, s.mapErr("open "+path, err)
 	}
+	// After both pools connected, so the -wal and -shm files exist.
+	warnLoose(cfg.Log, path)
 	return s, nil
+}
+
+// warnLoose logs a warning for each of the database's files that users
+// other than its owner may read or write: files made by an older version,
+// or copied, keep their mode, and they hold every submission, and the
+// endpoints' signing secrets (sealed, when a secrets key is on, but a
+// reader still learns everything else). It warns rather than tightening
+// the mode itself: a group may have been given the file on purpose (a
+// backup job), and a chmod the operator did not ask for would break it
+// without a word.
+func warnLoose(log *slog.Logger, path string) {
+	if runtime.GOOS == "windows" {
+		return // no Unix modes to speak of
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			continue // -wal and -shm come and go
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			log.Warn(fmt.Sprintf("sqlite: %s has mode %04o, so other users of this machine may read or change it; it holds every submission and the endpoints' signing secrets: run chmod 600 %s (hymical leaves the mode as it is)", f, perm, f),
+				"file", f, "mode", fmt.Sprintf("%04o", perm), "fix", "chmod 600 "+f)
+		}
+	}
 }
 
 func checkPath(path string) error {

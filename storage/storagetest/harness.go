@@ -35,14 +35,18 @@ type Backend struct {
 type Database interface {
 	// Open opens a new Store on this database with connections of its own,
 	// so two Stores opened here behave like two server processes. It does
-	// not migrate. The Store is closed when t ends.
-	Open(t *testing.T) storage.Store
+	// not migrate. The Store is closed when t ends. opts are handed to the
+	// backend's Open (e.g. storage.WithSecretBox).
+	Open(t *testing.T, opts ...storage.OpenOption) storage.Store
 	// Exec runs raw SQL (several statements allowed, no parameters), used to
 	// seed rows into a schema stopped at an old version.
 	Exec(ctx context.Context, sql string) error
 	// QueryInt runs a query returning one integer, for checks the Store API
 	// cannot express (e.g. the raw claim_token of a row).
 	QueryInt(ctx context.Context, sql string) (int64, error)
+	// QueryString runs a query returning one text value, for reading a
+	// column as it is stored (e.g. an endpoint's raw secrets).
+	QueryString(ctx context.Context, sql string) (string, error)
 	// TimeLiteral writes t as a SQL literal of the backend's time columns.
 	TimeLiteral(t time.Time) string
 	// BlobLiteral writes b as a SQL literal of the backend's binary columns
