@@ -3,7 +3,10 @@
 // replay of deliveries, the liveness and readiness probes, and the
 // Prometheus exposition on /metrics. Everything it serves is JSON under /v1
 // (the probes and /metrics excepted), routed with the Go 1.22 ServeMux
-// patterns, behind bearer-token authentication. Every /v1 request is a
+// patterns, behind bearer-token authentication whose failures are limited
+// per client address (server/authlimit, shared with the console); in
+// insecure dev mode it answers only requests from this machine
+// (server/devmode). Every /v1 request is a
 // server span that continues the caller's W3C trace context; an ingest
 // stores its span's traceparent with the event, so every later attempt
 // links back to it.
