@@ -20,12 +20,14 @@ import (
 )
 
 // Store is a storage.Store on one PostgreSQL database. It is safe for
-// concurrent use; it holds a connection pool and nothing else.
+// concurrent use; it holds a connection pool and, once asked for
+// wake-ups, one more connection that listens for them (see wakeups.go).
 type Store struct {
 	pool *pgxpool.Pool
 	// events batches this process's concurrent EventCreates into shared
 	// transactions.
 	events groupcommit.Queue[storage.Event, storage.EventCreateResult]
+	wake   *wakeups
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -56,7 +58,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %w (check the DSN, that the server is running and that it accepts this user)", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, wake: newWakeups()}
 	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 	return s, nil
 }
@@ -64,6 +66,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 // Close closes every connection of the pool, waiting for those in use to be
 // returned.
 func (s *Store) Close() error {
+	s.closeWakeups()
 	s.pool.Close()
 	return nil
 }
