@@ -565,6 +565,20 @@ type Store interface {
 	// ReplayList returns a delivery's replay audit records, oldest first.
 	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
 
+	// Wakeups subscribes to wake-ups until ctx ends: the channel receives a
+	// value soon after a write commits that made a delivery claimable now
+	// (an event created, a claim released, a delivery replayed, held
+	// deliveries let go by enabling their endpoint or by an ordered
+	// endpoint's turn passing on), and, for a write of this Store that made
+	// one due later (a retry's backoff, a release with a delay, a rate
+	// limit's deferral), when that time comes. Values are coalesced: one
+	// stands for every wake-up since the last was received. Nothing is
+	// promised beyond that: a claimer still polls, for leases that expire
+	// and for writes whose wake-up it could not hear. A backend that serves
+	// several processes wakes the claimers of every process on the
+	// database for writes that make a delivery due now.
+	Wakeups(ctx context.Context) <-chan struct{}
+
 	// WorkerHeartbeat registers w or refreshes its heartbeat.
 	WorkerHeartbeat(ctx context.Context, w Worker) error
 	// WorkerList returns workers whose heartbeat is at or after since.

@@ -90,6 +90,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		readAt = &e.UpdatedAt
 	}
 	var out storage.Endpoint
+	released := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var before control
 		err := tx.QueryRow(ctx, `SELECT disabled_at IS NOT NULL, ordered FROM webhook_endpoints
@@ -124,7 +125,8 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 			out.FailingSince = nil
 		}
 		if after != before {
-			return refreshHolds(ctx, tx, e.ID, after)
+			released, err = refreshHolds(ctx, tx, e.ID, after, s.wake.id)
+			return err
 		}
 		return nil
 	})
@@ -136,6 +138,9 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	}
 	if err != nil {
 		return storage.Endpoint{}, mapErr(op, err)
+	}
+	if released {
+		s.notified()
 	}
 	return out, nil
 }

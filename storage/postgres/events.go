@@ -74,6 +74,7 @@ func (s *Store) createEvents(batch eventBatch) {
 	if len(live) == 0 {
 		return
 	}
+	due := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		endpoints, err := fanOutEndpoints(ctx, tx)
 		if err != nil {
@@ -84,8 +85,15 @@ func (s *Store) createEvents(batch eventBatch) {
 				return err
 			}
 		}
-		return nil
+		// One wake-up for the whole batch, sent on commit.
+		if due = madeDue(live); due {
+			_, err = tx.Exec(ctx, notifySQL, s.wake.id)
+		}
+		return err
 	})
+	if err == nil && due {
+		s.notified()
+	}
 	if err != nil {
 		err = mapErr(createEventOp, err)
 		for _, c := range live {
@@ -99,6 +107,22 @@ func (s *Store) createEvents(batch eventBatch) {
 			}
 		}
 	}
+}
+
+// madeDue reports whether a batch of creates made a delivery that is due
+// now: one not held, of a create that was not a duplicate.
+func madeDue(batch eventBatch) bool {
+	for _, c := range batch {
+		if c.Err != nil || c.Out.Duplicate {
+			continue
+		}
+		for _, d := range c.Out.Deliveries {
+			if !d.Held {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // eventRounds splits calls into rounds in which no two share an id or an

@@ -211,6 +211,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		readAt = micros(e.UpdatedAt)
 	}
 	var out storage.Endpoint
+	released := false
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		before, err := endpointControls(ctx, tx, []string{e.ID})
 		if err != nil {
@@ -242,7 +243,8 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 				out.FailingSince = nil
 			}
 			if after.disabled != was.disabled || after.ordered != was.ordered {
-				return refreshHolds(ctx, tx, e.ID, after)
+				released, err = refreshHolds(ctx, tx, e.ID, after)
+				return err
 			}
 			return nil
 		}
@@ -257,6 +259,10 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	})
 	if err != nil {
 		return storage.Endpoint{}, err
+	}
+	if released {
+		// Enabled again, or no longer ordered: what it held is due.
+		s.wake.Signal()
 	}
 	return out, nil
 }

@@ -195,7 +195,27 @@ func (s *Store) createEvents(batch eventBatch) {
 				c.Out, c.Err = storage.EventCreateResult{}, err
 			}
 		}
+		return
 	}
+	if madeDue(batch) {
+		s.wake.Signal()
+	}
+}
+
+// madeDue reports whether a committed batch of creates made a delivery
+// that is due now: one not held, of a create that was not a duplicate.
+func madeDue(batch eventBatch) bool {
+	for _, c := range batch {
+		if c.Err != nil || c.Out.Duplicate {
+			continue
+		}
+		for _, d := range c.Out.Deliveries {
+			if !d.Held {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // createEvent is one create inside a batch's transaction, with the batch's
@@ -249,7 +269,7 @@ func createEvent(ctx context.Context, tx *sql.Tx, insertEvent, insertDelivery *s
 		ds = append(ds, d)
 	}
 	if len(ordered) > 0 {
-		if err := promoteAll(ctx, tx, ordered); err != nil {
+		if _, err := promoteAll(ctx, tx, ordered); err != nil {
 			return storage.EventCreateResult{}, err
 		}
 		for i, d := range ds {
