@@ -3,11 +3,8 @@
 package pluginhost
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,23 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/harness/proctest"
 	"github.com/hymical/hymical/sdk/transport"
 )
-
-// dead reports whether pid has ended: gone, or a zombie nobody reaps (an
-// orphan whose new parent does not wait for it, as in some containers).
-func dead(pid int) bool {
-	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-		return true
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	// pid (comm) state …; comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
 
 // spawnChild has the plugin start a child holding its stdout and stderr
 // and returns the child's pid; the child is killed when the test ends,
@@ -124,10 +107,10 @@ func TestAChildHoldingThePluginsOutputDoesNotHoldUpItsKill(t *testing.T) {
 						t.Errorf("outcome after the restart = %+v, want delivered by a configured plugin", out)
 					}
 				}
-				if !dead(before) {
+				if !proctest.Ended(before) {
 					t.Errorf("the plugin process %d is still alive", before)
 				}
-				if got := dead(child); got != !setsid {
+				if got := proctest.Ended(child); got != !setsid {
 					t.Errorf("child %d (setsid %v) dead = %v, want %v: the host kills the plugin's process group, no more", child, setsid, got, !setsid)
 				}
 			})

@@ -24,7 +24,7 @@ func TestLineLoggerBoundsEveryLine(t *testing.T) {
 		{"lines split across writes", []string{"first li", "ne\nsecond line\r\n", "\n"}, []rec{{"first line", 0}, {"second line", 0}}},
 		{"a line of exactly the bound is kept whole", []string{long + "\nnext\n"}, []rec{{long, 0}, {"next", 0}}},
 		{"a longer line is cut, and says how much went", []string{long + "yyy", "yy\nnext\n"}, []rec{{long + droppedMarker(5), 5}, {"next", 0}}},
-		{"megabytes in one write", []string{long + strings.Repeat("z", 3<<20) + "\nnext\n"}, []rec{{long + droppedMarker(3 << 20), 3 << 20}, {"next", 0}}},
+		{"megabytes in one write", []string{long + strings.Repeat("z", 3<<20) + "\nnext\n"}, []rec{{long + droppedMarker(3<<20), 3 << 20}, {"next", 0}}},
 		{"a line waits for its newline", []string{"no newline yet"}, nil},
 	}
 	for _, tt := range tests {
