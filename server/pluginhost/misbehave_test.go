@@ -5,6 +5,8 @@ package pluginhost
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,7 +65,9 @@ func TestAChildHoldingThePluginsOutputDoesNotHoldUpItsKill(t *testing.T) {
 		deadline = 200 * time.Millisecond
 		grace    = 300 * time.Millisecond // misbehaveConfig's
 	)
-	restart := deadline + grace + pipeDrain + 2*time.Second // and a start
+	// The kill, then the start of a new process, which the host bounds
+	// by its start timeout. Without the fix the kill never returns.
+	restart := deadline + grace + KillBound + DefaultStartTimeout
 	for _, setsid := range []bool{false, true} {
 		for _, how := range []string{"hang", "exit", "close"} {
 			t.Run(fmt.Sprintf("setsid=%v/%s", setsid, how), func(t *testing.T) {
@@ -73,7 +77,7 @@ func TestAChildHoldingThePluginsOutputDoesNotHoldUpItsKill(t *testing.T) {
 				child := spawnChild(t, h, setsid)
 
 				if how == "close" {
-					took := within(t, KillBound+time.Second, "Close", h.Close)
+					took := within(t, KillBound+2*time.Second, "Close", h.Close)
 					t.Logf("Close took %s", took.Round(time.Millisecond))
 					if took < gracefulExit {
 						t.Errorf("Close took %s: the plugin's group was killed before its %s grace", took, gracefulExit)
@@ -207,4 +211,26 @@ func TestLongPluginOutputLinesAreBounded(t *testing.T) {
 			})
 		}
 	}
+}
+
+// hostProcessEnv, set to the misbehave plugin's path, makes the test
+// binary a host process of its own (hostProcess), for a test to kill.
+const hostProcessEnv = "PLUGINHOST_TEST_HOST_OF"
+
+// hostProcess runs a host of the misbehave plugin serving protocol 1, a
+// plugin built on go-plugin's Serve rather than the SDK's (which watches
+// for its host's death itself), prints the plugin's pid and waits to be
+// killed.
+func hostProcess(bin string) int {
+	cfg := Config{
+		Plugins:   []PluginConfig{{Name: "misbehave", Path: bin}},
+		PluginEnv: func(string) []string { return []string{"MISBEHAVE_PROTOCOL=1"} },
+	}
+	h, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(h.slots["misbehave"].cur.proc.Pid)
+	select {}
 }
