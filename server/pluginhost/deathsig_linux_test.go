@@ -20,7 +20,9 @@ import (
 func TestAPluginDiesWithItsHost(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), hostProcessEnv+"="+misbehaveBin)
+	// The host dies before it can remove its plugin's socket directory;
+	// the test's TMPDIR holds it.
+	cmd.Env = append(os.Environ(), hostProcessEnv+"="+misbehaveBin, "TMPDIR="+t.TempDir())
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
