@@ -34,10 +34,10 @@ type instance struct {
 // delays for ever.
 func (i *instance) exited() bool { return i.runner.hasExited() }
 
-// kill stops the process and returns within KillBound. Without force,
-// go-plugin asks the plugin to exit and waits gracefulExit before the
-// runner kills its process group; force kills the group at once, for a
-// plugin that crashed or hung and gets no grace.
+// kill stops the process and its process group, and returns within
+// KillBound. Without force, go-plugin asks the plugin to exit and waits up
+// to gracefulExit before the runner kills the group; force kills the group
+// at once, for a plugin that crashed or hung and gets no grace.
 func (i *instance) kill(force bool) {
 	if force {
 		_ = i.runner.Kill(context.Background())
@@ -51,6 +51,10 @@ func (i *instance) kill(force bool) {
 	defer t.Stop()
 	select {
 	case <-done:
+		// A plugin that exited within its grace may have left children
+		// (not holding its pipes, or go-plugin would have waited);
+		// the group goes now. A no-op when the runner killed it already.
+		_ = i.runner.Kill(context.Background())
 	case <-t.C:
 		// The process was SIGKILLed and its pipes closed; what is left
 		// is the kernel reaping it, which a process stuck in an

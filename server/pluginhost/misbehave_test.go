@@ -21,10 +21,11 @@ import (
 // spawnChild has the plugin start a child holding its stdout and stderr
 // and returns the child's pid; the child is killed when the test ends,
 // before the host is closed.
-func spawnChild(t *testing.T, h *Host, setsid bool) int {
+func spawnChild(t *testing.T, h *Host, setsid, quiet bool) int {
 	t.Helper()
 	msg := mode("spawn")
 	msg.Endpoint.Config["setsid"] = strconv.FormatBool(setsid)
+	msg.Endpoint.Config["quiet"] = strconv.FormatBool(quiet)
 	out := h.Send(context.Background(), "misbehave", msg, soon())
 	child, err := strconv.Atoi(out.Error)
 	if out.Kind != transport.OutcomeDelivered || err != nil {
@@ -74,7 +75,7 @@ func TestAChildHoldingThePluginsOutputDoesNotHoldUpItsKill(t *testing.T) {
 				t.Parallel()
 				h, _ := newHost(t, misbehaveConfig(map[string]string{"marker": "fresh"}))
 				before := pid(t, h, "misbehave")
-				child := spawnChild(t, h, setsid)
+				child := spawnChild(t, h, setsid, false)
 
 				if how == "close" {
 					took := within(t, KillBound+2*time.Second, "Close", h.Close)
@@ -122,13 +123,32 @@ func TestAChildHoldingThePluginsOutputDoesNotHoldUpItsKill(t *testing.T) {
 	}
 }
 
+// A plugin that exits within its grace on Close, leaving a child that
+// holds none of its pipes, does not leave the child running: the group is
+// killed once the plugin has gone.
+func TestCloseKillsAChildLeftBehindByAPluginThatExited(t *testing.T) {
+	t.Parallel()
+	h, _ := newHost(t, misbehaveConfig(nil))
+	child := spawnChild(t, h, false, true)
+	took := within(t, KillBound+2*time.Second, "Close", h.Close)
+	if took >= gracefulExit {
+		t.Errorf("Close took %s: the plugin, holding no pipes of its own, should have exited within its grace", took)
+	}
+	for deadline := time.Now().Add(2 * time.Second); !proctest.Ended(child); {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d still running after Close", child)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A plugin process that exits while its child holds its pipes counts as
 // exited: the next send starts a new one rather than using the dead one.
 func TestAPluginThatExitedIsSeenGoneWhileAChildHoldsItsPipes(t *testing.T) {
 	t.Parallel()
 	h, _ := newHost(t, misbehaveConfig(map[string]string{"marker": "relaunched"}))
 	before := pid(t, h, "misbehave")
-	spawnChild(t, h, false)
+	spawnChild(t, h, false, false)
 	if err := syscall.Kill(before, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

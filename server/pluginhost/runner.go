@@ -18,9 +18,10 @@ import (
 )
 
 // How a plugin process is stopped. go-plugin first asks it to exit and
-// waits gracefulExit (its own fixed two seconds); only then does it call
-// the runner's Kill, which SIGKILLs the plugin's whole process group, so a
-// child the plugin started goes with it. A group member that left the
+// waits up to gracefulExit (its own fixed two seconds); only then is the
+// runner's Kill called, which SIGKILLs the plugin's whole process group,
+// so a child the plugin started goes with it (instance.kill calls it too
+// when the plugin exited within its grace). A group member that left the
 // group (a new session) can still hold the plugin's stdout or stderr
 // open; pipeDrain after the kill the host stops reading those pipes
 // rather than wait for an EOF that may never come. A plugin being killed

@@ -25,7 +25,8 @@
 //	            pipes go-plugin reads, then delivered with the child's pid
 //	            as the error text; "setsid" in the endpoint config puts the
 //	            child in a session of its own, out of the plugin's process
-//	            group
+//	            group; "quiet" gives the child no stdout or stderr at
+//	            all, so it holds none of the plugin's pipes
 //	spew        writes a line of "bytes" bytes (the endpoint config) to
 //	            stderr, without its newline when "newline" is "no", then
 //	            "spew done for ID" on a line of its own, then delivered;
@@ -146,7 +147,7 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 	case "panic":
 		panic("misbehave: asked to panic")
 	case "spawn":
-		return m.spawn(msg.Endpoint.Config["setsid"] == "true")
+		return m.spawn(msg.Endpoint.Config["setsid"] == "true", msg.Endpoint.Config["quiet"] == "true")
 	case "spew":
 		return m.spew(msg)
 	case "refuse":
@@ -161,17 +162,19 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 	return transport.Outcome{}
 }
 
-// spawn starts a child that holds the process's stdout and stderr open
-// for ten minutes, as a plugin's helper process or a forgotten grandchild
-// would.
-func (m *misbehave) spawn(setsid bool) transport.Outcome {
+// spawn starts a child that lives ten minutes, holding the process's
+// stdout and stderr open unless quiet, as a plugin's helper process or a
+// forgotten grandchild would.
+func (m *misbehave) spawn(setsid, quiet bool) transport.Outcome {
 	self, err := os.Executable()
 	if err != nil {
 		return transport.Permanent(0, err.Error())
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), childEnv+"=sleep")
-	cmd.Stdout, cmd.Stderr = m.rawStdout, m.rawStderr
+	if !quiet {
+		cmd.Stdout, cmd.Stderr = m.rawStdout, m.rawStderr
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
 	if err := cmd.Start(); err != nil {
 		return transport.Permanent(0, err.Error())
