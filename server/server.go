@@ -330,11 +330,13 @@ func (s *Server) Describe(w io.Writer) {
 // taking requests and those in progress get HTTPShutdownTimeout; the pool
 // claims nothing more, gives back what it had not started, and records
 // what its in-flight sends produced for at most one lease (see worker.Run);
-// the heartbeat deregisters this process; then the plugins stop, telemetry
-// flushes and the store closes. Every step is bounded, so a database that
-// stops answering cannot keep the process from exiting: the whole shutdown
-// takes at most about the lease plus HTTPShutdownTimeout. Run may be
-// called once.
+// the heartbeat deregisters this process; then the plugins stop (each is
+// given two seconds to exit, then its process group is killed: at most
+// pluginhost.KillBound, whatever its children do), telemetry flushes and
+// the store closes. Every step is bounded, so a database that stops
+// answering or a plugin that will not die cannot keep the process from
+// exiting: the whole shutdown takes at most about the lease plus
+// HTTPShutdownTimeout plus pluginhost.KillBound. Run may be called once.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.close()
 	runCtx, stop := context.WithCancel(ctx)

@@ -122,6 +122,8 @@ type Host struct {
 	grace           time.Duration
 	startTimeout    time.Duration
 	validateTimeout time.Duration
+	// spawn starts the plugin processes.
+	spawn *spawner
 	// slots is fixed by New; each slot guards its own process.
 	slots map[string]*slot
 	names []string
@@ -156,6 +158,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 		grace:           orDefault(cfg.SendGrace, DefaultSendGrace),
 		startTimeout:    orDefault(cfg.StartTimeout, DefaultStartTimeout),
 		validateTimeout: orDefault(cfg.ValidateTimeout, DefaultValidateTimeout),
+		spawn:           newSpawner(),
 		slots:           make(map[string]*slot, len(specs)),
 	}
 	for _, sp := range specs {
@@ -430,8 +433,10 @@ func (h *Host) replace(s *slot, failed *instance, what string) {
 	s.restarts++
 }
 
-// Close stops every plugin. Sends after Close return retryable outcomes.
-// It is safe to call more than once.
+// Close stops every plugin, at once, and returns within KillBound: each is
+// asked to exit and given two seconds, then its process group is killed.
+// Sends after Close return retryable outcomes. It is safe to call more
+// than once.
 func (h *Host) Close() {
 	var wg sync.WaitGroup
 	for _, s := range h.slots {
@@ -446,4 +451,5 @@ func (h *Host) Close() {
 		})
 	}
 	wg.Wait()
+	h.spawn.close()
 }
