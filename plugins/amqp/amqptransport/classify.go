@@ -90,7 +90,14 @@ func classify(err error, f failure) transport.Outcome {
 		// The connection is down: its last error says why. A refusal of
 		// the credentials or the virtual host is as permanent here as in
 		// a reply; anything else is the broker being away.
-		if errors.As(err, &aerr) && !errors.Is(err, amqp.ErrClosed) {
+		switch {
+		case errors.Is(err, amqp.ErrCredentials):
+			return transport.Permanent(0, fmt.Sprintf("%s refused the user name or password in the url (403 ACCESS_REFUSED); fix the credentials", f.server))
+		case errors.Is(err, amqp.ErrSASL):
+			return transport.Permanent(0, fmt.Sprintf("%s offers no authentication mechanism the plugin speaks (PLAIN or AMQPLAIN)", f.server))
+		case errors.Is(err, amqp.ErrVhost):
+			return transport.Permanent(0, fmt.Sprintf("%s refused the virtual host in the url; grant the user access to it (rabbitmqctl set_permissions -p) or fix the url", f.server))
+		case errors.As(err, &aerr) && aerr.Server:
 			return fromCode(aerr.Code, fmt.Sprintf("not connected to %s: the broker said %d %s", f.server, aerr.Code, aerr.Reason))
 		}
 		return transport.Retryable(0, fmt.Sprintf("%v; the plugin keeps reconnecting to %s", err, f.server))
@@ -98,6 +105,10 @@ func classify(err error, f failure) transport.Outcome {
 		// Before the check for *amqp.Error: the client's own "not open"
 		// carries a channel-error code no broker sent.
 		return transport.Retryable(0, fmt.Sprintf("publishing to %s: the connection or channel closed under the publish; the plugin reconnects by itself", where))
+	case errors.As(err, &aerr) && !aerr.Server:
+		// The client reports a failed read or write as an *amqp.Error of
+		// its own: the connection broke, the broker said nothing.
+		return transport.Retryable(0, fmt.Sprintf("publishing to %s: the connection failed under the publish (%s); the plugin reconnects by itself", where, aerr.Reason))
 	case errors.As(err, &aerr):
 		return fromCode(aerr.Code, fmt.Sprintf("publishing to %s: the broker said %d %s", where, aerr.Code, aerr.Reason))
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():

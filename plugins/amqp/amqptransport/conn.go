@@ -132,13 +132,19 @@ func (c *conn) serve(ac *amqp.Connection, closes chan *amqp.Error, blocks chan a
 			c.mu.Unlock()
 			c.log.Warn("the AMQP broker blocked or unblocked publishing", "blocked", b.Active, "reason", b.Reason)
 		case e := <-closes:
-			var err error = amqp.ErrClosed
+			lost := &lostError{err: errors.New("the connection was lost")}
 			if e != nil {
-				err = e
+				lost.err = fmt.Errorf("the connection was lost: %s", c.srv.scrub(e.Reason))
+				// Only a broker's close (a restart, an operator) is kept
+				// as its reply; the client reports a broken socket as an
+				// error of its own.
+				if e.Server {
+					lost.cause = e
+				}
 			}
-			err = fmt.Errorf("the connection was lost: %s", c.srv.scrub(err.Error()))
+			err := error(lost)
 			c.mu.Lock()
-			c.ac, c.idle, c.lastErr, c.blocked = nil, nil, &lostError{err: err, cause: e}, ""
+			c.ac, c.idle, c.lastErr, c.blocked = nil, nil, lost, ""
 			c.mu.Unlock()
 			c.log.Warn("lost the AMQP connection; reconnecting", "error", err.Error())
 			return true
