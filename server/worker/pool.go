@@ -362,7 +362,7 @@ func (p *Pool) Run(ctx context.Context) error {
 			// A claim ended while this one read the rooms from before.
 			continue
 		}
-		if !p.idle(ctx, wake, claimStart) {
+		if !p.idle(ctx, wake, claimStart, at.Sub(claimStart)) {
 			return nil
 		}
 	}
@@ -375,12 +375,18 @@ func (p *Pool) Run(ctx context.Context) error {
 // long lets a few gather per claim, and adds at most this much latency.
 const minClaimGap = 5 * time.Millisecond
 
+// claimGapFactor keeps the claims a wake-up brings to at most about a
+// third of the time: the gap after a claim is at least this many times
+// as long as that claim took, so on SQLite, whose one writer also takes
+// the creates and completions, a slow claim is followed by a longer wait.
+const claimGapFactor = 3
+
 // idle waits, after a claim that found less than it asked for and started
 // at last, until something may be due: a wake-up from the store, the end of
 // a claim when the fair share kept some back, or the poll interval
-// passing; then at least until minClaimGap after last. It returns false
-// when ctx ends.
-func (p *Pool) idle(ctx context.Context, wake <-chan struct{}, last time.Time) bool {
+// passing; then at least until minClaimGap, or claimGapFactor times took
+// (how long that claim took), after last. It returns false when ctx ends.
+func (p *Pool) idle(ctx context.Context, wake <-chan struct{}, last time.Time, took time.Duration) bool {
 	poll := time.NewTimer(p.cfg.PollInterval)
 	defer poll.Stop()
 	select {
@@ -390,7 +396,7 @@ func (p *Pool) idle(ctx context.Context, wake <-chan struct{}, last time.Time) b
 	case <-ctx.Done():
 		return false
 	}
-	if gap := minClaimGap - p.now().Sub(last); gap > 0 {
+	if gap := max(minClaimGap, claimGapFactor*took) - p.now().Sub(last); gap > 0 {
 		return sleep(ctx, gap)
 	}
 	return true
