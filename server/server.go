@@ -101,6 +101,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 
 	hostCfg := cfg.PluginHost()
 	hostCfg.TracerProvider, hostCfg.PluginEnv = s.tel.TracerProvider(), s.tel.PluginEnv
+	hostCfg.SpanOutput = s.tel.SpanOutput()
 	if s.host, err = pluginhost.New(ctx, hostCfg, log); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -87,6 +88,10 @@ type Config struct {
 	// (telemetry.Telemetry.PluginEnv). It is added to the few variables a
 	// plugin inherits, never to the server's whole environment.
 	PluginEnv func(name string) []string
+	// SpanOutput, when set, receives the spans a plugin writes with the
+	// console exporter (lines starting with transport.ConsoleSpanPrefix on
+	// its standard error), one JSON object a line, instead of the log.
+	SpanOutput io.Writer
 }
 
 // PluginConfig is one configured plugin.
@@ -119,6 +124,7 @@ type Host struct {
 	logger          *slog.Logger
 	tracer          trace.TracerProvider
 	pluginEnv       func(name string) []string
+	spanOut         io.Writer // nil: plugins' console spans are logged as lines
 	grace           time.Duration
 	startTimeout    time.Duration
 	validateTimeout time.Duration
@@ -155,6 +161,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 		logger:          logger,
 		tracer:          cfg.TracerProvider,
 		pluginEnv:       cfg.PluginEnv,
+		spanOut:         syncWriter(cfg.SpanOutput),
 		grace:           orDefault(cfg.SendGrace, DefaultSendGrace),
 		startTimeout:    orDefault(cfg.StartTimeout, DefaultStartTimeout),
 		validateTimeout: orDefault(cfg.ValidateTimeout, DefaultValidateTimeout),

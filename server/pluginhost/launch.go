@@ -101,7 +101,7 @@ func (h *Host) launch(ctx context.Context, sp spec) (*instance, error) {
 		StartTimeout:     h.startTimeout,
 		Logger:           newHCLogAdapter(logger),
 		SyncStdout:       io.Discard,
-		SyncStderr:       newLineLogger(logger),
+		SyncStderr:       newLineLogger(logger, h.spanOut),
 	}
 	inst := &instance{client: plugin.NewClient(cfg), runner: r, logger: logger}
 	if err := h.connect(ctx, inst, sp); err != nil {

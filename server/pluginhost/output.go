@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/transport"
 )
 
 // MaxOutputLine bounds one line of a plugin's output, on every path it
@@ -75,8 +76,16 @@ type lineLogger struct {
 	b  lineBounder
 }
 
-func newLineLogger(logger *slog.Logger) *lineLogger {
+// newLineLogger logs each line; a whole span line (see
+// transport.ConsoleSpanPrefix) goes to spans instead, when it is set.
+func newLineLogger(logger *slog.Logger, spans io.Writer) *lineLogger {
 	return &lineLogger{b: lineBounder{emit: func(line []byte, dropped int64) {
+		if span, ok := bytes.CutPrefix(line, []byte(transport.ConsoleSpanPrefix)); ok && spans != nil && dropped == 0 {
+			if _, err := spans.Write(append(span, '\n')); err != nil {
+				logger.Warn("could not write a plugin's span to the span output", "err", err)
+			}
+			return
+		}
 		if dropped == 0 {
 			if len(line) > 0 {
 				// A plugin may print its endpoint's URL: its secrets are hidden.
@@ -151,4 +160,25 @@ func (p *boundedPipe) close() {
 		p.w.Close()
 	})
 	<-p.done
+}
+
+// lockedWriter serializes writes, so the span lines of several plugins
+// never interleave.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// syncWriter is w made safe for the plugins' concurrent writes; nil stays nil.
+func syncWriter(w io.Writer) io.Writer {
+	if w == nil {
+		return nil
+	}
+	return &lockedWriter{w: w}
 }

@@ -31,7 +31,7 @@ func TestLineLoggerBoundsEveryLine(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var buf syncbuf.Buffer
-			w := newLineLogger(slog.New(slog.NewJSONHandler(&buf, nil)))
+			w := newLineLogger(slog.New(slog.NewJSONHandler(&buf, nil)), nil)
 			for _, c := range tt.chunks {
 				if n, err := w.Write([]byte(c)); n != len(c) || err != nil {
 					t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(c))
