@@ -91,6 +91,12 @@ type Options struct {
 	// MetricsPublic lets GET /metrics be scraped without a token. Otherwise
 	// it needs the admin token, like every route but ingest and the probes.
 	MetricsPublic bool
+
+	// StoreHealth is told when a write fails for want of space and when
+	// an ingest succeeds, and /readyz reports a store out of space from
+	// it; share it with the worker pool, which tells it of its own writes.
+	// nil means one of the API's own.
+	StoreHealth *StoreHealth
 }
 
 // handler is the API. It holds no state of its own beyond what New sets and
@@ -111,6 +117,8 @@ type handler struct {
 	metricsWho  access
 	mux         *http.ServeMux
 	now         func() time.Time
+	// storeHealth knows whether the store has run out of space.
+	storeHealth *StoreHealth
 }
 
 // New checks opts and returns the API's handler.
@@ -177,6 +185,10 @@ func newHandler(opts Options) (*handler, error) {
 		ready: opts.Ready,
 		mux:   http.NewServeMux(),
 		now:   time.Now,
+	}
+	h.storeHealth = opts.StoreHealth
+	if h.storeHealth == nil {
+		h.storeHealth = &StoreHealth{}
 	}
 	h.routes()
 	return h, nil

@@ -56,14 +56,19 @@ func (rc *receiver) requests() []received {
 }
 
 // runPool runs a real worker pool over the fixture's store, sending through
-// the real http plugin, until the test ends.
-func (f *fixture) runPool() {
+// the real http plugin, until the test ends. edit, if given, changes its
+// config first.
+func (f *fixture) runPool(edit ...func(*worker.Config)) {
 	f.t.Helper()
-	pool, err := worker.New(f.store, loopbackHost, worker.Config{
+	cfg := worker.Config{
 		Concurrency: 2, BatchSize: 2, Lease: 8 * time.Second, SendTimeout: 3 * time.Second,
 		PollInterval: 20 * time.Millisecond, MaxCycleAttempts: 5,
 		Retry: worker.RetrySchedule{Delays: []time.Duration{50 * time.Millisecond}},
-	}, quietLogger())
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	pool, err := worker.New(f.store, loopbackHost, cfg, quietLogger())
 	if err != nil {
 		f.t.Fatal(err)
 	}

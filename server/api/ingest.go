@@ -71,6 +71,10 @@ func (h *handler) fanout(r *http.Request, ev storage.Event) (storage.EventCreate
 		span.SetStatus(codes.Error, "writing the event failed")
 		return res, err
 	}
+	if !res.Duplicate {
+		// Rows were added: the store has room (again).
+		h.storeHealth.Observe(nil)
+	}
 	if !span.IsRecording() {
 		return res, nil
 	}

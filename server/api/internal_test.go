@@ -68,6 +68,8 @@ func TestStoreErrorMapsSentinelsAndHidesTheRest(t *testing.T) {
 		{fmt.Errorf("postgres: create: %w: %s", storage.ErrConflict, leak), http.StatusConflict, "conflict"},
 		{fmt.Errorf("sqlite: create: %w: %s", storage.ErrInvalid, leak), http.StatusUnprocessableEntity, "invalid_request"},
 		{fmt.Errorf("postgres: list: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, "timeout"},
+		{fmt.Errorf("postgres: create event: %w: %s", storage.ErrNoSpace, leak), http.StatusServiceUnavailable, "storage_full"},
+		{fmt.Errorf("postgres: create event: %w: %s", storage.ErrResources, leak), http.StatusServiceUnavailable, "storage_busy"},
 		{errors.New(leak), http.StatusInternalServerError, "internal"},
 		{fmt.Errorf("wrapped: %w", errors.New(leak)), http.StatusInternalServerError, "internal"},
 	} {
@@ -115,5 +117,35 @@ func TestEndpointViewHidesSecretsInConfig(t *testing.T) {
 	}
 	if v.Config["stream"] != "forms" || !strings.Contains(v.Config["url"], "redis.internal") {
 		t.Errorf("non-secret config lost: %v", v.Config)
+	}
+}
+
+func TestStoreHealthReportsNoSpaceUntilAWriteSucceeds(t *testing.T) {
+	noSpace := fmt.Errorf("sqlite: create event: %w", storage.ErrNoSpace)
+	var h StoreHealth
+	if _, full := h.noSpace(time.Now()); full {
+		t.Fatal("the zero StoreHealth reports the store full")
+	}
+	h.Observe(errors.New("connection refused"))
+	if _, full := h.noSpace(time.Now()); full {
+		t.Fatal("an error that is not about space reports the store full")
+	}
+	before := time.Now()
+	h.Observe(noSpace)
+	h.Observe(errors.New("connection refused"))
+	since, full := h.noSpace(time.Now())
+	if !full || since.Before(before) {
+		t.Fatalf("after a write failed for lack of space: full %v since %v", full, since)
+	}
+	h.Observe(noSpace)
+	if again, _ := h.noSpace(time.Now()); !again.Equal(since) {
+		t.Fatalf("a second failure moved since from %v to %v; it is when the run of failures began", since, again)
+	}
+	if _, full := h.noSpace(time.Now().Add(noSpaceHold)); full {
+		t.Fatalf("still full %s after the last failure with nothing written since; the hold is over", noSpaceHold)
+	}
+	h.Observe(nil)
+	if _, full := h.noSpace(time.Now()); full {
+		t.Fatal("a write that succeeded did not clear it")
 	}
 }
