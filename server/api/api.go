@@ -69,6 +69,10 @@ type Options struct {
 	Insecure bool
 	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxNestingDepth bounds how deeply a request body may nest objects
+	// and arrays, the outermost counting as 1; zero means
+	// DefaultMaxNestingDepth, and it may not exceed MaxNestingDepthLimit.
+	MaxNestingDepth int
 	// SecretRotationGrace is how long a rotated-out secret keeps signing
 	// next to the new one; zero means DefaultSecretRotationGrace.
 	SecretRotationGrace time.Duration
@@ -107,6 +111,7 @@ type handler struct {
 	auth       authenticator
 	insecure   bool
 	maxBody    int64
+	maxDepth   int
 	grace      time.Duration
 	// retryBounds checks endpoints' own retry schedules.
 	retryBounds RetryBounds
@@ -139,6 +144,9 @@ func newHandler(opts Options) (*handler, error) {
 	}
 	if opts.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("api: MaxBodyBytes must not be negative, got %d; use 0 for the default of %d", opts.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if opts.MaxNestingDepth < 0 || opts.MaxNestingDepth > MaxNestingDepthLimit {
+		return nil, fmt.Errorf("api: MaxNestingDepth must be from 1 to %d, got %d; use 0 for the default of %d", MaxNestingDepthLimit, opts.MaxNestingDepth, DefaultMaxNestingDepth)
 	}
 	if opts.SecretRotationGrace < 0 {
 		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, DefaultSecretRotationGrace)
@@ -174,6 +182,7 @@ func newHandler(opts Options) (*handler, error) {
 		auth:       auth,
 		insecure:   opts.Insecure,
 		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxDepth:   int(cmpOr(int64(opts.MaxNestingDepth), DefaultMaxNestingDepth)),
 		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
 		retryBounds: func() RetryBounds {
 			if opts.RetryBounds != nil {
