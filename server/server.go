@@ -231,6 +231,7 @@ func (s *Server) handler() (http.Handler, error) {
 		IngestKeys:          revealAll(cfg.Server.IngestKeys),
 		Insecure:            cfg.Server.InsecureDevMode,
 		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
+		MaxNestingDepth:     cfg.Server.MaxNestingDepth,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		RetryBounds:         cfg.Worker().EndpointRetry,
 		Logger:              s.log.With("component", "api"),

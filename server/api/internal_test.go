@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
 )
 
 func TestTokenEqualComparesDigests(t *testing.T) {
@@ -117,6 +120,33 @@ func TestEndpointViewHidesSecretsInConfig(t *testing.T) {
 	}
 	if v.Config["stream"] != "forms" || !strings.Contains(v.Config["url"], "redis.internal") {
 		t.Errorf("non-secret config lost: %v", v.Config)
+	}
+}
+
+// The API's own checks refuse deep nesting long before the store's limit;
+// what still reaches the store and is refused there is answered with the
+// store's reason, not only "breaks a rule".
+func TestIngestErrorGivesTheStoresReason(t *testing.T) {
+	store := sqlitetest.New(t)
+	data := strings.Repeat(`{"a":`, 9998) + "{}" + strings.Repeat("}", 9998)
+	ev, err := event.Submission("contact", json.RawMessage(data), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.EventCreate(t.Context(), ev)
+	if !errors.Is(err, storage.ErrInvalid) {
+		t.Fatalf("EventCreate of a payload 10001 levels deep: %v, want ErrInvalid", err)
+	}
+	var ae *apiError
+	if !errors.As(ingestError(err, ev, "the submission"), &ae) {
+		t.Fatal("not an apiError")
+	}
+	if ae.Status != http.StatusUnprocessableEntity || ae.Code != "invalid_body" ||
+		!strings.Contains(ae.Message, "exceeded max depth, at byte") || !strings.Contains(ae.Message, "the delivery store refused the submission") {
+		t.Fatalf("answer %d %s %q, want 422 invalid_body giving the store's reason", ae.Status, ae.Code, ae.Message)
+	}
+	if strings.Contains(ae.Message, "sqlite") {
+		t.Fatalf("the answer carries the driver's words: %q", ae.Message)
 	}
 }
 
