@@ -20,6 +20,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/sqlite"
@@ -112,6 +113,39 @@ func (b *ballast) count(table string) int {
 	return n
 }
 
+// runPatientPool runs a worker pool with concurrency senders over store
+// until the test ends, through a plugin host of its own whose sends wait a
+// minute for an answer: the receiver's held requests must not time out
+// and be recorded while the test fills the disk, however slow the machine.
+func runPatientPool(t *testing.T, store storage.Store, concurrency int, health worker.StoreObserver) {
+	t.Helper()
+	host, err := pluginhost.New(t.Context(), pluginhost.Config{Dir: filepath.Dir(httpPlugin), Plugins: []pluginhost.PluginConfig{{
+		Name:     "http",
+		Settings: map[string]string{"allowed_networks": "127.0.0.0/8", "connect_timeout": "5s", "read_timeout": "60s"},
+	}}}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Close)
+	pool, err := worker.New(store, host, worker.Config{
+		Concurrency: concurrency, BatchSize: concurrency, EndpointShare: 1,
+		Lease: 2 * time.Minute, SendTimeout: 70 * time.Second, PollInterval: 20 * time.Millisecond, MaxCycleAttempts: 5,
+		Retry: worker.RetrySchedule{Delays: []time.Duration{50 * time.Millisecond}}, StoreHealth: health,
+	}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pool.Run: %v", err)
+		}
+	})
+}
+
 // gatedReceiver is a receiver on loopback that holds every request until
 // released, then answers 200, and keeps the bodies it got.
 type gatedReceiver struct {
@@ -181,11 +215,13 @@ func (w *spaceWatch) failures() []error {
 	return append([]error(nil), w.failed...)
 }
 
-// until polls cond every 20 ms until it holds, failing the test after
-// 30 s with what.
+// until polls cond every 20 ms until it holds, failing the test with what
+// after two minutes: long enough for the worker's claim loop, which backs
+// off up to 30 s while the database is full, to come round again on a
+// loaded machine.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting: %s", what)
 		}
@@ -223,16 +259,14 @@ func TestAFullDatabaseRefusesIngestLosesNothingAndRecovers(t *testing.T) {
 	n := 0
 	// Accepted before the disk fills; the worker claims and sends them,
 	// and the receiver holds every request, so the attempts are recorded
-	// after it has filled: more of them than fit in a page.
+	// after it has filled: more of them than fit in one page (an attempt
+	// row is over 100 bytes).
 	for ; n < 100; n++ {
 		accepted[n] = submit(n).must(t, http.StatusAccepted).str("submission_id")
 	}
 	const inFlight = 64
 	watch := &spaceWatch{next: health}
-	f.runPool(func(c *worker.Config) {
-		c.Concurrency, c.BatchSize, c.EndpointShare = inFlight, inFlight, 1
-		c.StoreHealth = watch
-	})
+	runPatientPool(t, f.store, inFlight, watch)
 	until(t, "the worker to have its sends out", func() bool { return recv.held() == inFlight })
 	disk.fill()
 	var refused []int

@@ -56,19 +56,14 @@ func (rc *receiver) requests() []received {
 }
 
 // runPool runs a real worker pool over the fixture's store, sending through
-// the real http plugin, until the test ends. edit, if given, changes its
-// config first.
-func (f *fixture) runPool(edit ...func(*worker.Config)) {
+// the real http plugin, until the test ends.
+func (f *fixture) runPool() {
 	f.t.Helper()
-	cfg := worker.Config{
+	pool, err := worker.New(f.store, loopbackHost, worker.Config{
 		Concurrency: 2, BatchSize: 2, Lease: 8 * time.Second, SendTimeout: 3 * time.Second,
 		PollInterval: 20 * time.Millisecond, MaxCycleAttempts: 5,
 		Retry: worker.RetrySchedule{Delays: []time.Duration{50 * time.Millisecond}},
-	}
-	for _, e := range edit {
-		e(&cfg)
-	}
-	pool, err := worker.New(f.store, loopbackHost, cfg, quietLogger())
+	}, quietLogger())
 	if err != nil {
 		f.t.Fatal(err)
 	}

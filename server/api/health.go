@@ -26,8 +26,9 @@ func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) error {
 
 // GET /readyz: the store answers, holds the schema this build knows and
 // has not run out of space (see StoreHealth), every transport plugin runs,
-// and the server's own Ready check, if any, passes. A transport that is down makes the server not ready: its
-// deliveries wait, unsent, until it runs again.
+// and the server's own Ready check, if any, passes. A transport that is
+// down makes the server not ready: its deliveries wait, unsent, until it
+// runs again.
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
