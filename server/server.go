@@ -65,6 +65,9 @@ type Server struct {
 	host   *pluginhost.Host
 	pool   *worker.Pool
 	health *fleet.EndpointHealth
+	// storeHealth is whether the store has run out of space, shared by
+	// the worker pool and the API.
+	storeHealth *api.StoreHealth
 	// heartbeat is how often the registry row is refreshed; 0 is
 	// fleet.HeartbeatInterval. Only tests change it.
 	heartbeat time.Duration
@@ -124,6 +127,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 	}
 	workerCfg := cfg.Worker()
 	workerCfg.TracerProvider, workerCfg.Metrics = s.tel.TracerProvider(), metrics
+	// The worker's writes and the API's share one view of whether the
+	// store has run out of space, which /readyz reports.
+	s.storeHealth = &api.StoreHealth{}
+	workerCfg.StoreHealth = s.storeHealth
 	if cfg.Endpoints.DisableOnGone {
 		// Off, the worker records a 410 as its transport classified it.
 		workerCfg.Disabler = s.health
@@ -260,12 +267,14 @@ func (s *Server) handler() (http.Handler, error) {
 		Insecure:            cfg.Server.InsecureDevMode,
 		AuthLimiter:         limiter,
 		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
+		MaxNestingDepth:     cfg.Server.MaxNestingDepth,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		RetryBounds:         cfg.Worker().EndpointRetry,
 		Logger:              s.log.With("component", "api"),
 		TracerProvider:      s.tel.TracerProvider(),
 		Metrics:             s.tel.MetricsHandler(),
 		MetricsPublic:       cfg.Telemetry.MetricsPublic,
+		StoreHealth:         s.storeHealth,
 	})
 	if err != nil {
 		return nil, err

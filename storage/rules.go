@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -325,7 +326,14 @@ func (ev Event) Validate() error {
 		return fmt.Errorf("%w: event needs a type", ErrInvalid)
 	}
 	if !json.Valid(ev.Payload) {
-		return fmt.Errorf("%w: event payload is not valid JSON", ErrInvalid)
+		// Say why: a payload nested deeper than encoding/json's limit of
+		// 10000 levels is well-formed but not valid here.
+		why := "it does not parse"
+		var syn *json.SyntaxError
+		if errors.As(json.Unmarshal(ev.Payload, new(json.RawMessage)), &syn) {
+			why = fmt.Sprintf("%s, at byte %d of the payload", strings.TrimPrefix(syn.Error(), "json: "), syn.Offset)
+		}
+		return fmt.Errorf("%w: event payload is not valid JSON (%s)", ErrInvalid, why)
 	}
 	return nil
 }

@@ -78,6 +78,15 @@ var (
 	ErrInvalid = errors.New("invalid parameters")
 	// ErrSchemaUnknown: the database carries a schema version this build does not know.
 	ErrSchemaUnknown = errors.New("database schema version is newer than this build knows")
+	// ErrNoSpace: a write failed because the database has no room left to
+	// grow (SQLite: SQLITE_FULL, the disk under the file is full or its page
+	// limit is reached; PostgreSQL: 53100 disk_full). Nothing of the write
+	// was kept; the same write succeeds once space is freed.
+	ErrNoSpace = errors.New("the database is out of space")
+	// ErrResources: PostgreSQL refused an operation for want of a resource
+	// other than disk space (SQLSTATE class 53: memory, connections, a
+	// configured limit). Nothing of it was kept; it may succeed when retried.
+	ErrResources = errors.New("the database is short of resources")
 )
 
 // Secret is an endpoint's signing secret: a v1 HMAC secret written "whsec_"

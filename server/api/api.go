@@ -75,6 +75,10 @@ type Options struct {
 	AuthLimiter *authlimit.Limiter
 	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxNestingDepth bounds how deeply a request body may nest objects
+	// and arrays, the outermost counting as 1; zero means
+	// DefaultMaxNestingDepth, and it may not exceed MaxNestingDepthLimit.
+	MaxNestingDepth int
 	// SecretRotationGrace is how long a rotated-out secret keeps signing
 	// next to the new one; zero means DefaultSecretRotationGrace.
 	SecretRotationGrace time.Duration
@@ -97,6 +101,12 @@ type Options struct {
 	// MetricsPublic lets GET /metrics be scraped without a token. Otherwise
 	// it needs the admin token, like every route but ingest and the probes.
 	MetricsPublic bool
+
+	// StoreHealth is told when a write fails for want of space and when
+	// an ingest succeeds, and /readyz reports a store out of space from
+	// it; share it with the worker pool, which tells it of its own writes.
+	// nil means one of the API's own.
+	StoreHealth *StoreHealth
 }
 
 // handler is the API. It holds no state of its own beyond what New sets and
@@ -108,6 +118,7 @@ type handler struct {
 	limiter    *authlimit.Limiter
 	insecure   bool
 	maxBody    int64
+	maxDepth   int
 	grace      time.Duration
 	// retryBounds checks endpoints' own retry schedules.
 	retryBounds RetryBounds
@@ -118,6 +129,8 @@ type handler struct {
 	metricsWho  access
 	mux         *http.ServeMux
 	now         func() time.Time
+	// storeHealth knows whether the store has run out of space.
+	storeHealth *StoreHealth
 }
 
 // New checks opts and returns the API's handler.
@@ -138,6 +151,9 @@ func newHandler(opts Options) (*handler, error) {
 	}
 	if opts.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("api: MaxBodyBytes must not be negative, got %d; use 0 for the default of %d", opts.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if opts.MaxNestingDepth < 0 || opts.MaxNestingDepth > MaxNestingDepthLimit {
+		return nil, fmt.Errorf("api: MaxNestingDepth must be from 1 to %d, got %d; use 0 for the default of %d", MaxNestingDepthLimit, opts.MaxNestingDepth, DefaultMaxNestingDepth)
 	}
 	if opts.SecretRotationGrace < 0 {
 		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, DefaultSecretRotationGrace)
@@ -178,6 +194,7 @@ func newHandler(opts Options) (*handler, error) {
 		limiter:    limiter,
 		insecure:   opts.Insecure,
 		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxDepth:   int(cmpOr(int64(opts.MaxNestingDepth), DefaultMaxNestingDepth)),
 		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
 		retryBounds: func() RetryBounds {
 			if opts.RetryBounds != nil {
@@ -189,6 +206,10 @@ func newHandler(opts Options) (*handler, error) {
 		ready: opts.Ready,
 		mux:   http.NewServeMux(),
 		now:   time.Now,
+	}
+	h.storeHealth = opts.StoreHealth
+	if h.storeHealth == nil {
+		h.storeHealth = &StoreHealth{}
 	}
 	h.routes()
 	return h, nil

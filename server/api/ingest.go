@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -70,6 +71,10 @@ func (h *handler) fanout(r *http.Request, ev storage.Event) (storage.EventCreate
 		span.SetStatus(codes.Error, "writing the event failed")
 		return res, err
 	}
+	if !res.Duplicate {
+		// Rows were added: the store has room (again).
+		h.storeHealth.Observe(nil)
+	}
 	if !span.IsRecording() {
 		return res, nil
 	}
@@ -125,7 +130,7 @@ func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error
 	}
 	res, err := h.fanout(r, ev)
 	if err != nil {
-		return storeError(err, "the submission")
+		return ingestError(err, ev, "the submission")
 	}
 	if res.Duplicate {
 		var first struct {
@@ -190,7 +195,7 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	}
 	res, err := h.fanout(r, ev)
 	if err != nil {
-		return storeError(err, "the event")
+		return ingestError(err, ev, "the event")
 	}
 	if res.Duplicate {
 		var first struct {
@@ -205,6 +210,21 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.writeIngest(w, res, "")
 	return nil
+}
+
+// ingestError answers an ingest the store refused. When it refused the
+// event itself (storage.ErrInvalid), the answer gives the store's rule in
+// its own words, which hold no driver text, from ev.Validate: the checks
+// in readBody come first, so this is the store's last word on what got
+// past them.
+func ingestError(err error, ev storage.Event, what string) error {
+	if errors.Is(err, storage.ErrInvalid) {
+		if verr := ev.Validate(); verr != nil {
+			return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid_body", cause: err,
+				Message: fmt.Sprintf("the delivery store refused %s: %v; the signed payload wraps the data sent (a submission's two levels deeper, an event's one), so change the data and send it again", what, verr)}
+		}
+	}
+	return storeError(err, what)
 }
 
 func keyReused() error {

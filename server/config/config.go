@@ -72,6 +72,7 @@ type ServerConfig struct {
 	IngestKeys          []Secret      `koanf:"ingest_keys" doc:"Keys that authorise only the ingest routes (submissions and events), for the form front ends. Comma-separated in the environment; more than one lets a key be rotated without downtime."`
 	InsecureDevMode     bool          `koanf:"insecure_dev_mode" doc:"Run without an admin token, on a development machine only: anyone who can reach server.listen can change endpoints and replay deliveries."`
 	MaxBodyBytes        int64         `koanf:"max_body_bytes" doc:"Largest request body the API accepts, in bytes; larger ones are refused with 413."`
+	MaxNestingDepth     int           `koanf:"max_nesting_depth" doc:"Deepest nesting of objects and arrays a request body may have, the outermost counting as 1 (an event's payload is at level 2 of its body); deeper ones are refused with 400. At most 1000. The signed payload wraps a submission's data two levels deeper, and some receivers' parsers stop at 100 levels."`
 	SecretRotationGrace time.Duration `koanf:"secret_rotation_grace" doc:"How long a rotated-out endpoint signing secret keeps signing next to the new one, so receivers can switch without failed verifications."`
 	ReadHeaderTimeout   time.Duration `koanf:"read_header_timeout" doc:"Time a client has to send a request's headers; a connection that stalls longer is closed."`
 	ReadTimeout         time.Duration `koanf:"read_timeout" doc:"Time a client has to send a whole request, headers and body, whether or not it is authorised: a body that stalls is cut off at this point, so nobody can hold connections open by sending slowly."`
@@ -214,6 +215,7 @@ func Default() Config {
 		Server: ServerConfig{
 			Listen:              "127.0.0.1:8080",
 			MaxBodyBytes:        1 << 20,
+			MaxNestingDepth:     64,
 			SecretRotationGrace: 24 * time.Hour,
 			ReadHeaderTimeout:   10 * time.Second,
 			ReadTimeout:         30 * time.Second,

@@ -85,6 +85,7 @@ var allKeys = []string{
 	"server.max_body_bytes", "server.secret_rotation_grace", "server.read_header_timeout", "server.read_timeout",
 	"server.write_timeout", "server.idle_timeout", "server.max_header_bytes",
 	"server.auth_failures", "server.auth_failure_window", "server.auth_failure_clients",
+	"server.max_nesting_depth",
 	"worker.lease_seconds", "worker.concurrency", "worker.endpoint_share", "worker.batch_size", "worker.poll_interval",
 	"worker.max_attempts", "worker.retry_delays", "worker.retry_jitter", "worker.max_retry_after",
 	"webhook.connect_timeout_seconds", "webhook.read_timeout_seconds", "webhook.allowed_networks",

@@ -40,6 +40,7 @@ func TestDefaults(t *testing.T) {
 		{"server.ingest_keys", len(cfg.Server.IngestKeys), 0},
 		{"server.insecure_dev_mode", cfg.Server.InsecureDevMode, false},
 		{"server.max_body_bytes", cfg.Server.MaxBodyBytes, int64(1 << 20)},
+		{"server.max_nesting_depth", cfg.Server.MaxNestingDepth, 64},
 		{"server.secret_rotation_grace", cfg.Server.SecretRotationGrace, 24 * time.Hour},
 		{"server.read_header_timeout", cfg.Server.ReadHeaderTimeout, 10 * time.Second},
 		{"server.read_timeout", cfg.Server.ReadTimeout, 30 * time.Second},
@@ -111,6 +112,7 @@ var samples = []struct {
 	}},
 	{"server.insecure_dev_mode", "true", func(c config.Config) bool { return c.Server.InsecureDevMode }},
 	{"server.max_body_bytes", "2048", func(c config.Config) bool { return c.Server.MaxBodyBytes == 2048 }},
+	{"server.max_nesting_depth", "100", func(c config.Config) bool { return c.Server.MaxNestingDepth == 100 }},
 	{"server.secret_rotation_grace", "36h", func(c config.Config) bool { return c.Server.SecretRotationGrace == 36*time.Hour }},
 	{"server.read_header_timeout", "3s", func(c config.Config) bool { return c.Server.ReadHeaderTimeout == 3*time.Second }},
 	{"server.read_timeout", "5s", func(c config.Config) bool { return c.Server.ReadTimeout == 5*time.Second }},
@@ -336,6 +338,7 @@ func TestHelpListsEveryKey(t *testing.T) {
 	// Every key: its line with type and default, then its variable and flag.
 	defaults := map[string]string{
 		"database.url": "sqlite:hymical.db", "server.listen": "127.0.0.1:8080", "server.max_body_bytes": "1048576",
+		"server.max_nesting_depth":     "64",
 		"server.secret_rotation_grace": "24h", "server.read_header_timeout": "10s", "server.read_timeout": "30s",
 		"server.write_timeout": "1m", "server.idle_timeout": "1m", "server.max_header_bytes": "65536",
 		"server.auth_failures": "10", "server.auth_failure_window": "5m", "server.auth_failure_clients": "10000", "worker.lease_seconds": "60", "worker.concurrency": "16",

@@ -109,6 +109,8 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "zero connect timeout", env: []string{"FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS=0"}, key: "webhook.connect_timeout_seconds", want: []string{"at least 1"}},
 		{name: "negative read timeout", file: "webhook:\n  read_timeout_seconds: -10\n", key: "webhook.read_timeout_seconds", want: []string{"at least 1"}},
 		{name: "zero body limit", file: "server:\n  max_body_bytes: 0\n", key: "server.max_body_bytes", want: []string{"positive"}},
+		{name: "zero nesting depth", file: "server:\n  max_nesting_depth: 0\n", key: "server.max_nesting_depth", want: []string{"from 1 to 1000", "default is 64"}},
+		{name: "nesting depth too deep", env: []string{"FORMS_SERVER_MAX_NESTING_DEPTH=5000"}, key: "server.max_nesting_depth", want: []string{"5000", "from 1 to 1000", "FORMS_SERVER_MAX_NESTING_DEPTH"}},
 		// Durations.
 		{name: "duration without a unit", file: "worker:\n  poll_interval: 5\n", key: "worker.poll_interval", want: []string{"no unit", "500ms"}},
 		{name: "duration that is a word", env: []string{"FORMS_WORKER_POLL_INTERVAL=fast"}, key: "worker.poll_interval", want: []string{`"fast"`, "not a duration"}},

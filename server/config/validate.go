@@ -33,6 +33,10 @@ const (
 	maxAuthFailureClients = 1000000
 )
 
+// maxNestingDepth is the most server.max_nesting_depth may be, as the API
+// takes it (api.MaxNestingDepthLimit, which this package may not import).
+const maxNestingDepth = 1000
+
 // check applies every rule, normalising what it may (log level case, the
 // SHA-256 pins). src says where each key's value came from, for messages;
 // it may be nil.
@@ -128,6 +132,9 @@ func (c *Config) check(r *report, src map[string]string) {
 	}
 	if !skip("server.max_body_bytes") && c.Server.MaxBodyBytes < 1 {
 		r.invalid("server.max_body_bytes", "server.max_body_bytes%s is %d: it must be a positive number of bytes (the default is %d, 1 MiB)", at("server.max_body_bytes"), c.Server.MaxBodyBytes, Default().Server.MaxBodyBytes)
+	}
+	if !skip("server.max_nesting_depth") && (c.Server.MaxNestingDepth < 1 || c.Server.MaxNestingDepth > maxNestingDepth) {
+		r.invalid("server.max_nesting_depth", "server.max_nesting_depth%s is %d: it must be from 1 to %d levels (the default is %d)", at("server.max_nesting_depth"), c.Server.MaxNestingDepth, maxNestingDepth, Default().Server.MaxNestingDepth)
 	}
 	positiveDuration(r, "server.secret_rotation_grace", at, c.Server.SecretRotationGrace, Default().Server.SecretRotationGrace)
 	positiveDuration(r, "server.read_header_timeout", at, c.Server.ReadHeaderTimeout, Default().Server.ReadHeaderTimeout)

@@ -60,6 +60,11 @@ type Store interface {
 	Wakeups(ctx context.Context) <-chan struct{}
 }
 
+// StoreObserver hears how a write to the store ended; nil is success.
+type StoreObserver interface {
+	Observe(err error)
+}
+
 // Sender moves one signed message through the named transport plugin by
 // deadline. It reports every failure, a crashed or hung plugin included, as
 // an Outcome, with NoRequest set when the message never went out: it never
@@ -100,6 +105,11 @@ type Config struct {
 	// leaves such endpoints enabled and records the 410 as the transport
 	// classified it (the http plugin: permanent, as any other 4xx).
 	Disabler EndpointDisabler
+	// StoreHealth hears how the pool's writes to the store ended, so the
+	// server can report a store that has run out of space (api.StoreHealth
+	// does, on /readyz): every completion batch, and the failures of
+	// claims, which add no rows. nil tells nobody.
+	StoreHealth StoreObserver
 
 	// TracerProvider makes the claim and attempt spans; nil means none.
 	TracerProvider trace.TracerProvider
@@ -335,8 +345,10 @@ func (p *Pool) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			// The database is away: nothing is lost (every delivery is
-			// still in it), so wait and try again, backing off to a cap.
+			// The database is away, or full: nothing is lost (every
+			// delivery is still in it), so wait and try again, backing off
+			// to a cap.
+			p.observe(err)
 			p.log.Error("claiming deliveries failed; retrying", "error", err, "retry_in", backoff)
 			backoff = min(backoff*2, 30*time.Second)
 			if !sleep(ctx, backoff) {
@@ -493,6 +505,10 @@ func (p *Pool) completeLoop(ctx context.Context, done <-chan completion) {
 			params = append(params, c.params)
 		}
 		res, err := p.store.DeliveryCompleteBatch(ctx, params)
+		// A batch that failed for want of space is retried by each of its
+		// senders (see finish), like any outage; one that wrote shows
+		// there is room again.
+		p.observe(err)
 		for i, c := range batch {
 			if err != nil {
 				c.reply <- storage.DeliveryCompleteResult{Err: err}
@@ -510,6 +526,13 @@ func complete(done chan<- completion, params storage.DeliveryCompleteParams) (st
 	done <- completion{params: params, reply: reply}
 	r := <-reply
 	return r.Delivery, r.Attempt, r.Err
+}
+
+// observe tells the configured StoreObserver how a write ended.
+func (p *Pool) observe(err error) {
+	if p.cfg.StoreHealth != nil {
+		p.cfg.StoreHealth.Observe(err)
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -94,6 +94,11 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrInvalid, err)
 		case "42P01": // undefined_table
 			return fmt.Errorf("postgres: %s: %w (is the database migrated? run `hymical migrate`)", op, err)
+		case "53100": // disk_full
+			return fmt.Errorf("postgres: %s: %w: the database server's disk is full; free space on its volume or grow the volume: %w", op, storage.ErrNoSpace, err)
+		}
+		if strings.HasPrefix(pgErr.Code, "53") { // insufficient_resources: memory, connections, a configured limit
+			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrResources, err)
 		}
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)

@@ -173,10 +173,14 @@ func (s *Store) createEvents(batch eventBatch) {
 					return err
 				}
 				c.Out, c.Err = createEvent(ctx, tx, insertEvent, insertDelivery, endpoints, c.In)
-				if c.Err != nil {
-					c.Err = s.mapErr(createEventOp, c.Err)
+				if cause := c.Err; cause != nil {
+					c.Err = s.mapErr(createEventOp, cause)
 					if _, err := tx.ExecContext(ctx, `ROLLBACK TO event_create`); err != nil {
-						return err
+						// SQLite rolls the whole transaction back on some
+						// errors (SQLITE_FULL among them), savepoint and all:
+						// the batch then fails for the reason this create
+						// did, not for the savepoint that is gone.
+						return cause
 					}
 				}
 				if _, err := release.ExecContext(ctx); err != nil {

@@ -222,6 +222,13 @@ func (s *Store) mapErr(op string, err error) error {
 		case sqlite3.SQLITE_CONSTRAINT_CHECK:
 			return fmt.Errorf("sqlite: %s: %w: %w", op, storage.ErrInvalid, err)
 		}
+		if se.Code()&0xff == sqlite3.SQLITE_FULL {
+			// The file could not grow: its disk is full, or (in tests) the
+			// connection's max_page_count is reached. SQLite rolled back the
+			// statement, or the whole transaction, so nothing was kept.
+			return fmt.Errorf("sqlite: %s: %w: the database %s cannot grow; free space on its volume or grow the volume: %w",
+				op, storage.ErrNoSpace, s.path, err)
+		}
 		if se.Code() == sqlite3.SQLITE_BUSY_SNAPSHOT {
 			// Not a wait that ran out: a read snapshot went stale before
 			// its transaction could write, which BEGIN IMMEDIATE prevents.
