@@ -114,7 +114,7 @@ type PluginsConfig struct {
 	SendGrace       time.Duration  `koanf:"send_grace" doc:"How long past a send's deadline the host waits for a plugin's answer before it counts the plugin as hung and restarts it."`
 	StartTimeout    time.Duration  `koanf:"start_timeout" doc:"Time allowed to start and configure one plugin process."`
 	ValidateTimeout time.Duration  `koanf:"validate_timeout" doc:"Time a plugin has to say whether it can send to an endpoint being created or changed; a plugin that takes longer counts as hung, is restarted, and the request is answered 503."`
-	List            []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts and networks from the webhook section."`
+	List            []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts, networks and proxy from the webhook section."`
 }
 
 // PluginConfig configures one plugin.
