@@ -34,9 +34,12 @@
 //   - an outcome says no request went out (NoRequest) only when the plugin
 //     itself stopped before any connection was made: its guard refused
 //     every address the name resolved to, or the endpoint's URL or the
-//     headers could not make a request at all. A failed DNS lookup or a
-//     refused connection is an attempt, retryable as before: the retry
-//     allowance is what bounds a receiver that cannot be reached.
+//     headers could not make a request at all; or when the proxy asked
+//     for credentials (407), which it does before forwarding anything, so
+//     the delivery waits (Deferred) until the operator fixes them. A
+//     failed DNS lookup, a refused connection and any other proxy failure
+//     are attempts, retryable as before (a proxy's 403 permanent): the
+//     retry allowance is what bounds a receiver that cannot be reached.
 package httptransport
 
 import (
