@@ -89,6 +89,7 @@ var allKeys = []string{
 	"worker.lease_seconds", "worker.concurrency", "worker.endpoint_share", "worker.batch_size", "worker.poll_interval",
 	"worker.max_attempts", "worker.retry_delays", "worker.retry_jitter", "worker.max_retry_after",
 	"webhook.connect_timeout_seconds", "webhook.read_timeout_seconds", "webhook.allowed_networks",
+	"webhook.proxy", "webhook.proxy_username", "webhook.proxy_password",
 	"plugins.dir", "plugins.send_grace", "plugins.start_timeout", "plugins.validate_timeout", "plugins.list",
 	"log.level", "log.format",
 	"endpoints.disable_on_gone", "endpoints.disable_after_failing", "endpoints.health_interval", "endpoints.operator_endpoint",

@@ -139,6 +139,9 @@ var samples = []struct {
 		want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("fd00::/8")}
 		return slices.Equal(c.Webhook.AllowedNetworks, want)
 	}},
+	{"webhook.proxy", "http://smokescreen.internal:4750", func(c config.Config) bool { return c.Webhook.Proxy == "http://smokescreen.internal:4750" }},
+	{"webhook.proxy_username", "hymical", func(c config.Config) bool { return c.Webhook.ProxyUsername == "hymical" }},
+	{"webhook.proxy_password", "egress-pass", func(c config.Config) bool { return c.Webhook.ProxyPassword.Reveal() == "egress-pass" }},
 	{"plugins.dir", "/opt/hymical/plugins", func(c config.Config) bool { return c.Plugins.Dir == "/opt/hymical/plugins" }},
 	{"plugins.send_grace", "3s", func(c config.Config) bool { return c.Plugins.SendGrace == 3*time.Second }},
 	{"plugins.start_timeout", "1m", func(c config.Config) bool { return c.Plugins.StartTimeout == time.Minute }},
