@@ -36,9 +36,9 @@ COPY --from=build --chown=65532:65532 /state /var/lib/hymical
 USER 65532:65532
 # Configuration comes from FORMS_* variables (or a file passed with
 # --config): the database on the volume, the API on every interface of the
-# container. The admin token has no default and must come from the
-# environment (FORMS_SERVER_ADMIN_TOKEN): without one serve refuses to
-# start. Insecure dev mode stays off.
+# container. The admin token is not in the image: give it in the
+# environment (FORMS_SERVER_ADMIN_TOKEN). Without one, serve makes up a
+# token for that run only and prints it once. Insecure dev mode stays off.
 ENV FORMS_DATABASE_URL=sqlite:/var/lib/hymical/hymical.db \
     FORMS_SERVER_LISTEN=0.0.0.0:8080
 VOLUME ["/var/lib/hymical"]
