@@ -28,6 +28,9 @@ func TestReleaseArchive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a release from a fresh clone")
 	}
+	// Its time goes to go build and gzip in other processes: it runs beside
+	// the package's other tests rather than after them.
+	t.Parallel()
 	for _, tool := range []string{"git", "bash", "sha256sum", "gzip", "tar"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("no %s", tool)
