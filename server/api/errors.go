@@ -76,7 +76,7 @@ func storeError(err error, what string) *apiError {
 			Message: what + " conflicts with one that already exists; retry, and if it persists use a new id or idempotency key", cause: err}
 	case errors.Is(err, storage.ErrInvalid):
 		return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid_request",
-			Message: "the request breaks a rule of the delivery store for " + what + "; check the values sent against the README's HTTP API section", cause: err}
+			Message: "the request breaks a rule of the delivery store for " + what + "; check the values sent against docs/api.md", cause: err}
 	case errors.Is(err, storage.ErrNoSpace):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "storage_full", RetryAfter: noSpaceRetryAfter,
 			Message: "the server's database is out of space, so nothing of this request was stored; send it again later. " +
