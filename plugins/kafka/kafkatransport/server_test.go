@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -262,7 +261,10 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	c := cluster(t, kfake.Ports(port))
+	// A data directory, as a real broker has: the topic (and its id)
+	// outlives the restart.
+	dir := t.TempDir()
+	c := cluster(t, kfake.Ports(port), kfake.DataDir(dir))
 	tr := configured(t, c, transport.Settings{SettingProduceTimeout: "1s"})
 	msg := signed(t, "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", `{}`)
 	if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
@@ -273,20 +275,18 @@ func TestBrokerAwayAndBack(t *testing.T) {
 		t.Fatalf("Send with the broker away = %+v, want retryable", out)
 	}
 	// Back on the same port; the same client reconnects by itself.
-	c2 := cluster(t, kfake.Ports(port))
+	c2 := cluster(t, kfake.Ports(port), kfake.DataDir(dir))
 	var out transport.Outcome
 	for range 10 {
 		if out = send(tr, msg, 5*time.Second); out.Kind == transport.OutcomeDelivered {
 			break
 		}
-		// The worker's retry wait: the new cluster's topic has a new id,
-		// which the client learns from its next metadata.
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the worker's retry wait
 	}
 	if out.Kind != transport.OutcomeDelivered {
 		t.Fatalf("Send with the broker back = %+v, want delivered", out)
 	}
-	consume(t, c2, 1)
+	consume(t, c2, 2)
 	if n := len(tr.clients); n != 1 {
 		t.Errorf("%d clients, want the one reused", n)
 	}
@@ -319,17 +319,26 @@ func TestLoopbackRefusedUnlessAllowed(t *testing.T) {
 // produce never reaches it, and says why.
 func TestAdvertisedAddressIsChecked(t *testing.T) {
 	t.Parallel()
-	c := cluster(t)
-	addr := c.ListenAddrs()[0]
-	_, port, _ := net.SplitHostPort(addr)
-	// Reach the seed by 127.0.0.2 (allowed), while it advertises
-	// 127.0.0.1 (not allowed).
+	// The broker listens on every loopback address and advertises
+	// 127.0.0.1 (not allowed); the plugin reaches it as 127.0.0.2
+	// (allowed).
+	c := cluster(t, kfake.ListenFn(func(network, address string) (net.Listener, error) {
+		_, port, _ := net.SplitHostPort(address)
+		ln, err := net.Listen(network, "0.0.0.0:"+port)
+		return advertised{ln}, err
+	}))
+	_, port, _ := net.SplitHostPort(c.ListenAddrs()[0])
 	tr := configured(t, c, transport.Settings{SettingBrokers: "127.0.0.2:" + port, SettingAllowedNetworks: "127.0.0.2", SettingProduceTimeout: "1s"})
-	if p, _ := strconv.Atoi(port); p == 0 {
-		t.Fatal("no port")
-	}
 	out := send(tr, signed(t, "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", `{}`), 5*time.Second)
 	if (out.Kind != transport.OutcomePermanent || !out.NoRequest) || !strings.Contains(out.Error, "127.0.0.1") {
 		t.Fatalf("Send = %+v, want refused naming the advertised 127.0.0.1", out)
 	}
+}
+
+// advertised is a listener on every address that names itself 127.0.0.1,
+// which kfake then advertises.
+type advertised struct{ net.Listener }
+
+func (a advertised) Addr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: a.Listener.Addr().(*net.TCPAddr).Port}
 }
