@@ -208,8 +208,9 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 		kgo.Dialer(c.dialer(st)),
 		kgo.DialTimeout(st.dialTimeout),
 		// A record the brokers never take is failed rather than kept
-		// buffered forever after its attempt gave up.
-		kgo.RecordDeliveryTimeout(st.produceTimeout),
+		// buffered forever after its attempt gave up; franz-go takes
+		// nothing under a second here.
+		kgo.RecordDeliveryTimeout(max(st.produceTimeout, time.Second)),
 		kgo.ProducerLinger(0),
 	}
 	if st.sasl != nil {

@@ -342,3 +342,14 @@ type advertised struct{ net.Listener }
 func (a advertised) Addr() net.Addr {
 	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: a.Listener.Addr().(*net.TCPAddr).Port}
 }
+
+// A produce_timeout under a second is valid: franz-go's own record timeout,
+// which refuses less than a second, is kept at a second or more.
+func TestShortProduceTimeout(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	tr := configured(t, c, transport.Settings{SettingProduceTimeout: "400ms"})
+	if out := send(tr, signed(t, "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", `{}`), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		t.Fatalf("Send = %+v, want delivered", out)
+	}
+}
