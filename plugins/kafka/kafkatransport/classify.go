@@ -26,12 +26,6 @@ type failure struct {
 	refused error
 }
 
-// verdict is what one Kafka error code means for a delivery.
-type verdict struct {
-	permanent bool
-	hint      string
-}
-
 // permanentCodes are the broker's answers no retry can change until an
 // operator acts. The client has already retried what Kafka calls
 // retriable before the promise returns; any code not listed here is

@@ -70,8 +70,9 @@ var errClosed = errors.New("the kafka transport is shutting down")
 // Options are what the embedding program decides, as opposed to the
 // operator's settings.
 type Options struct {
-	// Logger is unused for now beyond construction; nil discards. Messages,
-	// headers and credentials are never logged.
+	// Logger receives client events (a client made for a broker list);
+	// nil discards them. Messages, headers and credentials are never
+	// logged.
 	Logger *slog.Logger
 	// ClientOpts are added to every client's options, after the plugin's
 	// own; tests use them to shorten the client's retry waits.
@@ -233,6 +234,7 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 		return prev, nil
 	}
 	t.clients[tgt.key()] = c
+	t.log.Info("kafka client made", "brokers", tgt.key(), "sasl", st.sasl != nil, "tls", st.tls != nil)
 	return c, nil
 }
 
