@@ -20,10 +20,11 @@ type failure struct {
 	topic, brokers string
 	// waited is how long the produce waited before it failed.
 	waited time.Duration
-	// refused is the SSRF guard's last refusal of a dial by this client,
-	// if any: a produce that timed out because every dial to the leader
-	// was refused is reported as that refusal.
-	refused error
+	// connErr is the client's last failure to connect since the produce
+	// began, if any: a produce that timed out because the guard refused
+	// the leader's address, or the brokers refused the credentials, is
+	// reported as that.
+	connErr error
 }
 
 // permanentCodes are the broker's answers no retry can change until an
@@ -80,10 +81,16 @@ func classify(err error, f failure) transport.Outcome {
 	switch {
 	case errors.As(err, &refused):
 		return transport.Refused(refused.Error())
-	case timedOut && errors.As(f.refused, &refused):
+	case timedOut && errors.As(f.connErr, &refused):
 		// Every dial was refused, so the produce could only time out:
 		// the brokers' metadata names an address the guard refuses.
 		return transport.Refused(fmt.Sprintf("%s: a broker advertises an address the plugin may not connect to: %s", where, refused.Error()))
+	case timedOut && f.connErr != nil && !errors.Is(f.connErr, context.DeadlineExceeded):
+		// Connecting failed (refused credentials, a certificate): that,
+		// not the wait, is what the operator must see and fix.
+		o := classify(f.connErr, failure{topic: f.topic, brokers: f.brokers, waited: f.waited})
+		o.Error = fmt.Sprintf("no acknowledgement within %s: connecting failed: %s", f.waited.Round(time.Millisecond), o.Error)
+		return o
 	case errors.Is(err, errClosed), errors.Is(err, kgo.ErrClientClosed):
 		return transport.Deferred(errClosed.Error())
 	case errors.As(err, &kafkaErr):

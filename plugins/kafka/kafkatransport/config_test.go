@@ -129,8 +129,10 @@ func TestClassify(t *testing.T) {
 		{"record timeout", kgo.ErrRecordTimeout, failure{}, transport.OutcomeRetryable, false},
 		{"cancelled", context.Canceled, failure{}, transport.OutcomeRetryable, false},
 		{"guard", refused, failure{}, transport.OutcomePermanent, true},
-		{"deadline after refused dials", context.DeadlineExceeded, failure{refused: refused}, transport.OutcomePermanent, true},
+		{"deadline after refused dials", context.DeadlineExceeded, failure{connErr: refused}, transport.OutcomePermanent, true},
 		{"closing", kgo.ErrClientClosed, failure{}, transport.OutcomeRetryable, true},
+		{"deadline after refused credentials", context.DeadlineExceeded, failure{connErr: kerr.SaslAuthenticationFailed}, transport.OutcomePermanent, false},
+		{"deadline after a refused connection", context.DeadlineExceeded, failure{connErr: errors.New("connect: connection refused")}, transport.OutcomeRetryable, false},
 		{"anything else", errors.New("boom"), failure{}, transport.OutcomeRetryable, false},
 	}
 	for _, tt := range tests {

@@ -41,6 +41,7 @@ package kafkatransport
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -167,18 +169,49 @@ type client struct {
 	cl *kgo.Client
 
 	mu sync.Mutex
-	// refused is the guard's last refusal of a dial, and when.
-	refused   error
-	refusedAt time.Time
+	// connErr is the last failure to connect to a broker (a dial the
+	// guard refused, refused credentials, a certificate that does not
+	// verify), and when. franz-go keeps such records buffered and retries,
+	// so a produce only times out; this says why.
+	connErr   error
+	connErrAt time.Time
+	// definite is the last such failure that says what is wrong (a
+	// broker's error code, the guard's refusal, a certificate), kept
+	// apart: a broker that refused credentials may just close the
+	// connections that follow, and that EOF says nothing.
+	definite   error
+	definiteAt time.Time
 }
 
-func (c *client) lastRefusal(since time.Time) error {
+var _ kgo.HookBrokerConnect = (*client)(nil)
+
+// OnBrokerConnect records why a connection failed.
+func (c *client) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		return
+	}
+	var kafkaErr *kerr.Error
+	var refused *netguard.RefusedError
+	var certErr *tls.CertificateVerificationError
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.refusedAt.Before(since) {
-		return nil
+	c.connErr, c.connErrAt = err, now
+	if errors.As(err, &kafkaErr) || errors.As(err, &refused) || errors.As(err, &certErr) {
+		c.definite, c.definiteAt = err, now
 	}
-	return c.refused
+}
+
+func (c *client) lastConnErr(since time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.definiteAt.Before(since) {
+		return c.definite
+	}
+	if !c.connErrAt.Before(since) {
+		return c.connErr
+	}
+	return nil
 }
 
 // client returns the client for tgt's brokers, making it on first use.
@@ -206,7 +239,8 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 		// acks=all, which the idempotent producer (franz-go's default)
 		// requires anyway; said here so no option can weaken it.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.Dialer(c.dialer(st)),
+		kgo.Dialer(dialer(st)),
+		kgo.WithHooks(c),
 		kgo.DialTimeout(st.dialTimeout),
 		// A record the brokers never take is failed rather than kept
 		// buffered forever after its attempt gave up; franz-go takes
@@ -239,17 +273,11 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 }
 
 // dialer connects through the SSRF guard, then TLS if set.
-func (c *client) dialer(st settings) func(ctx context.Context, network, host string) (net.Conn, error) {
+func dialer(st settings) func(ctx context.Context, network, host string) (net.Conn, error) {
 	d := st.guard.Dialer(&net.Dialer{Timeout: st.dialTimeout})
 	return func(ctx context.Context, network, host string) (net.Conn, error) {
 		conn, err := d.DialContext(ctx, network, host)
 		if err != nil {
-			var refused *netguard.RefusedError
-			if errors.As(err, &refused) {
-				c.mu.Lock()
-				c.refused, c.refusedAt = refused, time.Now()
-				c.mu.Unlock()
-			}
 			return nil, err
 		}
 		if st.tls == nil {
@@ -314,7 +342,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	}
 	f := failure{topic: tgt.topic, brokers: tgt.key(), waited: time.Since(start)}
 	if c != nil {
-		f.refused = c.lastRefusal(start)
+		f.connErr = c.lastConnErr(start)
 	}
 	o := classify(err, f)
 	o.Error = scrub(o.Error, st.password, msg)

@@ -353,3 +353,33 @@ func TestShortProduceTimeout(t *testing.T) {
 		t.Fatalf("Send = %+v, want delivered", out)
 	}
 }
+
+func TestSASL(t *testing.T) {
+	t.Parallel()
+	const password = "PASSWORD-MUST-NOT-LEAK"
+	c := cluster(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "hymical", password))
+	tests := []struct {
+		name, password string
+		want           transport.OutcomeKind
+	}{
+		{"the right password", password, transport.OutcomeDelivered},
+		// kfake closes the connection on a failed SCRAM exchange rather
+		// than answering SASL_AUTHENTICATION_FAILED as Kafka does, so
+		// here the produce can only time out; TestClassify holds the
+		// permanent verdict for Kafka's answer.
+		{"a wrong password", password + "-WRONG", transport.OutcomeRetryable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tr := configured(t, c, transport.Settings{SettingSASLMechanism: "SCRAM-SHA-256", SettingSASLUsername: "hymical", SettingSASLPassword: tt.password})
+			out := send(tr, signed(t, "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", `{}`), 5*time.Second)
+			if out.Kind != tt.want {
+				t.Fatalf("Send = %+v, want %s", out, tt.want)
+			}
+			if strings.Contains(out.Error, password) {
+				t.Errorf("outcome leaks the password: %s", out.Error)
+			}
+		})
+	}
+}
