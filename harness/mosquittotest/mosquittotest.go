@@ -68,14 +68,21 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 		conf = []string{"allow_anonymous false", "password_file " + pw}
 	}
-	conf = append(conf, "persistence false", "log_dest stdout", "log_type error", "log_type warning", "log_type notice", "log_type information")
+	conf = append(conf, "persistence false", "log_type error", "log_type warning", "log_type notice", "log_type information")
 	if os.Geteuid() == 0 {
 		// Run as root, mosquitto would switch to its own user, which
 		// cannot read the test's files.
 		conf = append(conf, "user root")
 	}
 	confPath := filepath.Join(s.Dir, "mosquitto.conf")
-	s.Proc = brokertest.NewProc(t, "mosquitto", s.Dir, " running", func(_ string, log *os.File) *exec.Cmd {
+	var body string
+	s.Proc = brokertest.NewProc(t, "mosquitto", s.Dir, " running", func(logPath string, log *os.File) *exec.Cmd {
+		// Its standard output is block-buffered into a file; its own log
+		// file is written line by line, so the ready line shows at once.
+		conf := body + "log_dest file " + logPath + "\n"
+		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+			t.Error(err)
+		}
 		cmd := exec.Command(bin, "-c", confPath)
 		cmd.Dir = s.Dir
 		cmd.Stdout, cmd.Stderr = log, log
@@ -85,10 +92,7 @@ func Start(t testing.TB, opts Options) *Server {
 	var err error
 	for range 5 {
 		s.Port = brokertest.FreePort(t)
-		body := strings.Join(append([]string{"listener " + strconv.Itoa(s.Port) + " 127.0.0.1"}, conf...), "\n") + "\n"
-		if err = os.WriteFile(confPath, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		body = strings.Join(append([]string{"listener " + strconv.Itoa(s.Port) + " 127.0.0.1"}, conf...), "\n") + "\n"
 		if err = s.Run(); err == nil {
 			return s
 		}

@@ -204,7 +204,6 @@ func TestClassify(t *testing.T) {
 		{"lost under the publish", errors.New("connection lost before Publish completed"), transport.OutcomeRetryable, "reconnects"},
 		{"no PUBACK in time", context.DeadlineExceeded, transport.OutcomeRetryable, "no PUBACK"},
 		{"cancelled", context.Canceled, transport.OutcomeRetryable, "cancelled"},
-		
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
