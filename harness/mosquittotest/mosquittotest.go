@@ -117,3 +117,23 @@ func (s *Server) URL(user, password string) string {
 
 // String names the broker for test logs.
 func (s *Server) String() string { return fmt.Sprintf("mosquitto on %s", s.Addr()) }
+
+// Connections counts the clients whose identifier starts with prefix that
+// the broker let in, over every start, by its own log ("New client
+// connected from … as ID").
+func (s *Server) Connections(t testing.TB, prefix string) int {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(s.Dir, "mosquitto-*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range logs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += strings.Count(string(b), " as "+prefix)
+	}
+	return n
+}

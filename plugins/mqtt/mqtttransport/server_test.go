@@ -136,6 +136,9 @@ func TestPublishIsDeliveredAndVerifies(t *testing.T) {
 	if n := c.connections(); n != 1 {
 		t.Fatalf("the plugin made %d connections for 4 sends, want 1", n)
 	}
+	if n := srv.Connections(t, "hymical-"); n != 1 {
+		t.Fatalf("the broker let in %d plugin clients for 4 sends, want 1", n)
+	}
 }
 
 func TestCredentials(t *testing.T) {
