@@ -46,6 +46,7 @@ func resources() []resource {
 		{"nats-server", "nats-server"},
 		{"redis-server", "redis-server"},
 		{"rabbitmq-server", "rabbitmq-server"},
+		{"mosquitto", "mosquitto"},
 		{"chromium", "chromium"},
 		{"openssl", "openssl"},
 		{"node", "node"},
