@@ -48,7 +48,9 @@ func TestReleaseArchive(t *testing.T) {
 
 	release := func(out string) {
 		t.Helper()
-		cmd := exec.Command("bash", ".ci/release.sh", "-o", out, "HEAD")
+		// The commit read above, not HEAD again: a commit made while the
+		// test runs must not change what it checks against.
+		cmd := exec.Command("bash", ".ci/release.sh", "-o", out, rev)
 		cmd.Env = append(os.Environ(), "PLATFORMS=linux/amd64")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf(".ci/release.sh: %v\n%s", err, b)
@@ -78,7 +80,7 @@ func TestReleaseArchive(t *testing.T) {
 	// Unpack it and look at every file.
 	dir := t.TempDir()
 	top := "hymical-" + version + "-linux-amd64/"
-	commitTime, err := exec.Command("git", "log", "-1", "--format=%ct", "HEAD").Output()
+	commitTime, err := exec.Command("git", "log", "-1", "--format=%ct", rev).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
