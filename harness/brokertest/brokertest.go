@@ -22,7 +22,7 @@ import (
 )
 
 // Install says how to get the brokers the plugin tests run against.
-const Install = "apt-get install nats-server redis-server rabbitmq-server (or run .ci/brokers.sh)"
+const Install = "apt-get install nats-server redis-server rabbitmq-server mosquitto (or run .ci/brokers.sh)"
 
 // Binary finds name on PATH or where Debian installs it. Without it the
 // test is skipped, saying how to install it, except under CI=true, where a

@@ -5,7 +5,7 @@
 // prints one line per package as go test does (with the whole output of
 // anything that failed), and ends with what ran and what did not: the tests
 // that used each real server or tool (PostgreSQL, nats-server, redis-server,
-// rabbitmq-server, Chromium, OpenSSL, Node) and the tests skipped, grouped by the reason they
+// rabbitmq-server, mosquitto, Chromium, OpenSSL, Node) and the tests skipped, grouped by the reason they
 // gave. Plain `go test` prints "ok" for a package whose every test skipped
 // for want of a database; this says so instead.
 //
