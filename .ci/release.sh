@@ -76,7 +76,7 @@ for platform in $platforms; do
 	# Owner, group and times fixed, entries sorted, gzip without a name or
 	# time: the same commit gives the same archive bytes on any machine.
 	mtime=$(git -C "$work/src" log -1 --format=%cI)
-	tar --sort=name --owner=0 --group=0 --numeric-owner \
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="$mtime" \
 		-C "$work/stage" -cf - "$name" | gzip -9 -n >"$out/$name.tar.gz"
 	sums+=("$name.tar.gz")
 done
