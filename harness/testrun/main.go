@@ -141,7 +141,14 @@ func (r *run) packageDone(e event) {
 	case "skip":
 		fmt.Fprintf(r.out, "?   \t%s\t[no test files]\n", e.Package)
 	default:
-		fmt.Fprintf(r.out, "ok  \t%s\t%.3fs\n", e.Package, e.Elapsed)
+		took := fmt.Sprintf("%.3fs", e.Elapsed)
+		// go test's own line says when the result came from its cache.
+		for _, l := range r.output[k] {
+			if strings.HasPrefix(l, "ok") && strings.Contains(l, "(cached)") {
+				took = "(cached)"
+			}
+		}
+		fmt.Fprintf(r.out, "ok  \t%s\t%s\n", e.Package, took)
 	}
 	delete(r.output, k)
 }
