@@ -29,7 +29,8 @@ const (
 // Headers the API reads or writes beyond the standard ones.
 const (
 	// HeaderIdempotencyKey makes a retried ingest request return the first
-	// result instead of creating a second event.
+	// result instead of creating a second event, and a retried
+	// POST /v1/endpoints return the first endpoint instead of a second.
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderIdempotentReplayed is "true" on a response that repeats the
 	// result of an earlier request with the same Idempotency-Key.
@@ -97,6 +98,13 @@ type Options struct {
 	// MetricsPublic lets GET /metrics be scraped without a token. Otherwise
 	// it needs the admin token, like every route but ingest and the probes.
 	MetricsPublic bool
+	// OperatorEndpoint is endpoints.operator_endpoint: the endpoint told
+	// when the server disables one. DELETE refuses it.
+	OperatorEndpoint string
+	// IdempotencyWindow is how long an Idempotency-Key of
+	// POST /v1/endpoints answers with the endpoint it first created; zero
+	// means storage.DefaultIdempotencyWindow.
+	IdempotencyWindow time.Duration
 }
 
 // handler is the API. It holds no state of its own beyond what New sets and
@@ -118,6 +126,10 @@ type handler struct {
 	metricsWho  access
 	mux         *http.ServeMux
 	now         func() time.Time
+	// operatorEndpoint may not be deleted; keyWindow is the endpoint
+	// create's idempotency window.
+	operatorEndpoint string
+	keyWindow        time.Duration
 }
 
 // New checks opts and returns the API's handler.
@@ -138,6 +150,9 @@ func newHandler(opts Options) (*handler, error) {
 	}
 	if opts.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("api: MaxBodyBytes must not be negative, got %d; use 0 for the default of %d", opts.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if opts.IdempotencyWindow < 0 {
+		return nil, fmt.Errorf("api: IdempotencyWindow must not be negative, got %s; use 0 for the default of %s", opts.IdempotencyWindow, storage.DefaultIdempotencyWindow)
 	}
 	if opts.SecretRotationGrace < 0 {
 		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, DefaultSecretRotationGrace)
@@ -185,10 +200,12 @@ func newHandler(opts Options) (*handler, error) {
 			}
 			return retrypolicy.DefaultEndpointBounds()
 		}(),
-		log:   log,
-		ready: opts.Ready,
-		mux:   http.NewServeMux(),
-		now:   time.Now,
+		log:              log,
+		ready:            opts.Ready,
+		mux:              http.NewServeMux(),
+		now:              time.Now,
+		operatorEndpoint: opts.OperatorEndpoint,
+		keyWindow:        opts.IdempotencyWindow,
 	}
 	h.routes()
 	return h, nil
@@ -222,6 +239,7 @@ func (h *handler) routes() {
 	h.handle("GET /v1/endpoints", admin, h.listEndpoints)
 	h.handle("GET /v1/endpoints/{id}", admin, h.getEndpoint)
 	h.handle("PATCH /v1/endpoints/{id}", admin, h.updateEndpoint)
+	h.handle("DELETE /v1/endpoints/{id}", admin, h.deleteEndpoint)
 	h.handle("POST /v1/endpoints/{id}/disable", admin, h.disableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/enable", admin, h.enableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/rotate-secret", admin, h.rotateSecret)
