@@ -275,6 +275,7 @@ func (s *Server) handler() (http.Handler, error) {
 		Metrics:             s.tel.MetricsHandler(),
 		MetricsPublic:       cfg.Telemetry.MetricsPublic,
 		StoreHealth:         s.storeHealth,
+		OperatorEndpoint:    cfg.Endpoints.OperatorEndpoint,
 	})
 	if err != nil {
 		return nil, err
@@ -295,6 +296,7 @@ func (s *Server) handler() (http.Handler, error) {
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		SessionTTL:          cfg.Console.SessionTTL,
 		Logger:              s.log,
+		OperatorEndpoint:    cfg.Endpoints.OperatorEndpoint,
 	}
 	if tok := cfg.Server.AdminToken.Reveal(); tok != "" {
 		opts.AdminTokenDigest = sha256.Sum256([]byte(tok))
@@ -422,11 +424,16 @@ func checkOperatorEndpoint(ctx context.Context, store storage.Store, id string) 
 	if id == "" {
 		return nil
 	}
-	if _, err := store.EndpointGet(ctx, id); err != nil {
+	e, err := store.EndpointGet(ctx, id)
+	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
 			return fmt.Errorf("endpoints.operator_endpoint %s does not exist in this database: create the endpoint first (POST /v1/endpoints) and give its id, or leave endpoints.operator_endpoint empty", id)
 		}
 		return fmt.Errorf("endpoints.operator_endpoint %s: %w", id, err)
+	}
+	if e.DeletedAt != nil {
+		return fmt.Errorf("endpoints.operator_endpoint %s was deleted at %s: create another endpoint (POST /v1/endpoints) and give its id, or leave endpoints.operator_endpoint empty",
+			id, e.DeletedAt.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

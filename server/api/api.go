@@ -29,7 +29,8 @@ const (
 // Headers the API reads or writes beyond the standard ones.
 const (
 	// HeaderIdempotencyKey makes a retried ingest request return the first
-	// result instead of creating a second event.
+	// result instead of creating a second event, and a retried
+	// POST /v1/endpoints return the first endpoint instead of a second.
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderIdempotentReplayed is "true" on a response that repeats the
 	// result of an earlier request with the same Idempotency-Key.
@@ -107,6 +108,13 @@ type Options struct {
 	// it; share it with the worker pool, which tells it of its own writes.
 	// nil means one of the API's own.
 	StoreHealth *StoreHealth
+	// OperatorEndpoint is endpoints.operator_endpoint: the endpoint told
+	// when the server disables one. DELETE refuses it.
+	OperatorEndpoint string
+	// IdempotencyWindow is how long an Idempotency-Key of
+	// POST /v1/endpoints answers with the endpoint it first created; zero
+	// means storage.DefaultIdempotencyWindow.
+	IdempotencyWindow time.Duration
 }
 
 // handler is the API. It holds no state of its own beyond what New sets and
@@ -131,6 +139,10 @@ type handler struct {
 	now         func() time.Time
 	// storeHealth knows whether the store has run out of space.
 	storeHealth *StoreHealth
+	// operatorEndpoint may not be deleted; keyWindow is the endpoint
+	// create's idempotency window.
+	operatorEndpoint string
+	keyWindow        time.Duration
 }
 
 // New checks opts and returns the API's handler.
@@ -154,6 +166,9 @@ func newHandler(opts Options) (*handler, error) {
 	}
 	if opts.MaxNestingDepth < 0 || opts.MaxNestingDepth > MaxNestingDepthLimit {
 		return nil, fmt.Errorf("api: MaxNestingDepth must be from 1 to %d, got %d; use 0 for the default of %d", MaxNestingDepthLimit, opts.MaxNestingDepth, DefaultMaxNestingDepth)
+	}
+	if opts.IdempotencyWindow < 0 {
+		return nil, fmt.Errorf("api: IdempotencyWindow must not be negative, got %s; use 0 for the default of %s", opts.IdempotencyWindow, storage.DefaultIdempotencyWindow)
 	}
 	if opts.SecretRotationGrace < 0 {
 		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, DefaultSecretRotationGrace)
@@ -202,10 +217,12 @@ func newHandler(opts Options) (*handler, error) {
 			}
 			return retrypolicy.DefaultEndpointBounds()
 		}(),
-		log:   log,
-		ready: opts.Ready,
-		mux:   http.NewServeMux(),
-		now:   time.Now,
+		log:              log,
+		ready:            opts.Ready,
+		mux:              http.NewServeMux(),
+		now:              time.Now,
+		operatorEndpoint: opts.OperatorEndpoint,
+		keyWindow:        opts.IdempotencyWindow,
 	}
 	h.storeHealth = opts.StoreHealth
 	if h.storeHealth == nil {
@@ -243,6 +260,7 @@ func (h *handler) routes() {
 	h.handle("GET /v1/endpoints", admin, h.listEndpoints)
 	h.handle("GET /v1/endpoints/{id}", admin, h.getEndpoint)
 	h.handle("PATCH /v1/endpoints/{id}", admin, h.updateEndpoint)
+	h.handle("DELETE /v1/endpoints/{id}", admin, h.deleteEndpoint)
 	h.handle("POST /v1/endpoints/{id}/disable", admin, h.disableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/enable", admin, h.enableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/rotate-secret", admin, h.rotateSecret)

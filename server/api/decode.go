@@ -233,10 +233,13 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	}
 	for name, vs := range q {
 		if !slices.Contains(allowed, name) {
-			return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes %s", name, strings.Join(allowed, ", "))
+			if len(allowed) == 0 {
+				return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes no query parameters, so leave the query string out", clip(name))
+			}
+			return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes only %s", clip(name), strings.Join(allowed, ", "))
 		}
 		if len(vs) > 1 {
-			return nil, badRequest("invalid_parameter", "query parameter %q is given %d times; give it once", name, len(vs))
+			return nil, badRequest("invalid_parameter", "query parameter %q is given %d times; give it once", clip(name), len(vs))
 		}
 	}
 	return q, nil

@@ -68,6 +68,13 @@ func storeError(err error, what string) *apiError {
 	case errors.Is(err, storage.ErrNotFound):
 		return &apiError{Status: http.StatusNotFound, Code: "not_found",
 			Message: what + " does not exist; check the id", cause: err}
+	case errors.Is(err, storage.ErrDeleted):
+		return &apiError{Status: http.StatusGone, Code: "endpoint_deleted",
+			Message: what + ": the endpoint was deleted; its deliveries and their attempts stay readable under GET /v1/deliveries?endpoint_id=…, but it takes no change, no replay and no new delivery", cause: err}
+	case errors.Is(err, storage.ErrKeyReused):
+		ae := keyReused()
+		ae.cause = err
+		return ae
 	case errors.Is(err, storage.ErrNotTerminal):
 		return &apiError{Status: http.StatusConflict, Code: "not_terminal",
 			Message: what + " is pending or processing; only delivered or failed deliveries can be replayed, so wait until it finishes", cause: err}

@@ -42,6 +42,11 @@ func idempotencyKey(r *http.Request) (string, error) {
 func submissionScope(formID, key string) string { return "submission:" + formID + ":" + key }
 func eventScope(key string) string              { return "event:" + key }
 
+// endpointScope scopes a key of POST /v1/endpoints. Those keys live in a
+// table of their own, apart from events', but are scoped all the same, so
+// another creating route can share that table without sharing its keys.
+func endpointScope(key string) string { return "endpoint:" + key }
+
 // traceParentPattern is the W3C traceparent format, version 00.
 var traceParentPattern = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 
@@ -227,7 +232,7 @@ func ingestError(err error, ev storage.Event, what string) error {
 	return storeError(err, what)
 }
 
-func keyReused() error {
+func keyReused() *apiError {
 	return unprocessable("idempotency_key_reused", "this %s was first used with a different request; a retry must send the same body, and a new request needs a new key", HeaderIdempotencyKey)
 }
 

@@ -179,3 +179,24 @@ func TestStoreHealthReportsNoSpaceUntilAWriteSucceeds(t *testing.T) {
 		t.Fatal("a write that succeeded did not clear it")
 	}
 }
+
+// A refused query parameter names the parameter and what the route takes,
+// in full, even for a route that takes none.
+func TestQueryRefusalSaysWhatTheRouteTakes(t *testing.T) {
+	for _, tc := range []struct {
+		raw     string
+		allowed []string
+		want    string
+	}{
+		{"limit=1", nil, `unknown query parameter "limit"; this route takes no query parameters, so leave the query string out`},
+		{"page=2", []string{"limit", "cursor"}, `unknown query parameter "page"; this route takes only limit, cursor`},
+		{"limit=1&limit=2", []string{"limit"}, `query parameter "limit" is given 2 times; give it once`},
+	} {
+		r, _ := http.NewRequest("GET", "/v1/x?"+tc.raw, nil)
+		_, err := query(r, tc.allowed...)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Message != tc.want {
+			t.Errorf("query(%q, %v) = %v, want the message %q", tc.raw, tc.allowed, err, tc.want)
+		}
+	}
+}

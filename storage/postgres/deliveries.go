@@ -653,13 +653,26 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 		// Lock first, so two operators replaying at once cannot both see
 		// the terminal state: the second waits and then sees pending.
 		ids := []string{p.DeliveryID}
+		// A replay makes a delivery pending, as a fan-out does: it must not
+		// pass a delete of its endpoint (fanOutLockKey).
+		if err := lockFanOut(ctx, tx); err != nil {
+			return err
+		}
 		var prev storage.DeliveryState
-		err := tx.QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, p.DeliveryID).Scan(&prev)
+		var endpointID string
+		var deleted *time.Time
+		err := tx.QueryRow(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
+			FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+			WHERE d.id = $1 FOR UPDATE OF d`, p.DeliveryID).Scan(&prev, &endpointID, &deleted)
 		if err != nil {
 			return err
 		}
 		if !prev.Terminal() {
 			return fmt.Errorf("%w (it is %s)", storage.ErrNotTerminal, prev)
+		}
+		if deleted != nil {
+			return fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
+				storage.ErrDeleted, endpointID, deleted.UTC().Format(time.RFC3339))
 		}
 		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries AS d`+replaySet+` WHERE d.id = $1`,
 			p.DeliveryID, dbNow(p.Now)); err != nil {
@@ -701,6 +714,8 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 	// $1 actor, $2 now, $3 limit; the filter's arguments follow.
 	w := newWhere(p.Actor, dbNow(p.Now), p.BatchSize())
 	w.filter(p.Filter)
+	// A deleted endpoint's deliveries are history, not work.
+	w.conds = append(w.conds, "NOT EXISTS (SELECT 1 FROM webhook_endpoints AS de WHERE de.id = d.endpoint_id AND de.deleted_at IS NOT NULL)")
 	sql := `
 WITH picked AS (
 	SELECT d.id, d.state FROM webhook_deliveries AS d
@@ -720,6 +735,9 @@ WITH picked AS (
 SELECT id FROM replayed`
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockFanOut(ctx, tx); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, sql, w.args...)
 		if err != nil {
 			return err

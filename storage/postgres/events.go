@@ -76,6 +76,12 @@ func (s *Store) createEvents(batch eventBatch) {
 	}
 	due := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Taken before the endpoints are read, so the read is of a
+		// snapshot no delete can pass: a delete that committed is seen,
+		// and one under way waits for this transaction (fanOutLockKey).
+		if err := lockFanOut(ctx, tx); err != nil {
+			return err
+		}
 		endpoints, err := fanOutEndpoints(ctx, tx)
 		if err != nil {
 			return err
@@ -334,7 +340,8 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 
 // fanOutEndpoints reads every endpoint with what storage.FanOut looks at.
 func fanOutEndpoints(ctx context.Context, tx pgx.Tx) ([]storage.Endpoint, error) {
-	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`)
+	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
+		WHERE deleted_at IS NULL ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}

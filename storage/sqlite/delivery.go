@@ -747,12 +747,19 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
 		// Read then write is safe here: the IMMEDIATE transaction holds the
 		// write lock, so the state cannot change in between.
-		var prev string
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM webhook_deliveries WHERE id = ?`, p.DeliveryID).Scan(&prev); err != nil {
+		var prev, endpointID string
+		var deleted sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
+			FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+			WHERE d.id = ?`, p.DeliveryID).Scan(&prev, &endpointID, &deleted); err != nil {
 			return err // sql.ErrNoRows becomes ErrNotFound
 		}
 		if !storage.DeliveryState(prev).Terminal() {
 			return fmt.Errorf("%w: it is %s", storage.ErrNotTerminal, prev)
+		}
+		if deleted.Valid {
+			return fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
+				storage.ErrDeleted, endpointID, fromMicros(deleted.Int64).Format(time.RFC3339))
 		}
 		var err error
 		if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries `+replaySet+` WHERE id = :id`,
@@ -795,6 +802,7 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 		rows, err := tx.QueryContext(ctx, `
 			SELECT id FROM webhook_deliveries
 			WHERE `+where+`
+				AND endpoint_id NOT IN (SELECT id FROM webhook_endpoints WHERE deleted_at IS NOT NULL)
 			ORDER BY id
 			LIMIT :limit`,
 			append(args, sql.Named("limit", p.BatchSize()))...)

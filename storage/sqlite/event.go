@@ -71,7 +71,10 @@ const insertDeliverySQL = `
 
 // fanOutEndpointsSQL reads only what matching needs: decoding every
 // endpoint's config and secrets for every event cost more than the insert.
-const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`
+// A deleted endpoint gets nothing; it runs in the writer's transaction, so
+// no delete can come between it and the delivery insert.
+const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
+	WHERE deleted_at IS NULL ORDER BY id`
 
 // fanOutEndpoints reads the endpoints with what Endpoint.Matches looks at.
 func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, error) {
