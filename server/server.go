@@ -270,7 +270,7 @@ func (s *Server) handler() (http.Handler, error) {
 		MaxNestingDepth:     cfg.Server.MaxNestingDepth,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		RetryBounds:         cfg.Worker().EndpointRetry,
-		Logger:              s.log.With("component", "api"),
+		Logger:              s.log,
 		TracerProvider:      s.tel.TracerProvider(),
 		Metrics:             s.tel.MetricsHandler(),
 		MetricsPublic:       cfg.Telemetry.MetricsPublic,

@@ -549,7 +549,7 @@ type EndpointCreateResult struct {
 
 // EndpointDeletedReason is the UnsentReason of the deliveries a forced
 // delete ended.
-const EndpointDeletedReason = "endpoint deleted: it was deleted while this delivery was pending or processing, so it is not sent"
+const EndpointDeletedReason = "endpoint deleted: it was deleted while this delivery was pending or processing, so no further attempt is made"
 
 // EndpointDeleteParams deletes an endpoint.
 type EndpointDeleteParams struct {
