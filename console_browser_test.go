@@ -276,6 +276,26 @@ func TestConsoleInABrowser(t *testing.T) {
 		shot(p.name)
 	}
 
+	// Delete the endpoint: a page of its own asks first, and after the
+	// delete the endpoint is gone from the list while its deliveries stay
+	// readable.
+	do("widen the viewport", chromedp.EmulateViewport(1280, 900))
+	navigate("endpoints for the delete", chromedp.Navigate(base+"/console/endpoints"))
+	navigate("ask to delete", chromedp.Click(chromedp.CSS(`a[href$="/delete"]`)))
+	if h := text("h1"); !strings.HasPrefix(h, "Delete endpoint ep_") {
+		t.Errorf("the delete link leads to %q, want the confirmation page", h)
+	}
+	shot("12-endpoint-delete-confirm")
+	navigate("delete", chromedp.Click(chromedp.CSS(`form[action$="/delete"] button[type=submit]`)))
+	if flash := text(".flash"); !strings.Contains(flash, "eleted") {
+		t.Errorf("after Delete the page says %q", flash)
+	}
+	if page, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('main').innerText`)); strings.Contains(page, "Delete…") {
+		t.Errorf("the deleted endpoint is still listed:\n%s", page)
+	}
+	shot("13-endpoint-deleted")
+	navigate("the deleted endpoint's delivery", chromedp.Navigate(base+"/console/deliveries/"+dlv))
+
 	// Log out: the session is gone.
 	navigate("log out", chromedp.Click(chromedp.CSS(`form.logout button`)))
 	if h := text("h1"); h != "Log in" {

@@ -34,7 +34,8 @@ func TestEndpointDeleteAsksFirstAndKeepsHistory(t *testing.T) {
 	f.get(s, "/console/endpoints").must(t, http.StatusOK).contains(t, `href="`+confirm+`"`)
 	f.get(s, confirm).must(t, http.StatusOK).contains(t,
 		"Delete endpoint <code>"+crm.ID+"</code>?", "<strong>2 pending</strong>", "<strong>0 processing</strong>",
-		`action="`+confirm+`"`, `name="csrf" value="`+s.csrf+`"`, `name="force" value="yes"`)
+		`action="`+confirm+`"`, `name="csrf" value="`+s.csrf+`"`, `name="force" value="yes"`,
+		`<span class="who">alice</span>`)
 
 	stillThere := func(why string) {
 		t.Helper()
@@ -78,7 +79,8 @@ func TestOperatorEndpointIsNotDeletedFromTheConsole(t *testing.T) {
 	f := newFixtureOn(t, first.store, func(o *console.Options) { o.OperatorEndpoint = ops.ID })
 	s := f.login("alice")
 	confirm := "/console/endpoints/" + ops.ID + "/delete"
-	f.get(s, confirm).must(t, http.StatusOK).contains(t, "This is the operator endpoint").lacks(t, `action="`+confirm+`"`)
+	f.get(s, confirm).must(t, http.StatusOK).contains(t, "This is the operator endpoint", `<span class="who">alice</span>`).
+		lacks(t, `action="`+confirm+`"`, `<span class="who">true</span>`)
 	f.post(s, confirm, url.Values{"force": {"yes"}}).must(t, http.StatusConflict).contains(t, "endpoints.operator_endpoint", "Nothing was changed")
 	if e, err := f.store.EndpointGet(t.Context(), ops.ID); err != nil || e.DeletedAt != nil {
 		t.Fatalf("the operator endpoint was deleted: %v, %v", e.DeletedAt, err)

@@ -542,8 +542,9 @@ type deleteData struct {
 	// each; More says a count stopped there.
 	Pending, Processing int
 	More                bool
-	// Operator says it is the operator endpoint, which is not deleted.
-	Operator bool
+	// OperatorEndpoint says it is endpoints.operator_endpoint, which is
+	// not deleted. (Not "Operator": base has that, the name in the header.)
+	OperatorEndpoint bool
 }
 
 // maxOpenCount bounds the count of an endpoint's open deliveries that the
@@ -565,7 +566,7 @@ func (h *handler) confirmDelete(w http.ResponseWriter, r *http.Request, a authRe
 		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
 	}
 	data := deleteData{base: h.base(a, "endpoints", "Delete endpoint "+e.ID), Endpoint: viewEndpoint(e, h.now()),
-		Operator: h.operatorEndpoint != "" && e.ID == h.operatorEndpoint}
+		OperatorEndpoint: h.operatorEndpoint != "" && e.ID == h.operatorEndpoint}
 	for _, st := range []storage.DeliveryState{storage.StatePending, storage.StateProcessing} {
 		ds, err := h.store.DeliveryList(ctx, storage.DeliveryListParams{
 			Filter: storage.DeliveryFilter{EndpointID: e.ID, State: st}, Limit: maxOpenCount + 1})
