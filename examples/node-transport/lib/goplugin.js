@@ -2,8 +2,8 @@
 
 // What hashicorp/go-plugin's host needs from a gRPC plugin that is not
 // written in Go, in one place: the magic cookie, protocol version
-// negotiation, AutoMTLS, the handshake line on stdout, the health, controller
-// and stdio services, logging the host understands, and a clean exit when
+// negotiation, AutoMTLS, the handshake line on stdout, the health and
+// controller services, logging the host understands, and a clean exit when
 // the host asks or goes away. It knows nothing of Hymical's transport
 // service: the caller registers that through `register`.
 //
@@ -155,7 +155,6 @@ async function serve({ cookie, versions, register, name, onStop = () => {}, env 
   });
 
   let stopping = false;
-  const stdioStreams = new Set();
   const stop = (why) => {
     if (stopping) return;
     stopping = true;
@@ -165,7 +164,6 @@ async function serve({ cookie, versions, register, name, onStop = () => {}, env 
     } catch (err) {
       log.error('stopping the transport', { error: String(err && err.message) });
     }
-    for (const call of stdioStreams) call.end();
     const timer = setTimeout(() => server.forceShutdown(), SHUTDOWN_GRACE_MS);
     server.tryShutdown(() => {
       clearTimeout(timer);
@@ -199,17 +197,6 @@ async function serve({ cookie, versions, register, name, onStop = () => {}, env 
       setImmediate(() => stop('the host asked the plugin to shut down'));
     },
   });
-  server.addService(goplugin.GRPCStdio.service, {
-    // go-plugin's Go plugins send their stdout and stderr on this stream.
-    // This plugin writes its log to its own stderr, which the host reads
-    // too, so the stream only stays open until the plugin stops: serving
-    // it keeps the host from warning, at every start, that it is missing.
-    StreamStdio: (call) => {
-      stdioStreams.add(call);
-      call.on('cancelled', () => stdioStreams.delete(call));
-    },
-  });
-
   register(server, version, log);
 
   let port;
