@@ -99,7 +99,7 @@ function messageFromProto(req, trace) {
     endpoint: endpointFromProto(req.endpoint),
     // Carried exactly, in order. They hold the signature: never log them.
     headers: (req.headers || []).map((h) => ({ name: h.name, value: h.value })),
-    body: req.body, // a Buffer: the exact signed bytes
+    body: req.body || Buffer.alloc(0), // the exact signed bytes
     deadline,
     // W3C trace context: the plugin's work is a child of traceparent.
     traceparent: trace.traceparent || '',
@@ -190,8 +190,11 @@ function register(server, impl, log) {
         const ac = new AbortController();
         running.set(id, ac);
         if (running.size >= MAX_CONCURRENT_SENDS) call.pause();
-        const trace = { traceparent: req.send.traceparent, tracestate: req.send.tracestate };
-        runSend(impl, req.send, trace, ac, log).then((outcome) => {
+        // A request without a send is malformed; it is answered all the
+        // same (the implementation refuses an endpoint with no config).
+        const send = req.send || {};
+        const trace = { traceparent: send.traceparent, tracestate: send.tracestate };
+        runSend(impl, send, trace, ac, log).then((outcome) => {
           running.delete(id);
           if (call.isPaused() && running.size < MAX_CONCURRENT_SENDS) call.resume();
           if (!ended) call.write({ id, outcome });
