@@ -1,0 +1,214 @@
+//go:build unix
+
+package nodetransport
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scriptName is the plugin's executable, named as the host finds it: the
+// endpoints' transport is "jsonl-node".
+const (
+	scriptName = "hymical-plugin-jsonl-node"
+	transport  = "jsonl-node"
+)
+
+// install says how to get what these tests need.
+const install = "node and npm are not installed, so the Node.js plugin cannot run: apt-get install nodejs npm (or run .ci/tools.sh)"
+
+// setup is what TestMain prepared: a copy of the plugin with its npm
+// dependencies installed, and a plugin directory holding a symlink to it,
+// as an operator would install it. skip says why there is none.
+var setup struct {
+	app, pluginDir string
+	skip           string
+	err            error
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "hymical-node-plugin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	prepare(tmp)
+	return m.Run()
+}
+
+// prepare copies the plugin's files (not node_modules, not the Go tests)
+// to dir/app, runs `npm ci` there, and links the script into dir/plugins.
+// `npm ci` installs exactly package-lock.json, so a lock file that drifted
+// from package.json fails here, as it would for a user.
+func prepare(dir string) {
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			setup.skip = install
+			return
+		}
+	}
+	app := filepath.Join(dir, "app")
+	if err := copyPlugin(".", app); err != nil {
+		setup.err = fmt.Errorf("copying the plugin: %w", err)
+		return
+	}
+	start := time.Now()
+	cmd := exec.Command("npm", "ci", "--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund")
+	cmd.Dir = app
+	if out, err := cmd.CombinedOutput(); err != nil {
+		setup.err = fmt.Errorf("npm ci in a copy of the plugin: %w\n%s", err, out)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "npm ci took %s\n", time.Since(start).Round(time.Millisecond))
+	plugins := filepath.Join(dir, "plugins")
+	if err := os.Mkdir(plugins, 0o755); err != nil {
+		setup.err = err
+		return
+	}
+	if err := os.Symlink(filepath.Join(app, scriptName), filepath.Join(plugins, scriptName)); err != nil {
+		setup.err = err
+		return
+	}
+	setup.app, setup.pluginDir = app, plugins
+}
+
+func copyPlugin(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "node_modules" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && (strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".md")) {
+			return nil
+		}
+		target := filepath.Join(dst, path)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, info.Mode().Perm())
+	})
+}
+
+// nodePlugin returns the plugin directory holding the installed plugin.
+// Without node and npm the test is skipped, saying how to install them,
+// except under CI=true, where a test that silently did not run must fail.
+func nodePlugin(t *testing.T) string {
+	t.Helper()
+	if setup.skip != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(setup.skip + " (CI=true: these tests must run in CI)")
+		}
+		t.Skip(setup.skip)
+	}
+	if setup.err != nil {
+		t.Fatal(setup.err)
+	}
+	t.Log("hymical-test-uses: node") // counted by harness/testrun
+	return setup.pluginDir
+}
+
+// The plugin reads the service from its own copy of the SDK's proto file,
+// so it still runs when installed away from this repository. The copy must
+// be the SDK's, byte for byte.
+func TestProtoCopyMatchesTheSDK(t *testing.T) {
+	t.Parallel()
+	sdk, err := os.ReadFile("../../sdk/transport/proto/transport.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := os.ReadFile("proto/transport.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(sdk, copied) {
+		t.Fatal("examples/node-transport/proto/transport.proto differs from sdk/transport/proto/transport.proto; " +
+			"copy it again (cp sdk/transport/proto/transport.proto examples/node-transport/proto/) and make the plugin serve what changed")
+	}
+}
+
+// TestDependenciesAreLocked checks what `npm ci` installs from:
+// package-lock.json names every package with its integrity hash, and
+// node_modules is ignored, never committed.
+func TestDependenciesAreLocked(t *testing.T) {
+	t.Parallel()
+	lock, err := os.ReadFile("package-lock.json")
+	if err != nil {
+		t.Fatalf("package-lock.json: %v; run npm install in examples/node-transport and commit it", err)
+	}
+	for _, dep := range []string{`"node_modules/@grpc/grpc-js"`, `"node_modules/@grpc/proto-loader"`, `"integrity": "sha512-`} {
+		if !bytes.Contains(lock, []byte(dep)) {
+			t.Errorf("package-lock.json lacks %s", dep)
+		}
+	}
+	ignore, err := os.ReadFile(".gitignore")
+	if err != nil || !bytes.Contains(ignore, []byte("node_modules/")) {
+		t.Errorf(".gitignore must ignore node_modules/ (%v)", err)
+	}
+}
+
+// Line is what the plugin appends for each message, the same fields as the
+// Go example's (examples/custom-transport): the body as a JSON string, or
+// in body_base64 when it is not UTF-8.
+type Line struct {
+	DeliveryID string `json:"delivery_id"`
+	Attempt    int    `json:"attempt"`
+	Headers    []struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"headers"`
+	Body       *string `json:"body"`
+	BodyBase64 []byte  `json:"body_base64"`
+}
+
+// readLines parses the file the plugin appends to; a missing file is no
+// lines.
+func readLines(t *testing.T, path string) []Line {
+	t.Helper()
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []Line
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l Line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("line %d of %s is not a JSON line: %v: %q", len(lines)+1, path, err, sc.Text())
+		}
+		lines = append(lines, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
