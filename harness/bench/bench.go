@@ -4,7 +4,9 @@
 // in-process), sends everything to a loopback receiver that verifies each
 // signature, and reports the rate, the latency, and what it cost in CPU and
 // memory. In the same run it measures the ceiling: a bare loop doing the
-// same signed POSTs to the same receiver at the same concurrency.
+// same signed POSTs to the same receiver at the same concurrency. Its HTTP
+// mode (http.go) measures what users run instead: a real `hymical serve`
+// process driven only through its HTTP API.
 //
 // It owns nothing but the measurement. It drives the server's own parts
 // (server.OpenStore, pluginhost, worker) through their public APIs and
@@ -235,9 +237,9 @@ func (o Options) validate() error {
 // Deliveries is how many messages one phase sends.
 func (o Options) Deliveries() int { return o.Submissions * o.Endpoints }
 
-// Run runs the phases o asks for, or the HTTP mode, and reports them. A phase that does not
-// deliver everything it was given, or delivers something twice, fails the
-// run: its numbers would not mean what they say. It counts every plugin
+// Run runs the phases o asks for, or the HTTP mode, and reports them. A
+// phase that does not deliver everything it was given, or delivers
+// something twice, fails the run: its numbers would not mean what they say. It counts every plugin
 // process this process starts as its own, so one Run at a time per process.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.withDefaults()
