@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,10 +32,25 @@ end-to-end phases, which do all of that and send too. It prints deliveries
 per second, p50/p99 latency, CPU time, peak RSS, and the ratios between
 phases.
 
+With --http it measures what users run instead: it starts a real
+` + "`hymical serve`" + ` (this executable, with the plugins of --plugins and serve's
+default settings) on a fresh database, creates --endpoints endpoints through
+POST /v1/endpoints, and posts --submissions submissions to the ingest route
+from --producers goroutines, as fast as they go or paced by --rate. It
+prints deliveries per second, the latency from each POST to the receiver
+holding the verified message (p50, p99, max), and the CPU per delivery of
+the serve process, its plugins and the PostgreSQL server, sampled from
+/proc before and after. --concurrency, --batch, --poll-interval, --lease and
+--log-level, when given, are passed to serve as its worker and log
+settings; --idle D measures serve with one endpoint and no traffic for D.
+
 Examples:
   go build -o bin/ . && go build -o bin/hymical-plugin-http ./plugins/http
   bin/hymical bench --backend sqlite --submissions 5000 --endpoints 2
-  bin/hymical bench --backend postgres --database postgres://me@127.0.0.1/postgres`
+  bin/hymical bench --backend postgres --database postgres://me@127.0.0.1/postgres
+  bin/hymical bench --http --submissions 20000 --endpoints 2 --producers 4
+  bin/hymical bench --http --submissions 1500 --endpoints 1 --rate 50
+  bin/hymical bench --http --idle 30s`
 
 // runBench is `hymical bench`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -66,6 +83,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	logLevel := fs.String("log-level", "error", "level of the server parts' logs on stderr: debug, info, warn, error (info logs every attempt, as serve does)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	viaHTTP := fs.Bool("http", false, "run a real `hymical serve` and drive it through its HTTP API instead of the phases above (see above)")
+	idle := fs.Duration("idle", 0, "with --http: measure serve with one endpoint and no traffic for this long instead, e.g. 30s (implies --http)")
+	hymical := fs.String("hymical", "", "with --http: the hymical executable whose serve is run (default: this one)")
 	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
 	}
@@ -78,7 +98,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
 	}
 
+	if *idle != 0 {
+		*viaHTTP = true
+	}
 	o := d
+	if *viaHTTP {
+		serveArgs, err := httpModeFlags(fs)
+		if err != nil {
+			return err
+		}
+		o.HTTP, o.Idle, o.Hymical, o.ServeArgs = true, *idle, *hymical, serveArgs
+		if o.Hymical == "" {
+			if o.Hymical, err = os.Executable(); err != nil {
+				return fmt.Errorf("--http: find this executable to run its serve (give it with --hymical): %w", err)
+			}
+		}
+	}
 	o.Backend, o.DatabaseURL, o.SQLiteDir, o.Keep = *backend, *dbURL, *sqliteDir, *keep
 	o.Submissions, o.Endpoints, o.Producers, o.Rate, o.Preload = *subs, *endpoints, *producers, *rate, *preload
 	o.Worker.Concurrency, o.Worker.BatchSize, o.Worker.PollInterval = *conc, *batch, *poll
@@ -120,6 +155,35 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "command   hymical bench %s  (%s in all)\n", shownArgs(args), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// httpModeFlags turns the bench's pool flags the caller gave into serve's
+// flags for the HTTP mode, and refuses those that have no meaning there.
+func httpModeFlags(fs *flagSet) ([]string, error) {
+	var args []string
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		v := f.Value.String()
+		switch f.Name {
+		case "concurrency":
+			args = append(args, "--worker.concurrency="+v)
+		case "batch":
+			args = append(args, "--worker.batch_size="+v)
+		case "poll-interval":
+			args = append(args, "--worker.poll_interval="+v)
+		case "lease":
+			d, _ := time.ParseDuration(v)
+			if d%time.Second != 0 {
+				err = errors.Join(err, fmt.Errorf("--lease %s: serve takes whole seconds (worker.lease_seconds)", v))
+			}
+			args = append(args, fmt.Sprintf("--worker.lease_seconds=%d", int(d/time.Second)))
+		case "log-level":
+			args = append(args, "--log.level="+v)
+		case "send-timeout", "transport", "ceiling", "send-only", "floor", "preload", "latency-sample", "cpuprofile", "memprofile":
+			err = errors.Join(err, fmt.Errorf("--%s does not apply to --http, which runs serve with its own settings: leave it out", f.Name))
+		}
+	})
+	return args, err
 }
 
 // shownArgs is the command line to print, with any password in a URL

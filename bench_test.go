@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,7 +54,7 @@ func TestBenchCommandHelpAndMistakes(t *testing.T) {
 	if err := run(context.Background(), []string{"bench", "--help"}, &out, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("bench --help = %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"usage: hymical bench", "-cpuprofile", "-backend", "FORMS_DATABASE_URL"} {
+	for _, want := range []string{"usage: hymical bench", "-cpuprofile", "-backend", "FORMS_DATABASE_URL", "-http", "-idle", "--rate 50"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("bench --help lacks %q", want)
 		}
@@ -64,5 +65,50 @@ func TestBenchCommandHelpAndMistakes(t *testing.T) {
 	}
 	if got := shownArgs([]string{"--database=postgres://u:hunter2@h/db", "postgres://u:hunter2@h/db"}); strings.Contains(got, "hunter2") {
 		t.Errorf("shownArgs kept the password: %s", got)
+	}
+}
+
+// With --http the pool flags a caller gives become serve's settings, and
+// those that mean nothing to a serve process are refused by name.
+func TestBenchHTTPModeFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want []string
+		err  string
+	}{
+		{nil, nil, ""},
+		{[]string{"--concurrency", "32", "--batch=64", "--poll-interval", "100ms", "--lease", "90s", "--log-level", "info"},
+			// In the flags' lexical order, as flag.Visit goes.
+			[]string{"--worker.batch_size=64", "--worker.concurrency=32", "--worker.lease_seconds=90", "--log.level=info", "--worker.poll_interval=100ms"}, ""},
+		{[]string{"--transport", "plugin"}, nil, "--transport does not apply to --http"},
+		{[]string{"--lease", "1500ms"}, nil, "whole seconds"},
+	}
+	for _, tt := range tests {
+		fs := newFlagSet("bench", "")
+		fs.Int("concurrency", 16, "")
+		fs.Int("batch", 16, "")
+		fs.Duration("poll-interval", 0, "")
+		fs.Duration("lease", 0, "")
+		fs.String("log-level", "error", "")
+		fs.String("transport", "", "")
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		got, err := httpModeFlags(fs)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%v: %v, want an error saying %q", tt.args, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("%v: serve flags %q, %v; want %q", tt.args, got, err, tt.want)
+		}
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"bench", "--idle", "1s", "--preload"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "--preload does not apply to --http") {
+		t.Errorf("bench --idle 1s --preload = %v, want it refused by name", err)
 	}
 }

@@ -4,7 +4,9 @@
 // in-process), sends everything to a loopback receiver that verifies each
 // signature, and reports the rate, the latency, and what it cost in CPU and
 // memory. In the same run it measures the ceiling: a bare loop doing the
-// same signed POSTs to the same receiver at the same concurrency.
+// same signed POSTs to the same receiver at the same concurrency. Its HTTP
+// mode (http.go) measures what users run instead: a real `hymical serve`
+// process driven only through its HTTP API.
 //
 // It owns nothing but the measurement. It drives the server's own parts
 // (server.OpenStore, pluginhost, worker) through their public APIs and
@@ -106,6 +108,23 @@ type Options struct {
 	CPUProfile string
 	MemProfile string
 
+	// HTTP runs the HTTP mode instead of the phases above (http.go): a
+	// real `hymical serve` process, driven only through its HTTP API, with
+	// Submissions created through the ingest route by Producers (paced
+	// at Rate when set) and fanned out to Endpoints endpoints. Worker,
+	// Transports, Ceiling, SendOnly, Floor and Preload do not apply: serve
+	// runs with its own defaults and ServeArgs.
+	HTTP bool
+	// Idle, in the HTTP mode, measures serve with one endpoint and no
+	// traffic for this long instead.
+	Idle time.Duration
+	// Hymical is the hymical executable whose serve the HTTP mode runs.
+	Hymical string
+	// ServeArgs are more flags for serve, such as
+	// --worker.concurrency=32 or --log.level=info (the bench's default is
+	// error, since serve's info writes a line per attempt).
+	ServeArgs []string
+
 	// Logger gets the server parts' logs; nil discards them.
 	Logger *slog.Logger
 	// Progress, when set, gets a line every few seconds of a long phase.
@@ -177,6 +196,16 @@ func (o Options) withDefaults() Options {
 
 func (o Options) validate() error {
 	switch {
+	case o.Idle < 0:
+		return fmt.Errorf("idle must not be negative, got %s", o.Idle)
+	case o.Idle > 0 && !o.HTTP:
+		return errors.New("idle measures a serve process: use it with the http mode (--http)")
+	case o.HTTP && o.Hymical == "":
+		return errors.New("the http mode runs `hymical serve`: give the hymical executable to run")
+	case o.HTTP && o.Preload:
+		return errors.New("the http mode creates submissions through the API while serve runs, so preload does not apply: use one or the other")
+	}
+	switch {
 	case o.Backend != BackendSQLite && o.Backend != BackendPostgres:
 		return fmt.Errorf("backend %q: use %s or %s", o.Backend, BackendSQLite, BackendPostgres)
 	case o.Backend == BackendPostgres && o.DatabaseURL == "":
@@ -199,7 +228,7 @@ func (o Options) validate() error {
 			return fmt.Errorf("transport %q: use %s or %s", t, TransportPlugin, TransportInProcess)
 		}
 	}
-	if len(o.Transports) == 0 && !o.Ceiling && !o.SendOnly && !(o.Floor && o.Backend == BackendPostgres) {
+	if len(o.Transports) == 0 && !o.HTTP && !o.Ceiling && !o.SendOnly && !(o.Floor && o.Backend == BackendPostgres) {
 		return errors.New("nothing to run: no transports, no ceiling, no send-only and no floor phases")
 	}
 	return nil
@@ -208,14 +237,17 @@ func (o Options) validate() error {
 // Deliveries is how many messages one phase sends.
 func (o Options) Deliveries() int { return o.Submissions * o.Endpoints }
 
-// Run runs the phases o asks for and reports them. A phase that does not
-// deliver everything it was given, or delivers something twice, fails the
-// run: its numbers would not mean what they say. It counts every plugin
+// Run runs the phases o asks for, or the HTTP mode, and reports them. A
+// phase that does not deliver everything it was given, or delivers
+// something twice, fails the run: its numbers would not mean what they say. It counts every plugin
 // process this process starts as its own, so one Run at a time per process.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, err
+	}
+	if o.HTTP {
+		return runHTTP(ctx, o)
 	}
 	wc := o.Worker
 	if _, err := worker.New(nil, nil, wc, nil); err != nil {

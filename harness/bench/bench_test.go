@@ -2,11 +2,16 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,15 +19,26 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/storage/postgres/pgtest"
 )
 
-// pluginDir holds the real hymical-plugin-http, built once for the tests.
+// pluginDir holds the real hymical-plugin-http and, for the HTTP mode, the
+// real hymical executable, built once for the tests.
 var pluginDir string
 
 func TestMain(m *testing.M) {
 	e2etest.PluginMain(m, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}, &pluginDir)
 }
+
+// hymicalBinary builds the hymical executable once, beside the plugin.
+var hymicalBinary = sync.OnceValues(func() (string, error) {
+	path := filepath.Join(pluginDir, "hymical")
+	if out, err := exec.Command("go", "build", "-o", path, "github.com/hymical/hymical").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build hymical: %v\n%s", err, out)
+	}
+	return path, nil
+})
 
 // small is a run that takes a second or two: every phase, a few messages.
 func small(t *testing.T) Options {
@@ -148,6 +164,10 @@ func TestOptionsRefuseWhatCannotRun(t *testing.T) {
 		{"preload and a rate", func(o *Options) { o.Preload, o.Rate = true, 10 }, "one or the other"},
 		{"nothing to run", func(o *Options) { o.Transports, o.Ceiling, o.SendOnly = nil, false, false }, "nothing to run"},
 		{"lease inside the send", func(o *Options) { o.Worker.Lease = time.Second }, "must outlast"},
+		{"idle without the http mode", func(o *Options) { o.Idle = time.Second }, "--http"},
+		{"http mode without hymical", func(o *Options) { o.HTTP = true }, "hymical executable"},
+		{"http mode and preload", func(o *Options) { o.HTTP, o.Hymical, o.Preload = true, "hymical", true }, "preload does not apply"},
+		{"negative idle", func(o *Options) { o.HTTP, o.Hymical, o.Idle = true, "hymical", -time.Second }, "idle must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,5 +259,221 @@ func TestInProcessSendsOnlyHTTP(t *testing.T) {
 	}
 	if _, err := NewInProcess(context.Background(), map[string]string{"bogus": "1"}); err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Errorf("NewInProcess with an unknown setting = %v, want an error naming it", err)
+	}
+}
+
+// benchDatabases counts what a run may leave behind: files in the SQLite
+// directory, or bench databases on the PostgreSQL server.
+func benchDatabases(t *testing.T, o Options) int {
+	t.Helper()
+	if o.Backend == BackendSQLite {
+		entries, err := os.ReadDir(o.SQLiteDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, o.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'hymical_bench_%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// children lists the processes whose parent is this one, by comm.
+func children(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, dir := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		if comm, ppid, _, ok := procStat(pid); ok && ppid == os.Getpid() && comm != "go" {
+			out = append(out, comm)
+		}
+	}
+	return out
+}
+
+// The HTTP mode runs a real serve, drives it through its API flat out and
+// paced, matches every delivery the server created with one verified
+// arrival, fills the report, and leaves neither a server nor a database
+// behind. The idle phase measures a serve that has nothing to do.
+func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
+	hymical, err := hymicalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		backend string
+		rate    float64
+		idle    time.Duration
+	}{
+		{"sqlite flat out", BackendSQLite, 0, 0},
+		{"sqlite paced", BackendSQLite, 200, 0},
+		{"postgres flat out", BackendPostgres, 0, 0},
+		{"sqlite idle", BackendSQLite, 0, time.Second},
+		{"postgres idle", BackendPostgres, 0, time.Second},
+	}
+	for _, tt := range tests {
+		// Not in parallel: the CPU of a phase is read per process, and
+		// the check for a server left behind looks at every child.
+		t.Run(tt.name, func(t *testing.T) {
+			o := small(t)
+			o.HTTP, o.Hymical, o.Backend, o.Rate, o.Idle = true, hymical, tt.backend, tt.rate, tt.idle
+			o.Submissions, o.Endpoints, o.Producers = 50, 2, 3
+			if tt.backend == BackendPostgres {
+				o.DatabaseURL = pgtest.BaseDSN(t)
+			}
+			before := benchDatabases(t, o)
+			rep, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if len(rep.Phases) != 1 || rep.Mode != ModeHTTP {
+				t.Fatalf("mode %q with %d phases, want one of the http mode", rep.Mode, len(rep.Phases))
+			}
+			p := rep.Phases[0]
+			// The serve process and its plugin were found and read.
+			if p.ServerPeakRSS <= 0 || p.PluginPeakRSS <= 0 {
+				t.Errorf("%s: server peak RSS %d, plugin peak RSS %d: not measured", p.Name, p.ServerPeakRSS, p.PluginPeakRSS)
+			}
+			var out strings.Builder
+			if err := rep.WriteText(&out); err != nil {
+				t.Fatal(err)
+			}
+			if tt.idle > 0 {
+				if p.Name != PhaseIdle || p.Kind != KindIdle || p.Wall < tt.idle || p.Received != 0 || p.Messages != 0 {
+					t.Errorf("idle phase %q (%s) over %s with %d received, %d messages", p.Name, p.Kind, p.Wall, p.Received, p.Messages)
+				}
+				if !strings.Contains(out.String(), "% of one core") {
+					t.Errorf("the report does not give the idle CPU as a share of a core:\n%s", out.String())
+				}
+			} else {
+				if p.Name != PhaseHTTP || p.Kind != KindHTTP || p.Messages != 100 || p.Received != 100 || p.LatencySamples != 100 {
+					t.Errorf("%q (%s): %d messages, %d received, %d latency samples; want 100 of each", p.Name, p.Kind, p.Messages, p.Received, p.LatencySamples)
+				}
+				if p.Rate <= 0 || p.P50 <= 0 || p.P99 < p.P50 || p.Max < p.P99 || p.InsertWall <= 0 {
+					t.Errorf("rate %.0f, p50 %s, p99 %s, max %s, posting %s", p.Rate, p.P50, p.P99, p.Max, p.InsertWall)
+				}
+				if p.CPUServer <= 0 || p.CPUPerMsg != p.CPUServerPerMsg+p.CPUPluginPerMsg+p.CPUDBPerMsg || p.CPUServerPerMsg <= 0 {
+					t.Errorf("cpu: server %s, per message %s = server %s + plugin %s + db %s", p.CPUServer, p.CPUPerMsg, p.CPUServerPerMsg, p.CPUPluginPerMsg, p.CPUDBPerMsg)
+				}
+				for _, want := range []string{PhaseHTTP, "50 submissions x 2 endpoints = 100 deliveries", "server/msg", "--webhook.allowed_networks=127.0.0.0/8"} {
+					if !strings.Contains(out.String(), want) {
+						t.Errorf("report does not say %q:\n%s", want, out.String())
+					}
+				}
+			}
+			if left := children(t); len(left) > 0 {
+				t.Errorf("processes left running after the run: %v", left)
+			}
+			if after := benchDatabases(t, o); after != before {
+				t.Errorf("%d bench databases before the run and %d after", before, after)
+			}
+		})
+	}
+}
+
+// Every delivery the server answered with must arrive exactly once, and
+// nothing else may: otherwise the rate and the latency are of something
+// other than what was asked.
+func TestMatchArrivalsCountsEachDeliveryOnce(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	sent := []posted{{at: t0, deliveries: []string{"dlv_a", "dlv_b"}}, {at: t0.Add(time.Second), deliveries: []string{"dlv_c"}}}
+	tests := []struct {
+		name   string
+		arrive []string
+		again  int64
+		want   string
+	}{
+		{"each once", []string{"dlv_a", "dlv_b", "dlv_c"}, 0, ""},
+		{"one twice", []string{"dlv_a", "dlv_b", "dlv_c"}, 1, "more than once"},
+		{"one missing", []string{"dlv_a", "dlv_c"}, 0, "dlv_b of submission 0 never reached"},
+		{"one unknown", []string{"dlv_a", "dlv_b", "dlv_c", "dlv_x"}, 0, "4 distinct ones received"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			arr := &arrivals{at: map[string]time.Time{}, again: tt.again}
+			for i, id := range tt.arrive {
+				arr.at[id] = t0.Add(time.Duration(i+1) * 2 * time.Second)
+			}
+			lat, last, err := matchArrivals(sent, arr, 3)
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("matchArrivals = %v, want an error saying %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []time.Duration{2 * time.Second, 4 * time.Second, 5 * time.Second}
+			if !slices.Equal(lat, want) || !last.Equal(t0.Add(6*time.Second)) {
+				t.Errorf("latencies %v, last %s; want %v, last at +6s", lat, last.Sub(t0), want)
+			}
+		})
+	}
+}
+
+// In the HTTP mode each endpoint has its own server-made secret; the
+// receiver verifies each path with its own, so a message signed for one
+// endpoint does not count at another.
+func TestReceiverVerifiesEachPathWithItsSecret(t *testing.T) {
+	t.Parallel()
+	r, err := startReceiver(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	secrets := make([]string, 2)
+	for i := range secrets {
+		if secrets[i], err = webhook.NewSecret(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.verifyPath(i, secrets[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	arr := r.record(1)
+	post := func(path string, secret string) int {
+		body := []byte(`{"type":"submission.received"}`)
+		h, err := webhook.SignHeaders("dlv_1", time.Now(), body, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequest(http.MethodPost, "http://"+r.ln.Addr().String()+path, strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = h
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post(hookPath(1), secrets[0]); got != http.StatusUnauthorized {
+		t.Errorf("endpoint 0's message at endpoint 1's path: %d, want 401", got)
+	}
+	if got := post(hookPath(2), secrets[0]); got != http.StatusNotFound {
+		t.Errorf("a message at a path no endpoint has: %d, want 404", got)
+	}
+	if got := post(hookPath(0), secrets[0]); got != http.StatusNoContent {
+		t.Errorf("endpoint 0's message at its own path: %d, want 204", got)
+	}
+	if r.ok.Load() != 1 || r.bad.Load() != 2 || len(arr.at) != 1 {
+		t.Errorf("ok %d, bad %d, %d arrivals recorded; want 1, 2, 1", r.ok.Load(), r.bad.Load(), len(arr.at))
 	}
 }

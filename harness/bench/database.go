@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,9 +29,18 @@ type freshStore struct {
 	// where names it for the report, without credentials.
 	where string
 	// dsn is the PostgreSQL database's URL; empty for SQLite.
-	dsn    string
+	dsn string
+	// url is what `serve --database.url` takes to open it.
+	url    string
 	remove func(context.Context) error
+	// closeStore closes Store once, whether handOver or remove asks first.
+	closeStore func() error
 }
+
+// handOver closes this process's handle on the database, so that the serve
+// process of the HTTP mode is the only one using it, as in production. The
+// database is still removed by remove.
+func (fs *freshStore) handOver() error { return fs.closeStore() }
 
 // openFresh creates a new database for o.Backend: a new SQLite file in a
 // new directory under o.SQLiteDir, or a new database on the PostgreSQL
@@ -48,9 +58,9 @@ func openFresh(ctx context.Context, o Options) (*freshStore, error) {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		fs := &freshStore{Store: s, where: fmt.Sprintf("sqlite:%s (%s)", path, fsType(dir))}
+		fs := &freshStore{Store: s, where: fmt.Sprintf("sqlite:%s (%s)", path, fsType(dir)), url: "sqlite:" + path, closeStore: sync.OnceValue(s.Close)}
 		fs.remove = func(context.Context) error {
-			err := s.Close()
+			err := fs.closeStore()
 			if o.Keep {
 				return err
 			}
@@ -72,8 +82,8 @@ func openFresh(ctx context.Context, o Options) (*freshStore, error) {
 		if err != nil {
 			return nil, errors.Join(err, drop(ctx))
 		}
-		fs := &freshStore{Store: s, where: redact.URL(dsn), dsn: dsn}
-		fs.remove = func(ctx context.Context) error { return errors.Join(s.Close(), drop(ctx)) }
+		fs := &freshStore{Store: s, where: redact.URL(dsn), dsn: dsn, url: dsn, closeStore: sync.OnceValue(s.Close)}
+		fs.remove = func(ctx context.Context) error { return errors.Join(fs.closeStore(), drop(ctx)) }
 		return fs.migrated(ctx)
 	}
 	return nil, fmt.Errorf("backend %q is not sqlite or postgres", o.Backend)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,7 +25,12 @@ type usage struct {
 	// Self is this process's user+system CPU time: the worker, the store
 	// client, the receiver and the load generator (and SQLite itself).
 	Self time.Duration
-	// Plugin is the CPU time of the plugin processes this process started.
+	// Server is the CPU time of the `hymical serve` process the HTTP mode
+	// runs (with SQLite inside it); zero in the other phases, where the
+	// server's parts run in Self.
+	Server time.Duration
+	// Plugin is the CPU time of the plugin processes the server started:
+	// this process, or the serve process in the HTTP mode.
 	Plugin time.Duration
 	// DB is the CPU time of the PostgreSQL server: the postmaster that
 	// listens on the DSN's port and its children. Zero for SQLite, which
@@ -34,9 +40,11 @@ type usage struct {
 	// above and anything else running, such as other people's builds.
 	Machine time.Duration
 	// PeakRSS is this process's peak resident set (VmHWM) during the phase,
-	// in bytes; PluginPeakRSS the largest plugin process's.
+	// in bytes; PluginPeakRSS the largest plugin process's; ServerPeakRSS
+	// the serve process's over its life (it starts fresh for each phase).
 	PeakRSS       int64
 	PluginPeakRSS int64
+	ServerPeakRSS int64
 	// Mallocs and AllocBytes are this process's heap allocations.
 	Mallocs    uint64
 	AllocBytes uint64
@@ -45,8 +53,17 @@ type usage struct {
 // meter takes the readings at the start of a phase.
 type meter struct {
 	// dbPID is the PostgreSQL postmaster, 0 when unknown or SQLite.
-	dbPID   int
+	dbPID int
+	// serverPID is the serve process of the HTTP mode, the parent of the
+	// plugins; 0 means this process is the server.
+	serverPID int
+	// others, when set, lists PostgreSQL backends that serve other
+	// databases, such as other people's tests on a shared server, so their
+	// CPU is not counted as this phase's.
+	others  func() map[int]bool
+	skip    map[int]bool
 	self    time.Duration
+	server  time.Duration
 	plugin  map[int]time.Duration
 	db      map[int]time.Duration
 	machine time.Duration
@@ -59,11 +76,23 @@ type meter struct {
 
 // startMeter resets the peak RSS and takes the start readings.
 func startMeter(dbPID int) *meter {
-	m := &meter{dbPID: dbPID}
+	return startServerMeter(0, dbPID, nil)
+}
+
+// startServerMeter is startMeter for a server running in process
+// serverPID (0: this one), leaving out the database backends others names.
+func startServerMeter(serverPID, dbPID int, others func() map[int]bool) *meter {
+	m := &meter{dbPID: dbPID, serverPID: serverPID, others: others, skip: map[int]bool{}}
 	// Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0+).
 	m.hwmReset = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+	if others != nil {
+		maps.Copy(m.skip, others())
+	}
 	m.self = selfCPU()
-	m.plugin, m.db = processCPU(dbPID)
+	if serverPID != 0 {
+		_, _, m.server, _ = procStat(serverPID)
+	}
+	m.plugin, m.db = processCPU(m.parent(), dbPID)
 	m.machine = machineBusy()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -82,7 +111,15 @@ func (m *meter) stop() usage {
 		Mallocs:    ms.Mallocs - m.mallocs,
 		AllocBytes: ms.TotalAlloc - m.bytes,
 	}
-	plugin, db := processCPU(m.dbPID)
+	if m.serverPID != 0 {
+		_, _, cpu, _ := procStat(m.serverPID)
+		u.Server = cpu - m.server
+		u.ServerPeakRSS = statusBytes(fmt.Sprintf("/proc/%d/status", m.serverPID), "VmHWM:")
+	}
+	plugin, db := processCPU(m.parent(), m.dbPID)
+	if m.others != nil {
+		maps.Copy(m.skip, m.others())
+	}
 	for pid, cpu := range plugin {
 		u.Plugin += cpu - m.plugin[pid]
 		u.PluginPeakRSS = max(u.PluginPeakRSS, statusBytes(fmt.Sprintf("/proc/%d/status", pid), "VmHWM:"))
@@ -90,9 +127,19 @@ func (m *meter) stop() usage {
 	// A backend that started during the phase counts whole; one that
 	// exited during it is lost, which only ever under-counts.
 	for pid, cpu := range db {
-		u.DB += cpu - m.db[pid]
+		if !m.skip[pid] {
+			u.DB += cpu - m.db[pid]
+		}
 	}
 	return u
+}
+
+// parent is the process whose children are the plugins.
+func (m *meter) parent() int {
+	if m.serverPID != 0 {
+		return m.serverPID
+	}
+	return os.Getpid()
 }
 
 func selfCPU() time.Duration {
@@ -104,13 +151,12 @@ func selfCPU() time.Duration {
 }
 
 // processCPU returns the CPU time of every running plugin process that is
-// a child of this one, and of the database server dbPID and its children,
+// a child of parent, and of the database server dbPID and its children,
 // by pid. Plugins are found by name because go-plugin does not hand out
 // the pid; the kernel's comm is cut to 15 bytes, which still holds
 // "hymical-plugin".
-func processCPU(dbPID int) (plugin, db map[int]time.Duration) {
+func processCPU(parent, dbPID int) (plugin, db map[int]time.Duration) {
 	plugin, db = map[int]time.Duration{}, map[int]time.Duration{}
-	self := os.Getpid()
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(dir))
@@ -120,7 +166,7 @@ func processCPU(dbPID int) (plugin, db map[int]time.Duration) {
 		comm, ppid, cpu, ok := procStat(pid)
 		switch {
 		case !ok:
-		case ppid == self && strings.HasPrefix(comm, "hymical-plugin"):
+		case ppid == parent && strings.HasPrefix(comm, "hymical-plugin"):
 			plugin[pid] = cpu
 		case dbPID != 0 && (pid == dbPID || ppid == dbPID):
 			db[pid] = cpu

@@ -18,6 +18,11 @@ const (
 	// KindFloor is the database alone, doing the least SQL a delivery
 	// needs.
 	KindFloor = "floor"
+	// KindHTTP is the HTTP mode's traffic: a serve process driven through
+	// its API.
+	KindHTTP = "http"
+	// KindIdle is a serve process with nothing to do.
+	KindIdle = "idle"
 )
 
 // Phase is what one phase measured.
@@ -39,6 +44,8 @@ type Phase struct {
 	// created to the delivery's completed_at, over every delivery.
 	RecordedP50 time.Duration `json:"recorded_p50_ns,omitempty"`
 	RecordedP99 time.Duration `json:"recorded_p99_ns,omitempty"`
+	// Max, for HTTP phases, is the slowest latency sample.
+	Max time.Duration `json:"max_ns,omitempty"`
 	// InsertWall is how long creating the submissions took.
 	InsertWall time.Duration `json:"insert_wall_ns,omitempty"`
 	// Received is how many requests the receiver verified.
@@ -50,7 +57,11 @@ type Phase struct {
 	// Round is which repetition of the run this is, from 1.
 	Round int `json:"round"`
 
+	// CPUSelf is this process's CPU. In the HTTP mode that is only the
+	// bench (producers, receiver), counted in no per-message figure, and
+	// the server's is CPUServer.
 	CPUSelf   time.Duration `json:"cpu_self_ns"`
+	CPUServer time.Duration `json:"cpu_server_ns,omitempty"`
 	CPUPlugin time.Duration `json:"cpu_plugin_ns"`
 	CPUDB     time.Duration `json:"cpu_db_ns"`
 	// CPUOther is the machine's busy time less the three above: anything
@@ -64,7 +75,19 @@ type Phase struct {
 	// with nothing else running: NumCPU / CPUPerMsg. An upper bound: it
 	// assumes the work spreads perfectly over the cores.
 	CPUBound float64 `json:"cpu_bound_rate_per_s"`
-	PeakRSS  int64   `json:"peak_rss_bytes"`
+	// The HTTP mode's CPU per message, by process; CPUPerMsg is their sum,
+	// without the bench's own.
+	CPUServerPerMsg time.Duration `json:"cpu_server_per_message_ns,omitempty"`
+	CPUPluginPerMsg time.Duration `json:"cpu_plugin_per_message_ns,omitempty"`
+	CPUDBPerMsg     time.Duration `json:"cpu_db_per_message_ns,omitempty"`
+	// IdleCorePercent, for the idle phase, is the server's and its
+	// plugins' CPU as a percentage of one core over the phase;
+	// IdleDBPercent the database server's.
+	IdleCorePercent float64 `json:"idle_core_percent,omitempty"`
+	IdleDBPercent   float64 `json:"idle_db_core_percent,omitempty"`
+	PeakRSS         int64   `json:"peak_rss_bytes"`
+	// ServerPeakRSS is the serve process's peak resident set.
+	ServerPeakRSS int64 `json:"server_peak_rss_bytes,omitempty"`
 	// PeakRSSLifetime is set when the peak could not be reset per phase,
 	// so PeakRSS is the process's peak so far.
 	PeakRSSLifetime bool    `json:"peak_rss_lifetime,omitempty"`
@@ -87,23 +110,52 @@ func (p *Phase) setUsage(u usage, hwmReset bool) {
 	p.BytesPerMsg = float64(u.AllocBytes) / float64(p.Messages)
 }
 
+// setServerUsage is setUsage for the HTTP mode, where the server is
+// another process and this one only drives it.
+func (p *Phase) setServerUsage(u usage, hwmReset bool) {
+	p.CPUSelf, p.CPUServer, p.CPUPlugin, p.CPUDB, p.CPUMachine = u.Self, u.Server, u.Plugin, u.DB, u.Machine
+	p.CPUOther = max(0, u.Machine-u.Self-u.Server-u.Plugin-u.DB)
+	p.PeakRSS, p.PeakRSSLifetime, p.PluginPeakRSS, p.ServerPeakRSS = u.PeakRSS, !hwmReset, u.PluginPeakRSS, u.ServerPeakRSS
+	if p.Messages > 0 {
+		n := time.Duration(p.Messages)
+		p.CPUServerPerMsg, p.CPUPluginPerMsg, p.CPUDBPerMsg = u.Server/n, u.Plugin/n, u.DB/n
+		p.CPUPerMsg = (u.Server + u.Plugin + u.DB) / n
+		if p.CPUPerMsg > 0 {
+			p.CPUBound = float64(runtime.NumCPU()) / p.CPUPerMsg.Seconds()
+		}
+	}
+	if p.Kind == KindIdle && p.Wall > 0 {
+		p.IdleCorePercent = 100 * float64(u.Server+u.Plugin) / float64(p.Wall)
+		p.IdleDBPercent = 100 * float64(u.DB) / float64(p.Wall)
+	}
+}
+
 // Report is a whole run.
 type Report struct {
-	Machine     Machine       `json:"machine"`
-	Backend     string        `json:"backend"`
-	Where       string        `json:"database,omitempty"`
-	Submissions int           `json:"submissions"`
-	Endpoints   int           `json:"endpoints_per_submission"`
-	Deliveries  int           `json:"deliveries"`
-	Concurrency int           `json:"concurrency"`
-	BatchSize   int           `json:"batch_size"`
-	Poll        time.Duration `json:"poll_interval_ns"`
+	// Mode is ModeHTTP for the HTTP mode, empty for the phases.
+	Mode        string  `json:"mode,omitempty"`
+	Machine     Machine `json:"machine"`
+	Backend     string  `json:"backend"`
+	Where       string  `json:"database,omitempty"`
+	Submissions int     `json:"submissions"`
+	Endpoints   int     `json:"endpoints_per_submission"`
+	Deliveries  int     `json:"deliveries"`
+	// The pool's settings; left out in the HTTP mode, where serve's own
+	// settings (Serve) apply.
+	Concurrency int           `json:"concurrency,omitempty"`
+	BatchSize   int           `json:"batch_size,omitempty"`
+	Poll        time.Duration `json:"poll_interval_ns,omitempty"`
 	Producers   int           `json:"producers"`
 	Rate        float64       `json:"submission_rate_per_s,omitempty"`
 	Preload     bool          `json:"preload"`
 	Repeat      int           `json:"repeat"`
-	Started     time.Time     `json:"started"`
-	Phases      []Phase       `json:"phases"`
+	// Serve is the flags the HTTP mode ran serve with; its settings are
+	// serve's defaults but for these.
+	Serve []string `json:"serve_flags,omitempty"`
+	// Idle is how long the HTTP mode's idle phase measured.
+	Idle    time.Duration `json:"idle_ns,omitempty"`
+	Started time.Time     `json:"started"`
+	Phases  []Phase       `json:"phases"`
 }
 
 // best finds the round of a phase, by name prefix, with the highest rate;
@@ -169,11 +221,12 @@ func (r *Report) Ratios() []Ratio {
 
 // WriteText prints the report as a table a person reads.
 func (r *Report) WriteText(w io.Writer) error {
+	if r.Mode == ModeHTTP {
+		return r.writeHTTPText(w)
+	}
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "hymical bench  %s\n", r.Started.Format(time.RFC3339))
-	fmt.Fprintf(&b, "machine   %d CPUs (%s), %.1f GiB, %s, kernel %s, %s\n", m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.OS, m.Kernel, m.Go)
-	fmt.Fprintf(&b, "backend   %s  %s\n", r.Backend, r.Where)
+	r.writeHead(&b)
 	load := "created while the pool runs, as fast as they go"
 	switch {
 	case r.Preload:
@@ -247,6 +300,75 @@ func (r *Report) WriteText(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// writeHead is the first lines of either report: when, where, on what.
+func (r *Report) writeHead(b *strings.Builder) {
+	m := r.Machine
+	fmt.Fprintf(b, "hymical bench  %s\n", r.Started.Format(time.RFC3339))
+	fmt.Fprintf(b, "machine   %d CPUs (%s), %.1f GiB, %s, kernel %s, %s\n", m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.OS, m.Kernel, m.Go)
+	fmt.Fprintf(b, "backend   %s  %s\n", r.Backend, r.Where)
+}
+
+// writeHTTPText is WriteText for the HTTP mode.
+func (r *Report) writeHTTPText(w io.Writer) error {
+	var b strings.Builder
+	r.writeHead(&b)
+	if r.Idle > 0 {
+		fmt.Fprintf(&b, "load      none: one endpoint, no submissions, measured for %s after a %s settle\n", r.Idle, serveSettle)
+	} else {
+		load := "as fast as they go"
+		if r.Rate > 0 {
+			load = fmt.Sprintf("paced at %.0f/s", r.Rate)
+		}
+		fmt.Fprintf(&b, "load      %d submissions x %d endpoints = %d deliveries, %d producers posting to /v1/forms/%s/submissions, %s\n",
+			r.Submissions, r.Endpoints, r.Deliveries, r.Producers, benchForm, load)
+	}
+	fmt.Fprintf(&b, "serve     its defaults but for %s\n\n", strings.Join(r.Serve, " "))
+
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	rows := 0
+	for _, p := range r.Phases {
+		if p.Kind != KindHTTP {
+			continue
+		}
+		if rows == 0 {
+			fmt.Fprintln(tw, "phase\tround\tmsgs/s\tp50\tp99\tmax\tserver/msg\tplugin/msg\tdb/msg\tcpu/msg\tcpu-bound/s\tbench cpu\tother\tserver RSS\tplugin RSS\t")
+		}
+		rows++
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t\n", p.Name, p.Round, p.Rate, ms(p.P50), ms(p.P99), ms(p.Max),
+			us(p.CPUServerPerMsg), us(p.CPUPluginPerMsg), us(p.CPUDBPerMsg), us(p.CPUPerMsg), p.CPUBound,
+			secs(p.CPUSelf), secs(p.CPUOther), mib(p.ServerPeakRSS), mib(p.PluginPeakRSS))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range r.Phases {
+		switch p.Kind {
+		case KindHTTP:
+			fmt.Fprintf(&b, "\n%s (round %d): %d deliveries in %s; latency is %s (%d samples); posting the submissions took %s",
+				p.Name, p.Round, p.Messages, p.Wall.Round(time.Millisecond), p.Latency, p.LatencySamples, p.InsertWall.Round(time.Millisecond))
+		case KindIdle:
+			fmt.Fprintf(&b, "%s (round %d): over %s, server %s + plugins %s of CPU = %.2f%% of one core; database %s = %.2f%%; bench %s; peak RSS server %s, plugin %s",
+				p.Name, p.Round, p.Wall.Round(time.Millisecond), secs(p.CPUServer), secs(p.CPUPlugin), p.IdleCorePercent,
+				secs(p.CPUDB), p.IdleDBPercent, secs(p.CPUSelf), mib(p.ServerPeakRSS), mib(p.PluginPeakRSS))
+		}
+		fmt.Fprintln(&b)
+	}
+	if rows > 0 {
+		fmt.Fprintln(&b, "\nCPU per delivery by process: server is the serve process (with SQLite in it), plugin its plugin")
+		fmt.Fprintln(&b, "processes, db the PostgreSQL server (backends of other databases left out); cpu/msg is their sum.")
+		fmt.Fprintln(&b, "bench cpu is this process (producers, receiver), counted in no per-delivery figure; other is the")
+		fmt.Fprintln(&b, "rest of the machine, in core-seconds. Latency: from just before a submission's POST to the receiver")
+		fmt.Fprintln(&b, "holding its verified message, for every delivery.")
+	} else {
+		fmt.Fprintln(&b, "\nServer is the serve process (with SQLite in it), plugins its plugin processes, database the")
+		fmt.Fprintln(&b, "PostgreSQL server (backends of other databases left out); /proc counts CPU in 10 ms ticks.")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }
 
 func ms(d time.Duration) string {
 	if d == 0 {

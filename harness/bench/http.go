@@ -1,0 +1,654 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hymical/hymical/server/api/apiwire"
+)
+
+// The HTTP mode drives what users drive: a real `hymical serve` process
+// (the same executable, its own plugins, a fresh database) that the bench
+// reaches only through its HTTP API, as a form front end and an operator
+// would. Endpoints are created with POST /v1/endpoints, so their secrets
+// are the server's own; submissions go through the ingest route from
+// Producers goroutines; the loopback receiver verifies each message with
+// its endpoint's secret and notes when it arrived. The CPU of the serve
+// process, its plugin processes and the PostgreSQL server is read from
+// /proc before and after the measured window; the bench's own is shown
+// apart and counted in no per-delivery figure.
+
+// ModeHTTP is Report.Mode for a run of the HTTP mode.
+const ModeHTTP = "http"
+
+// Phase names of the HTTP mode.
+const (
+	PhaseHTTP = "http: serve, ingest API"
+	PhaseIdle = "idle: serve, no traffic"
+)
+
+// benchForm is the form every submission is for.
+const benchForm = "form_bench"
+
+// serveSettle is how long an idle serve is left alone before the idle
+// phase measures it: starting the plugins, the first claims and the first
+// heartbeat are start-up, not idling.
+const serveSettle = 2 * time.Second
+
+// runHTTP is Run for the HTTP mode.
+func runHTTP(ctx context.Context, o Options) (*Report, error) {
+	recv, err := startReceiver(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer recv.close()
+	r := &runner{o: o, recv: recv}
+	if o.Backend == BackendPostgres {
+		r.dbPID = listenerPID(postgresPort(o.DatabaseURL))
+	}
+	rep := &Report{
+		Mode:        ModeHTTP,
+		Machine:     describeMachine(),
+		Backend:     o.Backend,
+		Submissions: o.Submissions,
+		Endpoints:   o.Endpoints,
+		Deliveries:  o.Deliveries(),
+		Producers:   o.Producers,
+		Rate:        o.Rate,
+		Repeat:      o.Repeat,
+		Serve:       r.serveFlags(),
+		Idle:        o.Idle,
+		Started:     time.Now().UTC(),
+	}
+	if o.Idle > 0 {
+		rep.Submissions, rep.Endpoints, rep.Deliveries, rep.Producers, rep.Rate = 0, 1, 0, 0, 0
+	}
+	for round := 1; round <= o.Repeat; round++ {
+		pctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		var p Phase
+		if o.Idle > 0 {
+			p, err = r.idle(pctx)
+		} else {
+			p, err = r.viaHTTP(pctx)
+		}
+		cancel()
+		if err != nil {
+			return rep, err
+		}
+		p.Round = round
+		rep.Phases = append(rep.Phases, p)
+		if rep.Where == "" {
+			rep.Where = p.where
+		}
+	}
+	return rep, nil
+}
+
+// serveFlags are the flags serve runs with, besides the database URL and
+// the admin token, which go in its environment: a URL may hold a password,
+// and the command line of a process is visible to every user.
+func (r *runner) serveFlags() []string {
+	flags := []string{
+		// A port of its own; the banner says which.
+		"--server.listen=127.0.0.1:0",
+		"--plugins.dir=" + r.o.PluginDir,
+		// The receiver is on loopback, which the SSRF guard refuses
+		// unless allowed.
+		"--webhook.allowed_networks=127.0.0.0/8",
+	}
+	level := true
+	for _, a := range r.o.ServeArgs {
+		if strings.HasPrefix(a, "--log.level") || strings.HasPrefix(a, "-log.level") {
+			level = false
+		}
+	}
+	if level {
+		// serve's default, info, writes a line per attempt; the bench
+		// keeps only the last lines, for when serve fails.
+		flags = append(flags, "--log.level=error")
+	}
+	return append(flags, r.o.ServeArgs...)
+}
+
+// serveProc is a running `hymical serve` child process.
+type serveProc struct {
+	cmd    *exec.Cmd
+	base   string
+	token  string
+	client *http.Client
+	out    *tail
+	exited chan struct{}
+	err    error // set before exited is closed
+}
+
+// startServe runs serve on the database fs and waits until its /readyz
+// answers 200.
+func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, error) {
+	token, err := randomHex(24)
+	if err != nil {
+		return nil, err
+	}
+	if err := fs.handOver(); err != nil {
+		return nil, fmt.Errorf("close the bench's handle on the database: %w", err)
+	}
+	cmd := exec.Command(r.o.Hymical, append([]string{"serve"}, r.serveFlags()...)...)
+	// Only what the bench sets: a FORMS_* variable of the caller's would
+	// change the settings the report says serve ran with.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FORMS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "FORMS_DATABASE_URL="+fs.url, "FORMS_SERVER_ADMIN_TOKEN="+token)
+	cmd.SysProcAttr = serveSysProcAttr()
+	out := &tail{max: 16 << 10}
+	cmd.Stderr = out
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s serve (build it with: go build -o bin/ .): %w", r.o.Hymical, err)
+	}
+	s := &serveProc{cmd: cmd, token: token, out: out, exited: make(chan struct{})}
+	addr := make(chan string, 1)
+	var reading sync.WaitGroup
+	reading.Go(func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			out.Write([]byte(line + "\n"))
+			if _, a, ok := strings.Cut(line, " listening on http://"); ok {
+				select {
+				case addr <- a:
+				default:
+				}
+			}
+		}
+		// Whatever is left unread must not block serve's writes.
+		_, _ = io.Copy(out, stdout)
+	})
+	go func() {
+		reading.Wait()
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
+
+	ready, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	select {
+	case a := <-addr:
+		s.base = "http://" + a
+	case <-s.exited:
+		return nil, fmt.Errorf("serve exited before it listened (%v):\n%s", s.err, out)
+	case <-ready.Done():
+		return nil, errors.Join(fmt.Errorf("serve did not say where it listens within a minute:\n%s", out), s.stop())
+	}
+	s.client = &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: r.o.Producers + 4, DisableCompression: true,
+	}}
+	for {
+		status, body, err := s.do(ready, http.MethodGet, "/readyz", nil, nil)
+		if err == nil && status == http.StatusOK {
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("serve exited before it was ready (%v):\n%s", s.err, out)
+		case <-ready.Done():
+			return nil, errors.Join(fmt.Errorf("serve was not ready within a minute: /readyz said %d %s (%v):\n%s", status, body, err, out), s.stop())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends serve as an operator does, with SIGTERM, and waits for it;
+// after 30 s it is killed. An exit that was not clean is an error, since
+// the run's numbers came from that process.
+func (s *serveProc) stop() error {
+	if s.client != nil {
+		s.client.CloseIdleConnections()
+	}
+	select {
+	case <-s.exited:
+		return s.exitErr()
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+		return s.exitErr()
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return fmt.Errorf("serve did not stop within 30 s of SIGTERM and was killed:\n%s", s.out)
+	}
+}
+
+func (s *serveProc) exitErr() error {
+	if s.err != nil {
+		return fmt.Errorf("serve exited with %v:\n%s", s.err, s.out)
+	}
+	return nil
+}
+
+// do makes one API call with the admin token and returns the status and
+// the body; in is encoded as JSON unless it is raw bytes.
+func (s *serveProc) do(ctx context.Context, method, path string, in any, out any) (int, []byte, error) {
+	var body io.Reader
+	switch v := in.(type) {
+	case nil:
+	case json.RawMessage:
+		body = bytes.NewReader(v)
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return 0, nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.base+path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return resp.StatusCode, nil, err
+	}
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, b, fmt.Errorf("%s %s: answer is not the JSON expected: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, b, nil
+}
+
+// call is do for a call that must answer want.
+func (s *serveProc) call(ctx context.Context, method, path string, want int, in, out any) error {
+	status, body, err := s.do(ctx, method, path, in, out)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if status != want {
+		return fmt.Errorf("%s %s answered %d, want %d: %s", method, path, status, want, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// createEndpoints makes n endpoints through the API, each to its own path
+// on the receiver, which then verifies that path with the secret the
+// server made for it.
+func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int) error {
+	for i := range n {
+		var ep apiwire.EndpointCreated
+		err := s.call(ctx, http.MethodPost, "/v1/endpoints", http.StatusCreated, apiwire.EndpointCreate{
+			URL: recv.url(i), Description: "hymical bench receiver",
+		}, &ep)
+		if err != nil {
+			return err
+		}
+		if err := recv.verifyPath(i, ep.Secret); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settled reports whether every delivery is recorded delivered: none is
+// pending or processing. A failed one is an error.
+func (s *serveProc) settled(ctx context.Context, checkFailed bool) (bool, error) {
+	states := []string{"pending", "processing"}
+	if checkFailed {
+		states = append(states, "failed")
+	}
+	for _, st := range states {
+		var page apiwire.DeliveryPage
+		if err := s.call(ctx, http.MethodGet, "/v1/deliveries?limit=1&state="+st, http.StatusOK, nil, &page); err != nil {
+			return false, err
+		}
+		if len(page.Deliveries) > 0 {
+			if st == "failed" {
+				return false, fmt.Errorf("delivery %s failed; run with --log-level info to see why", page.Deliveries[0].ID)
+			}
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// viaHTTP is the HTTP mode's traffic phase.
+func (r *runner) viaHTTP(ctx context.Context) (p Phase, err error) {
+	name := PhaseHTTP
+	fs, err := openFresh(ctx, r.o)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer fs.removeInto(ctx, name, &err)
+	srv, err := r.startServe(ctx, fs)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer func() {
+		if serr := srv.stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: %w", name, serr))
+		}
+	}()
+	if err := srv.createEndpoints(ctx, r.recv, r.o.Endpoints); err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	others, closeOthers, err := otherBackends(ctx, fs)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer closeOthers()
+
+	total := r.o.Deliveries()
+	r.recv.reset()
+	arr := r.recv.record(total)
+	sent := make([]posted, r.o.Submissions)
+	m := startServerMeter(srv.cmd.Process.Pid, r.dbPID, others)
+	start := time.Now()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	produced := make(chan error, 1)
+	var insertWall time.Duration
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		err := r.post(runCtx, srv, start, sent)
+		insertWall = time.Since(start)
+		produced <- err
+	})
+	werr := r.waitSettled(runCtx, srv, name, total, produced)
+	u := m.stop()
+	stop()
+	bg.Wait()
+	if werr != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, werr)
+	}
+
+	lat, last, err := matchArrivals(sent, arr, total)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if ok := r.recv.ok.Load(); ok != int64(total) {
+		return Phase{}, fmt.Errorf("%s: the receiver verified %d requests for %d deliveries", name, ok, total)
+	}
+	wall := last.Sub(start)
+	p = Phase{
+		Name: name, Kind: KindHTTP, Messages: total, Wall: wall,
+		Rate:    float64(total) / wall.Seconds(),
+		Latency: "POST of the submission to the receiver holding the verified message", LatencySamples: len(lat),
+		P50: percentile(lat, 50), P99: percentile(lat, 99), Max: percentile(lat, 100),
+		InsertWall: insertWall,
+		Received:   r.recv.ok.Load(),
+		where:      fs.where,
+	}
+	p.setServerUsage(u, m.hwmReset)
+	r.progress("%s: %d deliveries in %s, %.0f/s", name, total, wall.Round(time.Millisecond), p.Rate)
+	return p, nil
+}
+
+// posted is one submission: when its POST began and the deliveries the
+// server answered with.
+type posted struct {
+	at         time.Time
+	deliveries []string
+}
+
+// post creates the submissions through the ingest route on r.o.Producers
+// goroutines, paced at r.o.Rate when it is set, and notes each in sent.
+func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent []posted) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	path := "/v1/forms/" + benchForm + "/submissions"
+	for range r.o.Producers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= len(sent) {
+					return
+				}
+				if r.o.Rate > 0 {
+					at := start.Add(time.Duration(float64(i) / r.o.Rate * float64(time.Second)))
+					if d := time.Until(at); d > 0 && !sleep(ctx, d) {
+						return
+					}
+				}
+				var res apiwire.IngestResult
+				sent[i].at = time.Now()
+				if err := srv.call(ctx, http.MethodPost, path, http.StatusAccepted, formData, &res); err != nil {
+					cancel(fmt.Errorf("submission %d: %w", i, err))
+					return
+				}
+				if len(res.Deliveries) != r.o.Endpoints {
+					cancel(fmt.Errorf("submission %d fanned out to %d endpoints, want %d", i, len(res.Deliveries), r.o.Endpoints))
+					return
+				}
+				sent[i].deliveries = res.Deliveries
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// waitSettled returns once the receiver has every delivery and the server
+// has recorded them all delivered. Like waitDelivered, it asks the server
+// only near the end and every storeCheckEvery, so that waiting costs the
+// measured processes nothing to speak of.
+func (r *runner) waitSettled(ctx context.Context, srv *serveProc, name string, total int, produced <-chan error) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	lastCheck, lastReport := time.Now(), time.Now()
+	for {
+		select {
+		case err := <-produced:
+			if err != nil {
+				return err
+			}
+			produced = nil
+		case <-srv.exited:
+			return fmt.Errorf("serve exited during the run (%v):\n%s", srv.err, srv.out)
+		case <-ctx.Done():
+			return fmt.Errorf("gave up after %d of %d deliveries reached the receiver: %w", r.recv.ok.Load(), total, context.Cause(ctx))
+		case <-tick.C:
+		}
+		got := r.recv.ok.Load()
+		if bad := r.recv.bad.Load(); bad > 0 {
+			return fmt.Errorf("the receiver refused %d requests (bad signature or body)", bad)
+		}
+		if time.Since(lastReport) > 5*time.Second {
+			lastReport = time.Now()
+			r.progress("%s: %d of %d at the receiver", name, got, total)
+		}
+		periodic := time.Since(lastCheck) >= storeCheckEvery
+		if (got < int64(total) || produced != nil) && !periodic {
+			continue
+		}
+		lastCheck = time.Now()
+		done, err := srv.settled(ctx, periodic || got >= int64(total))
+		if err != nil {
+			return err
+		}
+		if done && got >= int64(total) && produced == nil {
+			return nil
+		}
+	}
+}
+
+// matchArrivals pairs every delivery the server answered with its arrival
+// at the receiver and returns the latencies and the last arrival. Any
+// delivery that did not arrive, arrived twice, or arrived without being
+// created here makes the run's numbers meaningless, and is an error.
+func matchArrivals(sent []posted, arr *arrivals, total int) ([]time.Duration, time.Time, error) {
+	arr.mu.Lock()
+	defer arr.mu.Unlock()
+	if arr.again > 0 {
+		return nil, time.Time{}, fmt.Errorf("%d deliveries reached the receiver more than once; a lease shorter than a send (or a failing receiver) makes the numbers meaningless", arr.again)
+	}
+	lat := make([]time.Duration, 0, total)
+	var last time.Time
+	for i, s := range sent {
+		for _, id := range s.deliveries {
+			at, ok := arr.at[id]
+			if !ok {
+				return nil, time.Time{}, fmt.Errorf("delivery %s of submission %d never reached the receiver", id, i)
+			}
+			lat = append(lat, at.Sub(s.at))
+			if at.After(last) {
+				last = at
+			}
+		}
+	}
+	if len(lat) != total || len(arr.at) != total {
+		return nil, time.Time{}, fmt.Errorf("%d deliveries created and %d distinct ones received, want %d of each", len(lat), len(arr.at), total)
+	}
+	return lat, last, nil
+}
+
+// idle is the HTTP mode's idle phase: serve with one endpoint and no
+// traffic, measured for r.o.Idle after it settles.
+func (r *runner) idle(ctx context.Context) (p Phase, err error) {
+	name := PhaseIdle
+	fs, err := openFresh(ctx, r.o)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer fs.removeInto(ctx, name, &err)
+	srv, err := r.startServe(ctx, fs)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer func() {
+		if serr := srv.stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: %w", name, serr))
+		}
+	}()
+	if err := srv.createEndpoints(ctx, r.recv, 1); err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	others, closeOthers, err := otherBackends(ctx, fs)
+	if err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer closeOthers()
+	r.recv.reset()
+	if !sleep(ctx, serveSettle) {
+		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
+	}
+	r.progress("%s: measuring for %s", name, r.o.Idle)
+	m := startServerMeter(srv.cmd.Process.Pid, r.dbPID, others)
+	start := time.Now()
+	select {
+	case <-time.After(r.o.Idle):
+	case <-srv.exited:
+		return Phase{}, fmt.Errorf("%s: serve exited while idle (%v):\n%s", name, srv.err, srv.out)
+	case <-ctx.Done():
+		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
+	}
+	u := m.stop()
+	p = Phase{Name: name, Kind: KindIdle, Wall: time.Since(start), Received: r.recv.ok.Load(), where: fs.where}
+	if p.Received != 0 {
+		return Phase{}, fmt.Errorf("%s: the receiver got %d requests from a server with no submissions", name, p.Received)
+	}
+	p.setServerUsage(u, m.hwmReset)
+	return p, nil
+}
+
+// otherBackends returns a function listing the PostgreSQL backends that
+// serve other databases than fs's (none for SQLite), so that on a shared
+// server other people's queries are not counted as this phase's database
+// CPU. The server's own background processes (WAL writer, checkpointer)
+// have no database and stay counted.
+func otherBackends(ctx context.Context, fs *freshStore) (func() map[int]bool, func(), error) {
+	if fs.dsn == "" {
+		return nil, func() {}, nil
+	}
+	conn, err := pgx.Connect(ctx, fs.dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to the bench database to tell its backends from others: %w", err)
+	}
+	var mu sync.Mutex
+	list := func() map[int]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[int]bool{}
+		rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname IS NOT NULL AND datname <> current_database()`)
+		if err != nil {
+			return out
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return out
+		}
+		for _, pid := range pids {
+			out[int(pid)] = true
+		}
+		return out
+	}
+	return list, func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
+}
+
+// tail keeps the last max bytes written to it: serve's output, shown when
+// it fails.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// randomHex is n random bytes in hex: the serve process's admin token.
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
