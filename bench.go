@@ -40,9 +40,9 @@ from --producers goroutines, as fast as they go or paced by --rate. It
 prints deliveries per second, the latency from each POST to the receiver
 holding the verified message (p50, p99, max), and the CPU per delivery of
 the serve process, its plugins and the PostgreSQL server, sampled from
-/proc before and after. --concurrency, --batch, --poll-interval, --lease and
---log-level, when given, are passed to serve as its worker and log
-settings; --idle D measures serve with one endpoint and no traffic for D.
+/proc before and after. --concurrency, --batch, --poll-interval,
+--endpoint-share, --lease and --log-level, when given, are passed to serve
+as its worker and log settings; --idle D measures serve with one endpoint and no traffic for D.
 
 Examples:
   go build -o bin/ . && go build -o bin/hymical-plugin-http ./plugins/http
@@ -69,6 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	batch := fs.Int("batch", d.Worker.BatchSize, "most deliveries claimed in one statement")
 	poll := fs.Duration("poll-interval", d.Worker.PollInterval, "how long the pool waits when nothing was due")
 	lease := fs.Duration("lease", d.Worker.Lease, "claim lease; must outlast --send-timeout")
+	share := fs.Float64("endpoint-share", d.Worker.EndpointShare, "fraction of the senders one endpoint may hold while others have due work (worker.endpoint_share; 1 turns the fair share off)")
 	sendTimeout := fs.Duration("send-timeout", d.Worker.SendTimeout, "deadline of one send")
 	transports := fs.String("transport", strings.Join(d.Transports, ","), "end-to-end phases to run, comma-separated: inprocess, plugin (empty: none)")
 	ceiling := fs.Bool("ceiling", d.Ceiling, "run the bare-loop ceiling phase")
@@ -117,7 +118,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	o.Backend, o.DatabaseURL, o.SQLiteDir, o.Keep = *backend, *dbURL, *sqliteDir, *keep
 	o.Submissions, o.Endpoints, o.Producers, o.Rate, o.Preload = *subs, *endpoints, *producers, *rate, *preload
 	o.Worker.Concurrency, o.Worker.BatchSize, o.Worker.PollInterval = *conc, *batch, *poll
-	o.Worker.Lease, o.Worker.SendTimeout = *lease, *sendTimeout
+	o.Worker.Lease, o.Worker.SendTimeout, o.Worker.EndpointShare = *lease, *sendTimeout, *share
 	o.Transports = nil
 	for _, t := range strings.Split(*transports, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -171,6 +172,8 @@ func httpModeFlags(fs *flagSet) ([]string, error) {
 			args = append(args, "--worker.batch_size="+v)
 		case "poll-interval":
 			args = append(args, "--worker.poll_interval="+v)
+		case "endpoint-share":
+			args = append(args, "--worker.endpoint_share="+v)
 		case "lease":
 			d, _ := time.ParseDuration(v)
 			if d%time.Second != 0 {

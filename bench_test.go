@@ -78,9 +78,9 @@ func TestBenchHTTPModeFlags(t *testing.T) {
 		err  string
 	}{
 		{nil, nil, ""},
-		{[]string{"--concurrency", "32", "--batch=64", "--poll-interval", "100ms", "--lease", "90s", "--log-level", "info"},
+		{[]string{"--concurrency", "32", "--batch=64", "--poll-interval", "100ms", "--lease", "90s", "--log-level", "info", "--endpoint-share", "1"},
 			// In the flags' lexical order, as flag.Visit goes.
-			[]string{"--worker.batch_size=64", "--worker.concurrency=32", "--worker.lease_seconds=90", "--log.level=info", "--worker.poll_interval=100ms"}, ""},
+			[]string{"--worker.batch_size=64", "--worker.concurrency=32", "--worker.endpoint_share=1", "--worker.lease_seconds=90", "--log.level=info", "--worker.poll_interval=100ms"}, ""},
 		{[]string{"--transport", "plugin"}, nil, "--transport does not apply to --http"},
 		{[]string{"--lease", "1500ms"}, nil, "whole seconds"},
 	}
@@ -89,6 +89,7 @@ func TestBenchHTTPModeFlags(t *testing.T) {
 		fs.Int("concurrency", 16, "")
 		fs.Int("batch", 16, "")
 		fs.Duration("poll-interval", 0, "")
+		fs.Float64("endpoint-share", 0.25, "")
 		fs.Duration("lease", 0, "")
 		fs.String("log-level", "error", "")
 		fs.String("transport", "", "")
