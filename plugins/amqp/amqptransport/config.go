@@ -18,6 +18,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -210,13 +211,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the URL's password from text.
 func (s *server) scrub(text string) string {
-	if s.secret != "" {
-		text = strings.ReplaceAll(text, s.secret, "[redacted]")
-		if esc := url.QueryEscape(s.secret); esc != s.secret {
-			text = strings.ReplaceAll(text, esc, "[redacted]")
-		}
-	}
-	return text
+	return pluginkit.Redact(text, s.secret, url.QueryEscape(s.secret))
 }
 
 // target is where one endpoint publishes.

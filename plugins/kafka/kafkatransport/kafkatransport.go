@@ -60,6 +60,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // ClientName is the client.id the plugin's connections give the brokers,
@@ -132,7 +133,7 @@ func scrubSecret(err error, secret string) error {
 	if secret == "" || !strings.Contains(err.Error(), secret) {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), secret, "[redacted]"))
+	return errors.New(pluginkit.Redact(err.Error(), secret))
 }
 
 // Close closes every client. Sends after Close make no request.
@@ -422,16 +423,5 @@ func recordKey(body []byte, webhookID string) string {
 // scrub makes an outcome's text safe: no SASL password, and none of the
 // header values or the body, should an error ever have quoted them.
 func scrub(text, password string, msg transport.Message) string {
-	if password != "" {
-		text = strings.ReplaceAll(text, password, "[redacted]")
-	}
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	return transport.BoundError(text)
+	return pluginkit.ScrubMessage(pluginkit.Redact(text, password), msg)
 }

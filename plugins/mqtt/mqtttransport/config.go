@@ -17,6 +17,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -279,13 +280,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the password from text.
 func (s *server) scrub(text string) string {
-	if s.password != "" {
-		text = strings.ReplaceAll(text, s.password, "[redacted]")
-		if esc := url.QueryEscape(s.password); esc != s.password {
-			text = strings.ReplaceAll(text, esc, "[redacted]")
-		}
-	}
-	return text
+	return pluginkit.Redact(text, s.password, url.QueryEscape(s.password))
 }
 
 // target is where one endpoint publishes.

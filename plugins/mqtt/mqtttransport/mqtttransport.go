@@ -52,6 +52,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // MaxPayloadBytes is the largest payload an MQTT packet can carry (its
@@ -308,14 +309,5 @@ func encode(env Envelope) ([]byte, error) {
 // scrub makes an outcome's text safe: no password, and none of the header
 // values or the body, should an error ever have quoted them.
 func scrub(text string, srv *server, msg transport.Message) string {
-	text = srv.scrub(text)
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	return transport.BoundError(text)
+	return pluginkit.ScrubMessage(srv.scrub(text), msg)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -181,12 +182,7 @@ func parseServers(raw string) (*servers, error) {
 
 // scrub removes every credential in s from text.
 func (s *servers) scrub(text string) string {
-	for _, secret := range s.secrets {
-		if secret != "" {
-			text = strings.ReplaceAll(text, secret, "[redacted]")
-		}
-	}
-	return text
+	return pluginkit.Redact(text, s.secrets...)
 }
 
 // target is where one endpoint publishes.

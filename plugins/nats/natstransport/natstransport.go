@@ -40,7 +40,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +49,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // ClientName is how the plugin's connections name themselves to the server,
@@ -222,15 +222,6 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 func outcome(tgt target, msg transport.Message, err, cause error, f failure) transport.Outcome {
 	f.subject, f.servers = tgt.subject, tgt.servers.shown
 	o := classify(err, cause, f)
-	text := tgt.servers.scrub(o.Error)
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	o.Error = transport.BoundError(text)
+	o.Error = pluginkit.ScrubMessage(tgt.servers.scrub(o.Error), msg)
 	return o
 }

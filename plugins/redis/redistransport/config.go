@@ -17,6 +17,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -201,10 +202,7 @@ func parseServer(raw string) (*server, error) {
 
 // scrub removes the URL's password from text.
 func (s *server) scrub(text string) string {
-	if s.secret != "" {
-		text = strings.ReplaceAll(text, s.secret, "[redacted]")
-	}
-	return text
+	return pluginkit.Redact(text, s.secret)
 }
 
 // target is where one endpoint appends.

@@ -51,6 +51,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // ClientName is how the plugin's connections name themselves to Redis
@@ -310,14 +311,5 @@ func entry(msg transport.Message) ([]any, error) {
 // scrub makes an outcome's text safe: no password from the URL, and none
 // of the header values or the body, should an error ever have quoted them.
 func scrub(text string, srv *server, msg transport.Message) string {
-	text = srv.scrub(text)
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	return transport.BoundError(text)
+	return pluginkit.ScrubMessage(srv.scrub(text), msg)
 }
