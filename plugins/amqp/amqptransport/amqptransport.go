@@ -51,7 +51,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,9 +58,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -163,14 +160,7 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 // checkServer applies the SSRF guard to a broker, resolving its name for at
 // most the connect timeout. It returns the guard's refusal, or nil.
 func checkServer(ctx context.Context, st settings, srv *server) error {
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, srv.addr)
-	var refused *netguard.RefusedError
-	if errors.As(err, &refused) {
-		return err
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
 }
 
 // conn returns the connection for srv, starting it on first use, and waits
@@ -226,23 +216,14 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	// The consumer's spans join the attempt's trace through these headers.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "rabbitmq", tgt.destination())
 	span.SetAttributes(attribute.String("messaging.rabbitmq.destination.routing_key", tgt.routingKey))
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for name, value := range traceHeaders {
 		pub.Headers[name] = value
 	}
 
 	// The confirm wait ends at the attempt's deadline, not at the host's
 	// (which is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.confirmTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.confirmTimeout)
 	defer cancel()
 
 	start := time.Now()

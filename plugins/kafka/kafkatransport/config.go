@@ -22,6 +22,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -277,16 +278,7 @@ func checkTopic(topic string) error {
 // names for at most the dial timeout. It returns the guard's refusal, or
 // nil: a name that does not resolve now is checked again when dialled.
 func checkBrokers(ctx context.Context, st settings, brokers []string) error {
-	ctx, cancel := context.WithTimeout(ctx, st.dialTimeout)
-	defer cancel()
-	for _, b := range brokers {
-		err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, b)
-		var refused *netguard.RefusedError
-		if errors.As(err, &refused) {
-			return err
-		}
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.dialTimeout, brokers...)
 }
 
 // clip keeps a value quoted in an error short.

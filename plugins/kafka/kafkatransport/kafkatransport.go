@@ -56,7 +56,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
@@ -312,23 +311,14 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	// The consumer's spans join the attempt's trace through these headers.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "kafka", tgt.topic)
 	span.SetAttributes(attribute.String("messaging.kafka.message.key", string(rec.Key)))
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for _, name := range slices.Sorted(maps.Keys(traceHeaders)) {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: name, Value: []byte(traceHeaders[name])})
 	}
 
 	// The wait ends at the attempt's deadline, not at the host's (which
 	// is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.produceTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.produceTimeout)
 	defer cancel()
 
 	start := time.Now()

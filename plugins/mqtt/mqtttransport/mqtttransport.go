@@ -42,15 +42,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"go.opentelemetry.io/otel/codes"
-
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -159,14 +155,7 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 // checkServer applies the SSRF guard to a broker, resolving its name for at
 // most the connect timeout. It returns the guard's refusal, or nil.
 func checkServer(ctx context.Context, st settings, srv *server) error {
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, srv.addr)
-	var refused *netguard.RefusedError
-	if errors.As(err, &refused) {
-		return err
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
 }
 
 // conn returns the connection for srv, starting it on first use, and waits
@@ -222,12 +211,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	// The consumer's spans join the attempt's trace through the
 	// envelope's traceparent.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "mqtt", tgt.topic)
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	env.Traceparent, env.Tracestate = traceHeaders["traceparent"], traceHeaders["tracestate"]
 	payload, err := encode(env)
 	if err != nil {
@@ -236,11 +220,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 
 	// The PUBACK wait ends at the attempt's deadline, not at the host's
 	// (which is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.publishTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.publishTimeout)
 	defer cancel()
 
 	start := time.Now()

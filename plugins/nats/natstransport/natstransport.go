@@ -37,17 +37,13 @@ package natstransport
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/codes"
 
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -139,16 +135,7 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 // nil: a name that does not resolve now is left to the dial, which checks
 // every address it connects to.
 func checkServers(ctx context.Context, st settings, srv *servers) error {
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	for _, h := range srv.hosts {
-		err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, h)
-		var refused *netguard.RefusedError
-		if errors.As(err, &refused) {
-			return err
-		}
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.hosts...)
 }
 
 // Send publishes msg and waits for JetStream's ack.
@@ -171,23 +158,14 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	}
 	// The consumer's spans join the attempt's trace through these headers.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "nats", tgt.subject)
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for name, value := range traceHeaders {
 		nm.Header.Set(name, value)
 	}
 
 	// The ack wait ends at the attempt's deadline, not at the host's
 	// (which is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.ackTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.ackTimeout)
 	defer cancel()
 
 	start := time.Now()

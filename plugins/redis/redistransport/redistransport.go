@@ -37,7 +37,6 @@ package redistransport
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -47,9 +46,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"go.opentelemetry.io/otel/codes"
 
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -149,14 +146,7 @@ func checkServer(ctx context.Context, st settings, srv *server) error {
 	if srv.network == "unix" {
 		return st.guard.CheckNetwork(srv.network, srv.addr)
 	}
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, srv.addr)
-	var refused *netguard.RefusedError
-	if errors.As(err, &refused) {
-		return err
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
 }
 
 // guardedDialer is the client's dialer: the SSRF guard checks every
@@ -243,12 +233,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	}
 	// The consumer's spans join the attempt's trace through these fields.
 	ctx, span, traceFields := transport.StartPublish(ctx, "redis", tgt.stream)
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for _, name := range []string{FieldTraceparent, FieldTracestate} {
 		if v := traceFields[name]; v != "" {
 			fields = append(fields, name, v)
@@ -260,11 +245,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	}
 	// The command ends at the attempt's deadline, not at the host's (which
 	// is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(DefaultSendTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, DefaultSendTimeout)
 	defer cancel()
 	start := time.Now()
 	args := &redis.XAddArgs{Stream: tgt.stream, Values: fields}
