@@ -53,7 +53,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -82,12 +81,8 @@ type Options struct {
 
 // Transport is the AMQP transport. It is safe for concurrent use.
 type Transport struct {
-	log *slog.Logger
-
-	mu     sync.Mutex
-	cur    settings
-	conns  map[string]*conn
-	closed bool
+	log   *slog.Logger
+	conns *pluginkit.Conns[settings, *conn]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -99,13 +94,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, cur: defaultSettings(), conns: map[string]*conn{}}
-}
-
-func (t *Transport) settings() settings {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
+	return &Transport{log: log, conns: pluginkit.NewConns[settings, *conn](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -116,26 +105,16 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.cur = next
-	old := t.conns
-	t.conns = map[string]*conn{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Configure(next))
 	return nil
 }
 
 // Close closes every connection. Sends after Close make no request.
 func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	old := t.conns
-	t.conns = map[string]*conn{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Close())
 }
 
-func closeAll(conns map[string]*conn) {
+func closeAll(conns []*conn) {
 	for _, c := range conns {
 		go c.close()
 	}
@@ -149,7 +128,7 @@ func closeAll(conns map[string]*conn) {
 // it leads; one that does not resolve now is accepted, and checked again
 // when dialled.
 func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
-	st := t.settings()
+	st := t.conns.Settings()
 	tgt, err := st.resolve(e)
 	if err != nil {
 		return err
@@ -166,33 +145,16 @@ func checkServer(ctx context.Context, st settings, srv *server) error {
 // conn returns the connection for srv, starting it on first use, and waits
 // (bounded by ctx) for its first dial to finish.
 func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, error) {
-	t.mu.Lock()
-	_, cached := t.conns[srv.raw]
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
-		return nil, errClosed
+	// The guard is asked by name before a connection is made, so a
+	// refused broker fails once, clearly, rather than in every dial of
+	// the background loop; the dialer still checks every address it
+	// connects to, so a name that re-resolves later is caught too.
+	c, err := t.conns.Get(srv.raw,
+		func() error { return checkServer(ctx, st, srv) },
+		func() *conn { return newConn(srv, st, t.log) })
+	if err != nil {
+		return nil, err
 	}
-	if !cached {
-		// The guard is asked by name before a connection is made, so a
-		// refused broker fails once, clearly, rather than in every dial
-		// of the background loop; the dialer still checks every address
-		// it connects to, so a name that re-resolves later is caught too.
-		if err := checkServer(ctx, st, srv); err != nil {
-			return nil, err
-		}
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, errClosed
-	}
-	c, ok := t.conns[srv.raw]
-	if !ok {
-		c = newConn(srv, st, t.log)
-		t.conns[srv.raw] = c
-	}
-	t.mu.Unlock()
 	select {
 	case <-c.ready:
 		return c, nil
@@ -203,7 +165,7 @@ func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, 
 
 // Send publishes msg and waits for the broker's confirm.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
-	st := t.settings()
+	st := t.conns.Settings()
 	// Refusals before the publish: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {

@@ -241,9 +241,7 @@ func TestAgainstBroker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr.mu.Lock()
-		c := tr.conns[s.raw]
-		tr.mu.Unlock()
+		c, _, _ := tr.conns.Lookup(s.raw)
 		if n := c.connections(); n != 1 {
 			t.Fatalf("the plugin made %d connections to the broker, want 1 for every send so far", n)
 		}
@@ -394,9 +392,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	}
 	t.Logf("delivered after the restart, %d retryable sends while the plugin reconnected", retries)
 	s, _ := parseServer(url, false)
-	tr.mu.Lock()
-	c := tr.conns[s.raw]
-	tr.mu.Unlock()
+	c, _, _ := tr.conns.Lookup(s.raw)
 	if n := c.connections(); n != 2 {
 		t.Fatalf("the plugin made %d connections, want 2: the first, and one after the restart", n)
 	}

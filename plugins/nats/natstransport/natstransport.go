@@ -38,7 +38,6 @@ package natstransport
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,12 +61,8 @@ type Options struct {
 
 // Transport is the NATS JetStream transport. It is safe for concurrent use.
 type Transport struct {
-	log *slog.Logger
-
-	mu     sync.Mutex
-	cur    settings
-	conns  map[string]*entry
-	closed bool
+	log   *slog.Logger
+	conns *pluginkit.Conns[settings, *entry]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -79,13 +74,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, cur: defaultSettings(), conns: map[string]*entry{}}
-}
-
-func (t *Transport) settings() settings {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
+	return &Transport{log: log, conns: pluginkit.NewConns[settings, *entry](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -96,23 +85,13 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.cur = next
-	old := t.conns
-	t.conns = map[string]*entry{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Configure(next))
 	return nil
 }
 
 // Close closes every connection. Sends after Close are retryable.
 func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	old := t.conns
-	t.conns = map[string]*entry{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Close())
 }
 
 // Validate checks an endpoint's config without connecting: an endpoint is
@@ -122,7 +101,7 @@ func (t *Transport) Close() {
 // check where they lead; one that does not resolve now is accepted, and
 // checked again when dialled.
 func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
-	st := t.settings()
+	st := t.conns.Settings()
 	tgt, err := st.resolve(e)
 	if err != nil {
 		return err
@@ -140,7 +119,7 @@ func checkServers(ctx context.Context, st settings, srv *servers) error {
 
 // Send publishes msg and waits for JetStream's ack.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
-	st := t.settings()
+	st := t.conns.Settings()
 	// Refusals before the publish: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
