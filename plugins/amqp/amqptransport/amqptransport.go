@@ -210,7 +210,7 @@ func publishing(msg transport.Message) (amqp.Publishing, error) {
 	headers := amqp.Table{}
 	for _, h := range msg.Headers {
 		if h.Name == "" || len(h.Name) > MaxNameBytes {
-			return amqp.Publishing{}, fmt.Errorf("%w: header name %q is empty or longer than %d bytes", ErrInvalidHeader, clip(h.Name), MaxNameBytes)
+			return amqp.Publishing{}, fmt.Errorf("%w: header name %q is empty or longer than %d bytes", ErrInvalidHeader, pluginkit.Clip(h.Name), MaxNameBytes)
 		}
 		name := strings.ToLower(h.Name)
 		if _, seen := headers[name]; seen {
