@@ -2,8 +2,11 @@ package e2etest
 
 import (
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/worker"
@@ -31,19 +34,22 @@ func TestFastConfig(t *testing.T) {
 	}
 }
 
-// StartHost starts the real plugin process with the settings it is given,
-// which Validate then answers by.
+// StartHost starts the real plugin process with the settings it is given:
+// the http plugin's guard refuses a loopback receiver unless its
+// allowed_networks setting lets it through.
 func TestStartHost(t *testing.T) {
 	t.Parallel()
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(recv.Close)
 	tests := []struct {
 		name     string
 		settings map[string]string
-		e        transport.Endpoint
-		wantErr  string // "" means valid
+		want     transport.OutcomeKind
 	}{
-		{"no settings, a public receiver", nil, transport.Endpoint{URL: "https://example.com/hook"}, ""},
-		{"no settings, not a URL", nil, transport.Endpoint{URL: "ftp://example.com/hook"}, "ftp"},
-		{"settings reach the plugin", map[string]string{"connect_timeout": "2s"}, transport.Endpoint{URL: "https://example.com/hook"}, ""},
+		{"no settings: loopback refused", nil, transport.OutcomePermanent},
+		{"loopback allowed", map[string]string{"allowed_networks": "127.0.0.1"}, transport.OutcomeDelivered},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,12 +58,10 @@ func TestStartHost(t *testing.T) {
 			if names := host.Names(); len(names) != 1 || names[0] != "http" {
 				t.Fatalf("host runs %v, want the one plugin http", names)
 			}
-			err := host.Validate(t.Context(), "http", tt.e)
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("Validate: %v", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("Validate error = %v, want one containing %q", err, tt.wantErr)
+			msg := transport.Message{DeliveryID: "dlv_1", Attempt: 1, Endpoint: transport.Endpoint{URL: recv.URL}, Body: []byte("{}")}
+			out := host.Send(t.Context(), "http", msg, time.Now().Add(5*time.Second))
+			if out.Kind != tt.want {
+				t.Fatalf("Send to a loopback receiver = %+v, want %v", out, tt.want)
 			}
 		})
 	}
