@@ -6,7 +6,8 @@
 // tests, faulttest is the fault harness that kills servers, plugins and
 // PostgreSQL mid-delivery and balances the ledger, brokertest, natstest,
 // redistest and rabbitmqtest start real message brokers on loopback for the
-// transport tests,
+// transport tests, transporttest holds what those tests share (sending as
+// the host does, checking error text gives nothing away, a hung server),
 // proctest kills processes tests started by hand, and sdkdrivers tests the
 // SDK's SQL deduper against real database drivers.
 package harness

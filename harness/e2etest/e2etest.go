@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
@@ -94,6 +95,55 @@ func Logger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// FastConfig is a worker pool's config for the broker tests: it retries
+// within half a second, and allows maxCycleAttempts attempts, enough to
+// outlast the test's broker outage many times over (a broker that boots
+// slowly wants more).
+func FastConfig(maxCycleAttempts int) worker.Config {
+	return worker.Config{
+		Concurrency:      4,
+		BatchSize:        4,
+		Lease:            8 * time.Second,
+		SendTimeout:      2 * time.Second,
+		PollInterval:     20 * time.Millisecond,
+		MaxCycleAttempts: maxCycleAttempts,
+		Retry: worker.RetrySchedule{Delays: []time.Duration{
+			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		}},
+	}
+}
+
+// StartHost starts the real plugin host with the one plugin name from
+// dir, configured with settings, and closes it when the test ends.
+func StartHost(t *testing.T, dir, name string, settings map[string]string) *pluginhost.Host {
+	t.Helper()
+	host, err := pluginhost.New(t.Context(), pluginhost.Config{
+		Dir:     dir,
+		Plugins: []pluginhost.PluginConfig{{Name: name, Settings: settings}},
+	}, Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Close)
+	return host
+}
+
+// CreateEndpoint stores an endpoint of transport with config and a fresh
+// signing secret, which it returns so the test can verify what arrives.
+func CreateEndpoint(t *testing.T, store storage.Store, transport string, config map[string]string) string {
+	t.Helper()
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndpointCreate(t.Context(), storage.Endpoint{
+		Transport: transport, Config: config, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return secret
 }
 
 // RunPool runs a worker pool until the test ends.

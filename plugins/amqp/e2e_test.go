@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -13,9 +12,6 @@ import (
 	"github.com/hymical/hymical/harness/rabbitmqtest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server/pluginhost"
-	"github.com/hymical/hymical/server/worker"
-	"github.com/hymical/hymical/storage"
 )
 
 // End to end: a real store, the real plugin host launching the real
@@ -29,21 +25,9 @@ func TestMain(m *testing.M) {
 	e2etest.PluginMain(m, map[string]string{"amqp": "github.com/hymical/hymical/plugins/amqp"}, &pluginDir)
 }
 
-// fastConfig retries quickly, and often enough to outlast the broker's
-// outage in these tests (RabbitMQ takes tens of seconds to boot here).
-func fastConfig() worker.Config {
-	return worker.Config{
-		Concurrency:      4,
-		BatchSize:        4,
-		Lease:            8 * time.Second,
-		SendTimeout:      2 * time.Second,
-		PollInterval:     20 * time.Millisecond,
-		MaxCycleAttempts: 200,
-		Retry: worker.RetrySchedule{Delays: []time.Duration{
-			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
-		}},
-	}
-}
+// maxAttempts lets the retries outlast the broker's outage in these
+// tests (RabbitMQ takes tens of seconds to boot here).
+const maxAttempts = 200
 
 func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 	// One broker for both backends, one after the other: it boots slowly.
@@ -77,22 +61,15 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			ac.Close()
 
 			// The password is in the plugin's settings, not the endpoint.
-			host, err := pluginhost.New(ctx, pluginhost.Config{
-				Dir: pluginDir,
-				Plugins: []pluginhost.PluginConfig{{Name: "amqp", Settings: map[string]string{
-					"url":                broker.AdminURL(),
-					"connect_timeout":    "1s",
-					"reconnect_wait":     "100ms",
-					"reconnect_wait_max": "500ms",
-					// The broker listens on loopback, which the guard refuses
-					// unless it is allowed.
-					"allowed_networks": "127.0.0.1",
-				}}},
-			}, e2etest.Logger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(host.Close)
+			host := e2etest.StartHost(t, pluginDir, "amqp", map[string]string{
+				"url":                broker.AdminURL(),
+				"connect_timeout":    "1s",
+				"reconnect_wait":     "100ms",
+				"reconnect_wait_max": "500ms",
+				// The broker listens on loopback, which the guard refuses
+				// unless it is allowed.
+				"allowed_networks": "127.0.0.1",
+			})
 
 			// Endpoint creation asks the plugin process; a config it could
 			// never send to is refused there, before any delivery is made.
@@ -104,16 +81,8 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			if err := host.Validate(ctx, "amqp", transport.Endpoint{Config: epCfg}); err != nil {
 				t.Fatalf("Validate of a good endpoint: %v", err)
 			}
-			secret, err := webhook.NewSecret()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := store.EndpointCreate(ctx, storage.Endpoint{
-				Transport: "amqp", Config: epCfg, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			e2etest.RunPool(t, store, host, fastConfig())
+			secret := e2etest.CreateEndpoint(t, store, "amqp", epCfg)
+			e2etest.RunPool(t, store, host, e2etest.FastConfig(maxAttempts))
 
 			all, retried := e2etest.DeliverAcrossOutage(t, store, broker, broker.Addr(), password)
 

@@ -16,9 +16,6 @@ import (
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server/pluginhost"
-	"github.com/hymical/hymical/server/worker"
-	"github.com/hymical/hymical/storage"
 )
 
 // End to end: a real store, the real plugin host launching the real
@@ -33,19 +30,9 @@ func TestMain(m *testing.M) {
 	e2etest.PluginMain(m, map[string]string{"kafka": "github.com/hymical/hymical/plugins/kafka"}, &pluginDir)
 }
 
-func fastConfig() worker.Config {
-	return worker.Config{
-		Concurrency:      4,
-		BatchSize:        4,
-		Lease:            8 * time.Second,
-		SendTimeout:      2 * time.Second,
-		PollInterval:     20 * time.Millisecond,
-		MaxCycleAttempts: 200,
-		Retry: worker.RetrySchedule{Delays: []time.Duration{
-			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
-		}},
-	}
-}
+// maxAttempts lets the retries outlast the broker's outage in these
+// tests.
+const maxAttempts = 200
 
 // broker is a kfake cluster that can be stopped and started again on the
 // same port and data directory.
@@ -94,24 +81,17 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			topic := "forms." + name
 			b := startBroker(t, topic)
 
-			host, err := pluginhost.New(ctx, pluginhost.Config{
-				Dir: pluginDir,
-				Plugins: []pluginhost.PluginConfig{{Name: "kafka", Settings: map[string]string{
-					"brokers":         b.addr(),
-					"dial_timeout":    "200ms",
-					"produce_timeout": "400ms",
-					// Short, so the outage costs a fraction of a second per attempt.
-					// kfake listens on loopback, which the guard refuses
-					// unless it is allowed.
-					"allowed_networks": "127.0.0.1",
-				}}},
-			}, e2etest.Logger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(host.Close)
+			host := e2etest.StartHost(t, pluginDir, "kafka", map[string]string{
+				"brokers":         b.addr(),
+				"dial_timeout":    "200ms",
+				"produce_timeout": "400ms",
+				// Short, so the outage costs a fraction of a second per attempt.
+				// kfake listens on loopback, which the guard refuses
+				// unless it is allowed.
+				"allowed_networks": "127.0.0.1",
+			})
 
-			err = host.Validate(ctx, "kafka", transport.Endpoint{Config: map[string]string{"topic": "forms/bad"}})
+			err := host.Validate(ctx, "kafka", transport.Endpoint{Config: map[string]string{"topic": "forms/bad"}})
 			if !errors.Is(err, transport.ErrRejected) || !strings.Contains(err.Error(), "invalid topic name") {
 				t.Fatalf("Validate of a bad topic = %v, want a refusal naming the topic", err)
 			}
@@ -119,16 +99,8 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			if err := host.Validate(ctx, "kafka", transport.Endpoint{Config: epCfg}); err != nil {
 				t.Fatalf("Validate of a good endpoint: %v", err)
 			}
-			secret, err := webhook.NewSecret()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := store.EndpointCreate(ctx, storage.Endpoint{
-				Transport: "kafka", Config: epCfg, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			e2etest.RunPool(t, store, host, fastConfig())
+			secret := e2etest.CreateEndpoint(t, store, "kafka", epCfg)
+			e2etest.RunPool(t, store, host, e2etest.FastConfig(maxAttempts))
 
 			all, retried := e2etest.DeliverAcrossOutage(t, store, b, b.addr(), secret)
 

@@ -16,9 +16,6 @@ import (
 	"github.com/hymical/hymical/plugins/mqtt/mqtttransport"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server/pluginhost"
-	"github.com/hymical/hymical/server/worker"
-	"github.com/hymical/hymical/storage"
 )
 
 // End to end: a real store, the real plugin host launching the real
@@ -32,21 +29,9 @@ func TestMain(m *testing.M) {
 	e2etest.PluginMain(m, map[string]string{"mqtt": "github.com/hymical/hymical/plugins/mqtt"}, &pluginDir)
 }
 
-// fastConfig retries quickly, and often enough to outlast the broker's
-// outage in these tests.
-func fastConfig() worker.Config {
-	return worker.Config{
-		Concurrency:      4,
-		BatchSize:        4,
-		Lease:            8 * time.Second,
-		SendTimeout:      2 * time.Second,
-		PollInterval:     20 * time.Millisecond,
-		MaxCycleAttempts: 200,
-		Retry: worker.RetrySchedule{Delays: []time.Duration{
-			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
-		}},
-	}
-}
+// maxAttempts lets the retries outlast the broker's outage in these
+// tests.
+const maxAttempts = 200
 
 // consumer is a QoS 1 subscriber that reconnects and subscribes again
 // after the broker's restart, as a real consumer would.
@@ -103,28 +88,21 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			sub := subscribe(t, broker, "hymical", password, topic)
 
 			// The password is in the plugin's settings, not the endpoint.
-			host, err := pluginhost.New(ctx, pluginhost.Config{
-				Dir: pluginDir,
-				Plugins: []pluginhost.PluginConfig{{Name: "mqtt", Settings: map[string]string{
-					"url":                broker.URL("", ""),
-					"username":           "hymical",
-					"password":           password,
-					"connect_timeout":    "1s",
-					"reconnect_wait":     "100ms",
-					"reconnect_wait_max": "500ms",
-					// The broker listens on loopback, which the guard refuses
-					// unless it is allowed.
-					"allowed_networks": "127.0.0.1",
-				}}},
-			}, e2etest.Logger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(host.Close)
+			host := e2etest.StartHost(t, pluginDir, "mqtt", map[string]string{
+				"url":                broker.URL("", ""),
+				"username":           "hymical",
+				"password":           password,
+				"connect_timeout":    "1s",
+				"reconnect_wait":     "100ms",
+				"reconnect_wait_max": "500ms",
+				// The broker listens on loopback, which the guard refuses
+				// unless it is allowed.
+				"allowed_networks": "127.0.0.1",
+			})
 
 			// Endpoint creation asks the plugin process; a config it could
 			// never send to is refused there, before any delivery is made.
-			err = host.Validate(ctx, "mqtt", transport.Endpoint{Config: map[string]string{"topic": "forms/#"}})
+			err := host.Validate(ctx, "mqtt", transport.Endpoint{Config: map[string]string{"topic": "forms/#"}})
 			if !errors.Is(err, transport.ErrRejected) || !strings.Contains(err.Error(), "wildcard") {
 				t.Fatalf("Validate of a wildcard topic = %v, want a refusal naming the wildcard", err)
 			}
@@ -132,16 +110,8 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			if err := host.Validate(ctx, "mqtt", transport.Endpoint{Config: epCfg}); err != nil {
 				t.Fatalf("Validate of a good endpoint: %v", err)
 			}
-			secret, err := webhook.NewSecret()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := store.EndpointCreate(ctx, storage.Endpoint{
-				Transport: "mqtt", Config: epCfg, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			e2etest.RunPool(t, store, host, fastConfig())
+			secret := e2etest.CreateEndpoint(t, store, "mqtt", epCfg)
+			e2etest.RunPool(t, store, host, e2etest.FastConfig(maxAttempts))
 
 			all, retried := e2etest.DeliverAcrossOutage(t, store, broker, broker.Addr(), password)
 

@@ -15,9 +15,6 @@ import (
 	"github.com/hymical/hymical/harness/natstest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server/pluginhost"
-	"github.com/hymical/hymical/server/worker"
-	"github.com/hymical/hymical/storage"
 )
 
 // End to end: a real store, the real plugin host launching the real
@@ -31,21 +28,9 @@ func TestMain(m *testing.M) {
 	e2etest.PluginMain(m, map[string]string{"nats": "github.com/hymical/hymical/plugins/nats"}, &pluginDir)
 }
 
-// fastConfig retries quickly, and often enough to outlast the broker's
-// outage in these tests (about a second) many times over.
-func fastConfig() worker.Config {
-	return worker.Config{
-		Concurrency:      4,
-		BatchSize:        4,
-		Lease:            8 * time.Second,
-		SendTimeout:      2 * time.Second,
-		PollInterval:     20 * time.Millisecond,
-		MaxCycleAttempts: 30,
-		Retry: worker.RetrySchedule{Delays: []time.Duration{
-			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
-		}},
-	}
-}
+// maxAttempts lets the retries outlast the broker's outage in these
+// tests (about a second) many times over.
+const maxAttempts = 30
 
 func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 	for name, open := range e2etest.Backends() {
@@ -56,23 +41,16 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			broker := natstest.Start(t, natstest.Options{})
 			createStream(t, broker.URL())
 
-			host, err := pluginhost.New(ctx, pluginhost.Config{
-				Dir: pluginDir,
-				Plugins: []pluginhost.PluginConfig{{Name: "nats", Settings: map[string]string{
-					"url": broker.URL(), "connect_timeout": "1s", "reconnect_wait": "50ms",
-					// The broker listens on loopback, which the guard refuses
-					// unless it is allowed.
-					"allowed_networks": "127.0.0.1",
-				}}},
-			}, e2etest.Logger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(host.Close)
+			host := e2etest.StartHost(t, pluginDir, "nats", map[string]string{
+				"url": broker.URL(), "connect_timeout": "1s", "reconnect_wait": "50ms",
+				// The broker listens on loopback, which the guard refuses
+				// unless it is allowed.
+				"allowed_networks": "127.0.0.1",
+			})
 
 			// Endpoint creation asks the plugin process; a bad subject is
 			// refused there, before any delivery is made.
-			err = host.Validate(ctx, "nats", transport.Endpoint{Config: map[string]string{"subject": "forms.*"}})
+			err := host.Validate(ctx, "nats", transport.Endpoint{Config: map[string]string{"subject": "forms.*"}})
 			if !errors.Is(err, transport.ErrRejected) || !strings.Contains(err.Error(), "wildcards") {
 				t.Fatalf("Validate of a wildcard subject = %v, want a refusal naming wildcards", err)
 			}
@@ -80,16 +58,8 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			if err := host.Validate(ctx, "nats", transport.Endpoint{Config: epCfg}); err != nil {
 				t.Fatalf("Validate of a good endpoint: %v", err)
 			}
-			secret, err := webhook.NewSecret()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := store.EndpointCreate(ctx, storage.Endpoint{
-				Transport: "nats", Config: epCfg, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			e2etest.RunPool(t, store, host, fastConfig())
+			secret := e2etest.CreateEndpoint(t, store, "nats", epCfg)
+			e2etest.RunPool(t, store, host, e2etest.FastConfig(maxAttempts))
 
 			all, retried := e2etest.DeliverAcrossOutage(t, store, broker, broker.URL(), secret)
 

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,9 +13,6 @@ import (
 	"github.com/hymical/hymical/harness/redistest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server/pluginhost"
-	"github.com/hymical/hymical/server/worker"
-	"github.com/hymical/hymical/storage"
 )
 
 // End to end: a real store, the real plugin host launching the real
@@ -30,21 +26,9 @@ func TestMain(m *testing.M) {
 	e2etest.PluginMain(m, map[string]string{"redis": "github.com/hymical/hymical/plugins/redis"}, &pluginDir)
 }
 
-// fastConfig retries quickly, and often enough to outlast the broker's
-// outage in these tests (about a second) many times over.
-func fastConfig() worker.Config {
-	return worker.Config{
-		Concurrency:      4,
-		BatchSize:        4,
-		Lease:            8 * time.Second,
-		SendTimeout:      2 * time.Second,
-		PollInterval:     20 * time.Millisecond,
-		MaxCycleAttempts: 30,
-		Retry: worker.RetrySchedule{Delays: []time.Duration{
-			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
-		}},
-	}
-}
+// maxAttempts lets the retries outlast the broker's outage in these
+// tests (about a second) many times over.
+const maxAttempts = 30
 
 func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 	for name, open := range e2etest.Backends() {
@@ -56,24 +40,17 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			broker := redistest.Start(t, redistest.Options{Password: password})
 			url := fmt.Sprintf("redis://:%s@%s/0", password, broker.Addr())
 
-			host, err := pluginhost.New(ctx, pluginhost.Config{
-				Dir: pluginDir,
-				Plugins: []pluginhost.PluginConfig{{Name: "redis", Settings: map[string]string{
-					"connect_timeout": "1s",
-					// The broker listens on loopback, which the guard refuses
-					// unless it is allowed.
-					"allowed_networks": "127.0.0.1",
-				}}},
-			}, e2etest.Logger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(host.Close)
+			host := e2etest.StartHost(t, pluginDir, "redis", map[string]string{
+				"connect_timeout": "1s",
+				// The broker listens on loopback, which the guard refuses
+				// unless it is allowed.
+				"allowed_networks": "127.0.0.1",
+			})
 
 			// Endpoint creation asks the plugin process; a bad maxlen is
 			// refused there, before any delivery is made, and the refusal
 			// does not repeat the password.
-			err = host.Validate(ctx, "redis", transport.Endpoint{Config: map[string]string{"stream": "forms", "url": url, "maxlen": "0"}})
+			err := host.Validate(ctx, "redis", transport.Endpoint{Config: map[string]string{"stream": "forms", "url": url, "maxlen": "0"}})
 			if !errors.Is(err, transport.ErrRejected) || !strings.Contains(err.Error(), "maxlen") || strings.Contains(err.Error(), password) {
 				t.Fatalf("Validate of maxlen 0 = %v, want a refusal naming maxlen", err)
 			}
@@ -81,16 +58,8 @@ func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 			if err := host.Validate(ctx, "redis", transport.Endpoint{Config: epCfg}); err != nil {
 				t.Fatalf("Validate of a good endpoint: %v", err)
 			}
-			secret, err := webhook.NewSecret()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := store.EndpointCreate(ctx, storage.Endpoint{
-				Transport: "redis", Config: epCfg, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			e2etest.RunPool(t, store, host, fastConfig())
+			secret := e2etest.CreateEndpoint(t, store, "redis", epCfg)
+			e2etest.RunPool(t, store, host, e2etest.FastConfig(maxAttempts))
 
 			all, retried := e2etest.DeliverAcrossOutage(t, store, broker, broker.Addr(), password)
 

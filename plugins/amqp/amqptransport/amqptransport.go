@@ -51,18 +51,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // ClientName is how the plugin's connections name themselves to the broker
@@ -84,12 +81,8 @@ type Options struct {
 
 // Transport is the AMQP transport. It is safe for concurrent use.
 type Transport struct {
-	log *slog.Logger
-
-	mu     sync.Mutex
-	cur    settings
-	conns  map[string]*conn
-	closed bool
+	log   *slog.Logger
+	conns *pluginkit.Conns[settings, *conn]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -101,13 +94,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, cur: defaultSettings(), conns: map[string]*conn{}}
-}
-
-func (t *Transport) settings() settings {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
+	return &Transport{log: log, conns: pluginkit.NewConns[settings, *conn](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -118,26 +105,16 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.cur = next
-	old := t.conns
-	t.conns = map[string]*conn{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Configure(next))
 	return nil
 }
 
 // Close closes every connection. Sends after Close make no request.
 func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	old := t.conns
-	t.conns = map[string]*conn{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Close())
 }
 
-func closeAll(conns map[string]*conn) {
+func closeAll(conns []*conn) {
 	for _, c := range conns {
 		go c.close()
 	}
@@ -151,7 +128,7 @@ func closeAll(conns map[string]*conn) {
 // it leads; one that does not resolve now is accepted, and checked again
 // when dialled.
 func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
-	st := t.settings()
+	st := t.conns.Settings()
 	tgt, err := st.resolve(e)
 	if err != nil {
 		return err
@@ -162,46 +139,22 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 // checkServer applies the SSRF guard to a broker, resolving its name for at
 // most the connect timeout. It returns the guard's refusal, or nil.
 func checkServer(ctx context.Context, st settings, srv *server) error {
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, srv.addr)
-	var refused *netguard.RefusedError
-	if errors.As(err, &refused) {
-		return err
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
 }
 
 // conn returns the connection for srv, starting it on first use, and waits
 // (bounded by ctx) for its first dial to finish.
 func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, error) {
-	t.mu.Lock()
-	_, cached := t.conns[srv.raw]
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
-		return nil, errClosed
+	// The guard is asked by name before a connection is made, so a
+	// refused broker fails once, clearly, rather than in every dial of
+	// the background loop; the dialer still checks every address it
+	// connects to, so a name that re-resolves later is caught too.
+	c, err := t.conns.Get(srv.raw,
+		func() error { return checkServer(ctx, st, srv) },
+		func() *conn { return newConn(srv, st, t.log) })
+	if err != nil {
+		return nil, err
 	}
-	if !cached {
-		// The guard is asked by name before a connection is made, so a
-		// refused broker fails once, clearly, rather than in every dial
-		// of the background loop; the dialer still checks every address
-		// it connects to, so a name that re-resolves later is caught too.
-		if err := checkServer(ctx, st, srv); err != nil {
-			return nil, err
-		}
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, errClosed
-	}
-	c, ok := t.conns[srv.raw]
-	if !ok {
-		c = newConn(srv, st, t.log)
-		t.conns[srv.raw] = c
-	}
-	t.mu.Unlock()
 	select {
 	case <-c.ready:
 		return c, nil
@@ -212,7 +165,7 @@ func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, 
 
 // Send publishes msg and waits for the broker's confirm.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
-	st := t.settings()
+	st := t.conns.Settings()
 	// Refusals before the publish: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
@@ -225,23 +178,14 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	// The consumer's spans join the attempt's trace through these headers.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "rabbitmq", tgt.destination())
 	span.SetAttributes(attribute.String("messaging.rabbitmq.destination.routing_key", tgt.routingKey))
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for name, value := range traceHeaders {
 		pub.Headers[name] = value
 	}
 
 	// The confirm wait ends at the attempt's deadline, not at the host's
 	// (which is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.confirmTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.confirmTimeout)
 	defer cancel()
 
 	start := time.Now()
@@ -266,7 +210,7 @@ func publishing(msg transport.Message) (amqp.Publishing, error) {
 	headers := amqp.Table{}
 	for _, h := range msg.Headers {
 		if h.Name == "" || len(h.Name) > MaxNameBytes {
-			return amqp.Publishing{}, fmt.Errorf("%w: header name %q is empty or longer than %d bytes", ErrInvalidHeader, clip(h.Name), MaxNameBytes)
+			return amqp.Publishing{}, fmt.Errorf("%w: header name %q is empty or longer than %d bytes", ErrInvalidHeader, pluginkit.Clip(h.Name), MaxNameBytes)
 		}
 		name := strings.ToLower(h.Name)
 		if _, seen := headers[name]; seen {
@@ -304,14 +248,5 @@ func publishing(msg transport.Message) (amqp.Publishing, error) {
 // scrub makes an outcome's text safe: no password from the URL, and none
 // of the header values or the body, should an error ever have quoted them.
 func scrub(text string, srv *server, msg transport.Message) string {
-	text = srv.scrub(text)
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	return transport.BoundError(text)
+	return pluginkit.ScrubMessage(srv.scrub(text), msg)
 }

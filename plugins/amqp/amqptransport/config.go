@@ -18,6 +18,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -104,13 +105,13 @@ func parseSettings(s transport.Settings) (settings, error) {
 				}
 			}
 		case SettingConnectTimeout:
-			out.connectTimeout, err = parseDuration(key, value)
+			out.connectTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingConfirmTimeout:
-			out.confirmTimeout, err = parseDuration(key, value)
+			out.confirmTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingReconnectWait:
-			out.reconnectWait, err = parseDuration(key, value)
+			out.reconnectWait, err = pluginkit.ParseDuration(key, value)
 		case SettingReconnectWaitMax:
-			out.reconnectWaitMax, err = parseDuration(key, value)
+			out.reconnectWaitMax, err = pluginkit.ParseDuration(key, value)
 		case SettingAllowedNetworks:
 			var allowed []netip.Prefix
 			allowed, err = netguard.ParseNetworks("setting "+key, value)
@@ -126,14 +127,6 @@ func parseSettings(s transport.Settings) (settings, error) {
 			SettingReconnectWaitMax, out.reconnectWaitMax, SettingReconnectWait, out.reconnectWait))
 	}
 	return out, errors.Join(errs...)
-}
-
-func parseDuration(key, value string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(value))
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("setting %s: %q is not a positive Go duration such as \"5s\" or \"500ms\"", key, value)
-	}
-	return d, nil
 }
 
 // server is one parsed broker URL.
@@ -166,14 +159,8 @@ func parseServer(raw string, operator bool) (*server, error) {
 	if !strings.Contains(raw, "://") {
 		return nil, errors.New("the broker URL has no scheme; " + urlExample)
 	}
-	u, err := url.Parse(raw)
+	u, err := pluginkit.ParseURL(raw)
 	if err != nil {
-		// url's error quotes the whole URL, password included; keep only
-		// what is wrong with it.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
 		return nil, fmt.Errorf("the broker URL does not parse (%v); %s", err, urlExample)
 	}
 	s := &server{raw: raw}
@@ -210,13 +197,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the URL's password from text.
 func (s *server) scrub(text string) string {
-	if s.secret != "" {
-		text = strings.ReplaceAll(text, s.secret, "[redacted]")
-		if esc := url.QueryEscape(s.secret); esc != s.secret {
-			text = strings.ReplaceAll(text, esc, "[redacted]")
-		}
-	}
-	return text
+	return pluginkit.Redact(text, s.secret, url.QueryEscape(s.secret))
 }
 
 // target is where one endpoint publishes.
@@ -235,10 +216,8 @@ func (tgt target) destination() string {
 
 // resolve reads an endpoint's config against the plugin-wide settings.
 func (st settings) resolve(e transport.Endpoint) (target, error) {
-	for _, key := range slices.Sorted(maps.Keys(e.Config)) {
-		if key != ConfigExchange && key != ConfigRoutingKey && key != ConfigURL {
-			return target{}, fmt.Errorf("unknown endpoint config %q: the amqp transport takes %s, %s and, optionally, %s", key, ConfigExchange, ConfigRoutingKey, ConfigURL)
-		}
+	if key, ok := pluginkit.UnknownKey(e.Config, ConfigExchange, ConfigRoutingKey, ConfigURL); ok {
+		return target{}, fmt.Errorf("unknown endpoint config %q: the amqp transport takes %s, %s and, optionally, %s", key, ConfigExchange, ConfigRoutingKey, ConfigURL)
 	}
 	exchange, ok := e.Config[ConfigExchange]
 	if !ok {
@@ -258,12 +237,9 @@ func (st settings) resolve(e transport.Endpoint) (target, error) {
 		return target{}, fmt.Errorf("%w: on the default exchange the routing key is the queue's name, and it is empty; give the queue's name as %s", ErrInvalidRoutingKey, ConfigRoutingKey)
 	}
 	tgt := target{exchange: exchange, routingKey: key}
-	raw := strings.TrimSpace(e.Config[ConfigURL])
-	if e.URL != "" {
-		if raw != "" && raw != strings.TrimSpace(e.URL) {
-			return target{}, fmt.Errorf("the endpoint has both a URL and a different %s in its config; give the broker once", ConfigURL)
-		}
-		raw = strings.TrimSpace(e.URL)
+	raw, err := pluginkit.EndpointURL(e, ConfigURL, "broker")
+	if err != nil {
+		return target{}, err
 	}
 	if raw == "" {
 		if st.server == nil {
@@ -291,7 +267,7 @@ var (
 // RabbitMQ would take but nobody could type back into rabbitmqadmin.
 func checkName(kind error, name, example string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w %q: %s; give %s", kind, clip(name), why, example)
+		return fmt.Errorf("%w %q: %s; give %s", kind, pluginkit.Clip(name), why, example)
 	}
 	switch {
 	case len(name) > MaxNameBytes:
@@ -305,17 +281,4 @@ func checkName(kind error, name, example string) error {
 		}
 	}
 	return nil
-}
-
-// clip keeps a value quoted in an error short.
-func clip(s string) string {
-	const limit = 64
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -13,19 +13,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hymical/hymical/harness/rabbitmqtest"
+	"github.com/hymical/hymical/harness/transporttest"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
 // These tests run against a real RabbitMQ, started from the installed
 // rabbitmq-server. It boots slowly, so one broker serves every test that
 // does not stop it.
-
-func send(tr *Transport, msg transport.Message, within time.Duration) transport.Outcome {
-	ctx, cancel := context.WithTimeout(context.Background(), within+2*time.Second)
-	defer cancel()
-	msg.Deadline = time.Now().Add(within)
-	return tr.Send(ctx, msg)
-}
 
 func configured(t *testing.T, s transport.Settings) *Transport {
 	t.Helper()
@@ -142,7 +136,7 @@ func TestAgainstBroker(t *testing.T) {
 	})
 
 	t.Run("the default exchange routes by queue name", func(t *testing.T) {
-		if out := send(tr, message(url, "", "forms.q"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, message(url, "", "forms.q"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
 		if got := drain(t, ch, "forms.q"); len(got) != 1 {
@@ -154,7 +148,7 @@ func TestAgainstBroker(t *testing.T) {
 	// that closed a channel left the connection, and the plugin, usable.
 	good := func(t *testing.T) {
 		t.Helper()
-		if out := send(tr, message(url, "forms", "forms.submissions"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, message(url, "forms", "forms.submissions"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("the next send: outcome = %+v, want delivered", out)
 		}
 		drain(t, ch, "forms.q")
@@ -169,7 +163,7 @@ func TestAgainstBroker(t *testing.T) {
 		{"a queue that does not exist, on the default exchange, is unroutable", "", "no.such.queue", []string{"312 NO_ROUTE"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			out := send(tr, message(url, tt.exchange, tt.key), 10*time.Second)
+			out := transporttest.Send(tr, message(url, tt.exchange, tt.key), 10*time.Second)
 			assertNoLeak(t, out)
 			t.Logf("outcome: %+v", out)
 			if out.Kind != transport.OutcomePermanent || out.NoRequest || !containsAll(out.Error, tt.inText) {
@@ -180,7 +174,7 @@ func TestAgainstBroker(t *testing.T) {
 	}
 
 	t.Run("a user without write permission on the exchange is permanent: 403 ACCESS_REFUSED", func(t *testing.T) {
-		out := send(tr, message(srv.URL(limitedUser, limitedPassword), "forms", "forms.submissions"), 10*time.Second)
+		out := transporttest.Send(tr, message(srv.URL(limitedUser, limitedPassword), "forms", "forms.submissions"), 10*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomePermanent || !containsAll(out.Error, []string{"403", "ACCESS_REFUSED", "write permission"}) {
@@ -199,7 +193,7 @@ func TestAgainstBroker(t *testing.T) {
 		{"a virtual host that does not exist is permanent: 530 NOT_ALLOWED", "amqp://" + rabbitmqtest.AdminUser + ":" + testPassword + "@" + srv.Addr() + "/nowhere", []string{"530", "NOT_ALLOWED", "virtual host"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			out := send(tr, message(tt.url, "forms", "forms.submissions"), 10*time.Second)
+			out := transporttest.Send(tr, message(tt.url, "forms", "forms.submissions"), 10*time.Second)
 			assertNoLeak(t, out)
 			t.Logf("outcome: %+v", out)
 			if out.Kind != transport.OutcomePermanent || !containsAll(out.Error, tt.inText) {
@@ -210,10 +204,10 @@ func TestAgainstBroker(t *testing.T) {
 
 	t.Run("a full queue that rejects publishes is a nack, retryable", func(t *testing.T) {
 		declare(t, ch, "forms", "forms.tiny", "tiny", amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-		if out := send(tr, message(url, "forms", "tiny"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, message(url, "forms", "tiny"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("first: outcome = %+v, want delivered", out)
 		}
-		out := send(tr, message(url, "forms", "tiny"), 10*time.Second)
+		out := transporttest.Send(tr, message(url, "forms", "tiny"), 10*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "nacked") {
@@ -226,7 +220,7 @@ func TestAgainstBroker(t *testing.T) {
 		var wg sync.WaitGroup
 		outs := make([]transport.Outcome, 40)
 		for i := range outs {
-			wg.Go(func() { outs[i] = send(tr, message(url, "forms", "forms.submissions"), 10*time.Second) })
+			wg.Go(func() { outs[i] = transporttest.Send(tr, message(url, "forms", "forms.submissions"), 10*time.Second) })
 		}
 		wg.Wait()
 		for i, out := range outs {
@@ -241,9 +235,7 @@ func TestAgainstBroker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr.mu.Lock()
-		c := tr.conns[s.raw]
-		tr.mu.Unlock()
+		c, _, _ := tr.conns.Lookup(s.raw)
 		if n := c.connections(); n != 1 {
 			t.Fatalf("the plugin made %d connections to the broker, want 1 for every send so far", n)
 		}
@@ -269,7 +261,7 @@ func TestAgainstBroker(t *testing.T) {
 			if err := tr.Validate(context.Background(), msg.Endpoint); err == nil || !strings.Contains(err.Error(), "loopback") {
 				t.Errorf("%s: Validate = %v, want a refusal naming loopback", tt.name, err)
 			}
-			out := send(tr, msg, 5*time.Second)
+			out := transporttest.Send(tr, msg, 5*time.Second)
 			assertNoLeak(t, out)
 			if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, "amqp plugin's allowed_networks") {
 				t.Errorf("%s: outcome = %+v, want permanent, no request, naming the setting", tt.name, out)
@@ -299,7 +291,7 @@ func TestAgainstBroker(t *testing.T) {
 		proxy := startProxy(t, srv.Addr())
 		purl := "amqp://" + rabbitmqtest.AdminUser + ":" + testPassword + "@" + proxy.addr() + "/"
 		tr := newTransport(t)
-		if out := send(tr, message(purl, "forms", "dup"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, message(purl, "forms", "dup"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("through the proxy: outcome = %+v, want delivered", out)
 		}
 		// The broker's replies stop reaching the plugin: the publish gets
@@ -307,7 +299,7 @@ func TestAgainstBroker(t *testing.T) {
 		proxy.muteReplies(true)
 		msg := message(purl, "forms", "dup")
 		msg.DeliveryID, msg.Headers[0].Value = "dlv_2", "dlv_2"
-		out := send(tr, msg, time.Second)
+		out := transporttest.Send(tr, msg, time.Second)
 		if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "no publisher confirm") {
 			t.Fatalf("with the confirm lost: outcome = %+v, want retryable, no publisher confirm", out)
 		}
@@ -317,7 +309,7 @@ func TestAgainstBroker(t *testing.T) {
 		proxy.cut()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			out = send(tr, msg, 5*time.Second)
+			out = transporttest.Send(tr, msg, 5*time.Second)
 			if out.Kind == transport.OutcomeDelivered {
 				break
 			}
@@ -360,14 +352,14 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	url := srv.AdminURL()
 	declare(t, admin(t, url), "forms", "forms.away", "away", nil)
 	tr := newTransport(t)
-	if out := send(tr, message(url, "forms", "away"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
+	if out := transporttest.Send(tr, message(url, "forms", "away"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
 		t.Fatalf("before: outcome = %+v, want delivered", out)
 	}
 
 	srv.Stop()
 	for i := range 5 {
 		start := time.Now()
-		out := send(tr, message(url, "forms", "away"), 2*time.Second)
+		out := transporttest.Send(tr, message(url, "forms", "away"), 2*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomeRetryable || out.NoRequest || !strings.Contains(out.Error, srv.Addr()) {
@@ -382,7 +374,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	retries := 0
 	for {
-		out := send(tr, message(url, "forms", "away"), 5*time.Second)
+		out := transporttest.Send(tr, message(url, "forms", "away"), 5*time.Second)
 		if out.Kind == transport.OutcomeDelivered {
 			break
 		}
@@ -394,9 +386,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	}
 	t.Logf("delivered after the restart, %d retryable sends while the plugin reconnected", retries)
 	s, _ := parseServer(url, false)
-	tr.mu.Lock()
-	c := tr.conns[s.raw]
-	tr.mu.Unlock()
+	c, _, _ := tr.conns.Lookup(s.raw)
 	if n := c.connections(); n != 2 {
 		t.Fatalf("the plugin made %d connections, want 2: the first, and one after the restart", n)
 	}
@@ -409,30 +399,10 @@ func TestBrokerAwayAndBack(t *testing.T) {
 // end at its deadline, retryable.
 func TestHungBrokerTimesOutRetryable(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		defer close(accepted)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	defer func() {
-		l.Close()
-		for c := range accepted {
-			c.Close()
-		}
-	}()
+	addr := transporttest.HungServer(t)
 	tr := newTransport(t)
 	start := time.Now()
-	out := send(tr, message("amqp://u:"+testPassword+"@"+l.Addr().String()+"/", "x", "k"), 500*time.Millisecond)
+	out := transporttest.Send(tr, message("amqp://u:"+testPassword+"@"+addr+"/", "x", "k"), 500*time.Millisecond)
 	assertNoLeak(t, out)
 	t.Logf("outcome: %+v", out)
 	if out.Kind != transport.OutcomeRetryable {

@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // proxy is the egress proxy every send goes through, when the operator
@@ -39,13 +41,8 @@ func parseProxy(raw, user, password string) (*proxy, error) {
 		}
 		return nil, nil
 	}
-	u, err := url.Parse(raw)
+	u, err := pluginkit.ParseURL(raw)
 	if err != nil {
-		// url's error quotes the whole URL, which may carry a password.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
 		return nil, fmt.Errorf("%s: the URL does not parse: %w", SettingProxy, err)
 	}
 	if u.User != nil {

@@ -3,18 +3,15 @@ package kafkatransport
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -103,9 +101,9 @@ func parseSettings(s transport.Settings) (settings, error) {
 				}
 			}
 		case SettingDialTimeout:
-			out.dialTimeout, err = parseDuration(key, value)
+			out.dialTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingProduceTimeout:
-			out.produceTimeout, err = parseDuration(key, value)
+			out.produceTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingSASLMechanism, SettingSASLUsername, SettingSASLPassword, SettingTLSCAFile:
 			// Read together below.
 		case SettingTLS:
@@ -128,14 +126,10 @@ func parseSettings(s transport.Settings) (settings, error) {
 	if ca := strings.TrimSpace(s[SettingTLSCAFile]); ca != "" {
 		if out.tls == nil {
 			errs = append(errs, fmt.Errorf("setting %s is given but %s is not true; set %s: true to use it", SettingTLSCAFile, SettingTLS, SettingTLS))
-		} else if pem, err := os.ReadFile(ca); err != nil {
-			errs = append(errs, fmt.Errorf("setting %s: %w", SettingTLSCAFile, err))
 		} else {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				errs = append(errs, fmt.Errorf("setting %s: %s holds no PEM certificate", SettingTLSCAFile, ca))
-			}
-			out.tls.RootCAs = pool
+			var err error
+			out.tls.RootCAs, err = pluginkit.CertPool(SettingTLSCAFile, ca)
+			errs = append(errs, err)
 		}
 	}
 	var err error
@@ -167,14 +161,6 @@ func parseSASL(mechanism, user, pass string) (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("setting %s: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", SettingSASLMechanism, mechanism)
 }
 
-func parseDuration(key, value string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(value))
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("setting %s: %q is not a positive Go duration such as \"5s\" or \"500ms\"", key, value)
-	}
-	return d, nil
-}
-
 const brokersExample = "give a comma-separated host:port list such as kafka-1.internal:9092,kafka-2.internal:9092"
 
 // parseBrokers reads a comma-separated host:port list.
@@ -186,17 +172,17 @@ func parseBrokers(value string) ([]string, error) {
 			continue
 		}
 		if strings.Contains(part, "@") || strings.Contains(part, "://") {
-			return nil, fmt.Errorf("broker %q is not a bare host:port (no scheme, no credentials; those are the plugin's %s and %s settings); %s", clip(part), SettingTLS, SettingSASLPassword, brokersExample)
+			return nil, fmt.Errorf("broker %q is not a bare host:port (no scheme, no credentials; those are the plugin's %s and %s settings); %s", pluginkit.Clip(part), SettingTLS, SettingSASLPassword, brokersExample)
 		}
 		host, port, err := net.SplitHostPort(part)
 		if err != nil {
-			return nil, fmt.Errorf("broker %q is not host:port; %s", clip(part), brokersExample)
+			return nil, fmt.Errorf("broker %q is not host:port; %s", pluginkit.Clip(part), brokersExample)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("broker %q has port %q, not a number from 1 to 65535; %s", clip(part), port, brokersExample)
+			return nil, fmt.Errorf("broker %q has port %q, not a number from 1 to 65535; %s", pluginkit.Clip(part), port, brokersExample)
 		}
 		if host == "" {
-			return nil, fmt.Errorf("broker %q has no host; %s", clip(part), brokersExample)
+			return nil, fmt.Errorf("broker %q has no host; %s", pluginkit.Clip(part), brokersExample)
 		}
 		out = append(out, part)
 	}
@@ -217,10 +203,8 @@ func (tgt target) key() string { return strings.Join(tgt.brokers, ",") }
 
 // resolve reads an endpoint's config against the plugin-wide settings.
 func (st settings) resolve(e transport.Endpoint) (target, error) {
-	for _, key := range slices.Sorted(maps.Keys(e.Config)) {
-		if key != ConfigTopic && key != ConfigBrokers {
-			return target{}, fmt.Errorf("unknown endpoint config %q: the kafka transport takes %s and, optionally, %s", key, ConfigTopic, ConfigBrokers)
-		}
+	if key, ok := pluginkit.UnknownKey(e.Config, ConfigTopic, ConfigBrokers); ok {
+		return target{}, fmt.Errorf("unknown endpoint config %q: the kafka transport takes %s and, optionally, %s", key, ConfigTopic, ConfigBrokers)
 	}
 	if e.URL != "" {
 		return target{}, fmt.Errorf("the kafka transport takes no URL; give the topic as %s and the brokers (if not the plugin's) as %s in the endpoint config", ConfigTopic, ConfigBrokers)
@@ -255,7 +239,7 @@ var ErrInvalidTopic = errors.New("invalid topic name")
 // 249 of [a-zA-Z0-9._-], and not "." or "..".
 func checkTopic(topic string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w %q: %s; give one of at most %d letters, digits, '.', '_' and '-', such as forms.submissions", ErrInvalidTopic, clip(topic), why, MaxTopicBytes)
+		return fmt.Errorf("%w %q: %s; give one of at most %d letters, digits, '.', '_' and '-', such as forms.submissions", ErrInvalidTopic, pluginkit.Clip(topic), why, MaxTopicBytes)
 	}
 	switch {
 	case topic == "":
@@ -277,29 +261,7 @@ func checkTopic(topic string) error {
 // names for at most the dial timeout. It returns the guard's refusal, or
 // nil: a name that does not resolve now is checked again when dialled.
 func checkBrokers(ctx context.Context, st settings, brokers []string) error {
-	ctx, cancel := context.WithTimeout(ctx, st.dialTimeout)
-	defer cancel()
-	for _, b := range brokers {
-		err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, b)
-		var refused *netguard.RefusedError
-		if errors.As(err, &refused) {
-			return err
-		}
-	}
-	return nil
-}
-
-// clip keeps a value quoted in an error short.
-func clip(s string) string {
-	const limit = 64
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return pluginkit.CheckAddrs(ctx, st.guard, st.dialTimeout, brokers...)
 }
 
 func tlsClient(conn net.Conn, cfg *tls.Config) *tls.Conn { return tls.Client(conn, cfg) }

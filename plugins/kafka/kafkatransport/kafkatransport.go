@@ -56,10 +56,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // ClientName is the client.id the plugin's connections give the brokers,
@@ -83,13 +83,9 @@ type Options struct {
 
 // Transport is the Kafka transport. It is safe for concurrent use.
 type Transport struct {
-	log  *slog.Logger
-	opts []kgo.Opt
-
-	mu      sync.Mutex
-	cur     settings
-	clients map[string]*client
-	closed  bool
+	log     *slog.Logger
+	opts    []kgo.Opt
+	clients *pluginkit.Conns[settings, *client]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -102,13 +98,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, opts: opts.ClientOpts, cur: defaultSettings(), clients: map[string]*client{}}
-}
-
-func (t *Transport) settings() settings {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
+	return &Transport{log: log, opts: opts.ClientOpts, clients: pluginkit.NewConns[settings, *client](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -119,12 +109,7 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 	if err != nil {
 		return scrubSecret(err, s[SettingSASLPassword])
 	}
-	t.mu.Lock()
-	t.cur = next
-	old := t.clients
-	t.clients = map[string]*client{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.clients.Configure(next))
 	return nil
 }
 
@@ -132,20 +117,15 @@ func scrubSecret(err error, secret string) error {
 	if secret == "" || !strings.Contains(err.Error(), secret) {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), secret, "[redacted]"))
+	return errors.New(pluginkit.Redact(err.Error(), secret))
 }
 
 // Close closes every client. Sends after Close make no request.
 func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	old := t.clients
-	t.clients = map[string]*client{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.clients.Close())
 }
 
-func closeAll(clients map[string]*client) {
+func closeAll(clients []*client) {
 	for _, c := range clients {
 		go c.cl.Close()
 	}
@@ -156,7 +136,7 @@ func closeAll(clients map[string]*client) {
 // no brokers or unreadable ones, a broker the SSRF guard refuses), not
 // because the brokers are down right now or the topic is not created yet.
 func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
-	st := t.settings()
+	st := t.clients.Settings()
 	tgt, err := st.resolve(e)
 	if err != nil {
 		return err
@@ -216,12 +196,9 @@ func (c *client) lastConnErr(since time.Time) error {
 
 // client returns the client for tgt's brokers, making it on first use.
 func (t *Transport) client(ctx context.Context, tgt target, st settings) (*client, error) {
-	t.mu.Lock()
-	c, ok := t.clients[tgt.key()]
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
-		return nil, errClosed
+	c, ok, err := t.clients.Lookup(tgt.key())
+	if err != nil {
+		return nil, err
 	}
 	if ok {
 		return c, nil
@@ -257,17 +234,12 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 		return nil, fmt.Errorf("making a Kafka client for %s: %w", tgt.key(), err)
 	}
 	c.cl = cl
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
+	got, err := t.clients.Get(tgt.key(), nil, func() *client { return c })
+	if err != nil || got != c {
+		// Closed meanwhile, or another send made one first.
 		go cl.Close()
-		return nil, errClosed
+		return got, err
 	}
-	if prev, ok := t.clients[tgt.key()]; ok {
-		go cl.Close()
-		return prev, nil
-	}
-	t.clients[tgt.key()] = c
 	t.log.Info("kafka client made", "brokers", tgt.key(), "sasl", st.sasl != nil, "tls", st.tls != nil)
 	return c, nil
 }
@@ -298,7 +270,7 @@ func dialer(st settings) func(ctx context.Context, network, host string) (net.Co
 
 // Send produces msg and waits for the brokers' acknowledgement.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
-	st := t.settings()
+	st := t.clients.Settings()
 	// Refusals before the produce: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
@@ -311,23 +283,14 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	// The consumer's spans join the attempt's trace through these headers.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "kafka", tgt.topic)
 	span.SetAttributes(attribute.String("messaging.kafka.message.key", string(rec.Key)))
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for _, name := range slices.Sorted(maps.Keys(traceHeaders)) {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: name, Value: []byte(traceHeaders[name])})
 	}
 
 	// The wait ends at the attempt's deadline, not at the host's (which
 	// is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.produceTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.produceTimeout)
 	defer cancel()
 
 	start := time.Now()
@@ -422,16 +385,5 @@ func recordKey(body []byte, webhookID string) string {
 // scrub makes an outcome's text safe: no SASL password, and none of the
 // header values or the body, should an error ever have quoted them.
 func scrub(text, password string, msg transport.Message) string {
-	if password != "" {
-		text = strings.ReplaceAll(text, password, "[redacted]")
-	}
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	return transport.BoundError(text)
+	return pluginkit.ScrubMessage(pluginkit.Redact(text, password), msg)
 }

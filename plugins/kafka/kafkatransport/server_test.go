@@ -287,7 +287,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 		t.Fatalf("Send with the broker back = %+v, want delivered", out)
 	}
 	consume(t, c2, 2)
-	if n := len(tr.clients); n != 1 {
+	if n := tr.clients.Len(); n != 1 {
 		t.Errorf("%d clients, want the one reused", n)
 	}
 }

@@ -2,14 +2,12 @@ package mqtttransport
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -109,13 +108,13 @@ func parseSettings(s transport.Settings) (settings, error) {
 		case SettingURL, SettingUsername, SettingPassword, SettingCAFile, SettingCertFile, SettingKeyFile:
 			// Read together below.
 		case SettingConnectTimeout:
-			out.connectTimeout, err = parseDuration(key, value)
+			out.connectTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingPublishTimeout:
-			out.publishTimeout, err = parseDuration(key, value)
+			out.publishTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingReconnectWait:
-			out.reconnectWait, err = parseDuration(key, value)
+			out.reconnectWait, err = pluginkit.ParseDuration(key, value)
 		case SettingReconnectWaitMax:
-			out.reconnectWaitMax, err = parseDuration(key, value)
+			out.reconnectWaitMax, err = pluginkit.ParseDuration(key, value)
 		case SettingAllowedNetworks:
 			var allowed []netip.Prefix
 			allowed, err = netguard.ParseNetworks("setting "+key, value)
@@ -173,13 +172,9 @@ func operatorServer(s transport.Settings) (*server, error) {
 		return nil, fmt.Errorf("settings %s and %s go together: give both the client certificate and its key, or neither", SettingCertFile, SettingKeyFile)
 	}
 	if ca != "" {
-		pem, err := os.ReadFile(ca)
+		pool, err := pluginkit.CertPool(SettingCAFile, ca)
 		if err != nil {
-			return nil, fmt.Errorf("setting %s: %w", SettingCAFile, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("setting %s: %s holds no PEM certificate", SettingCAFile, ca)
+			return nil, err
 		}
 		srv.tlsConfig.RootCAs = pool
 	}
@@ -192,14 +187,6 @@ func operatorServer(s transport.Settings) (*server, error) {
 	}
 	srv.key += "|" + ca + "|" + cert + "|" + key
 	return srv, nil
-}
-
-func parseDuration(key, value string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(value))
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("setting %s: %q is not a positive Go duration such as \"5s\" or \"500ms\"", key, value)
-	}
-	return d, nil
 }
 
 // server is one broker with the credentials to connect with.
@@ -230,14 +217,8 @@ func parseServer(raw string, operator bool) (*server, error) {
 	if !strings.Contains(raw, "://") {
 		return nil, errors.New("the broker URL has no scheme; " + urlExample)
 	}
-	u, err := url.Parse(raw)
+	u, err := pluginkit.ParseURL(raw)
 	if err != nil {
-		// url's error quotes the whole URL, password included; keep only
-		// what is wrong with it.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
 		return nil, fmt.Errorf("the broker URL does not parse (%v); %s", err, urlExample)
 	}
 	s := &server{}
@@ -279,13 +260,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the password from text.
 func (s *server) scrub(text string) string {
-	if s.password != "" {
-		text = strings.ReplaceAll(text, s.password, "[redacted]")
-		if esc := url.QueryEscape(s.password); esc != s.password {
-			text = strings.ReplaceAll(text, esc, "[redacted]")
-		}
-	}
-	return text
+	return pluginkit.Redact(text, s.password, url.QueryEscape(s.password))
 }
 
 // target is where one endpoint publishes.
@@ -296,10 +271,8 @@ type target struct {
 
 // resolve reads an endpoint's config against the plugin-wide settings.
 func (st settings) resolve(e transport.Endpoint) (target, error) {
-	for _, key := range slices.Sorted(maps.Keys(e.Config)) {
-		if key != ConfigTopic && key != ConfigURL {
-			return target{}, fmt.Errorf("unknown endpoint config %q: the mqtt transport takes %s and, optionally, %s", key, ConfigTopic, ConfigURL)
-		}
+	if key, ok := pluginkit.UnknownKey(e.Config, ConfigTopic, ConfigURL); ok {
+		return target{}, fmt.Errorf("unknown endpoint config %q: the mqtt transport takes %s and, optionally, %s", key, ConfigTopic, ConfigURL)
 	}
 	topic, ok := e.Config[ConfigTopic]
 	if !ok {
@@ -309,12 +282,9 @@ func (st settings) resolve(e transport.Endpoint) (target, error) {
 		return target{}, err
 	}
 	tgt := target{topic: topic}
-	raw := strings.TrimSpace(e.Config[ConfigURL])
-	if e.URL != "" {
-		if raw != "" && raw != strings.TrimSpace(e.URL) {
-			return target{}, fmt.Errorf("the endpoint has both a URL and a different %s in its config; give the broker once", ConfigURL)
-		}
-		raw = strings.TrimSpace(e.URL)
+	raw, err := pluginkit.EndpointURL(e, ConfigURL, "broker")
+	if err != nil {
+		return target{}, err
 	}
 	if raw == "" {
 		if st.server == nil {
@@ -339,7 +309,7 @@ var ErrInvalidTopic = errors.New("invalid topic")
 // subscriptions may hold. Topics under $ are the broker's own ($SYS).
 func checkTopic(topic string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w %q: %s; give a topic such as forms/submissions", ErrInvalidTopic, clip(topic), why)
+		return fmt.Errorf("%w %q: %s; give a topic such as forms/submissions", ErrInvalidTopic, pluginkit.Clip(topic), why)
 	}
 	switch {
 	case topic == "":
@@ -356,17 +326,4 @@ func checkTopic(topic string) error {
 		return bad("topics starting with $ are the broker's own (such as $SYS)")
 	}
 	return nil
-}
-
-// clip keeps a value quoted in an error short.
-func clip(s string) string {
-	const limit = 64
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

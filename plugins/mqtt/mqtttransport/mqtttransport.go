@@ -42,16 +42,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
-	"go.opentelemetry.io/otel/codes"
-
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // MaxPayloadBytes is the largest payload an MQTT packet can carry (its
@@ -81,12 +77,8 @@ type Options struct {
 
 // Transport is the MQTT transport. It is safe for concurrent use.
 type Transport struct {
-	log *slog.Logger
-
-	mu     sync.Mutex
-	cur    settings
-	conns  map[string]*conn
-	closed bool
+	log   *slog.Logger
+	conns *pluginkit.Conns[settings, *conn]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -98,13 +90,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, cur: defaultSettings(), conns: map[string]*conn{}}
-}
-
-func (t *Transport) settings() settings {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
+	return &Transport{log: log, conns: pluginkit.NewConns[settings, *conn](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -115,26 +101,16 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.cur = next
-	old := t.conns
-	t.conns = map[string]*conn{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Configure(next))
 	return nil
 }
 
 // Close closes every connection. Sends after Close make no request.
 func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	old := t.conns
-	t.conns = map[string]*conn{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Close())
 }
 
-func closeAll(conns map[string]*conn) {
+func closeAll(conns []*conn) {
 	for _, c := range conns {
 		go c.close()
 	}
@@ -147,7 +123,7 @@ func closeAll(conns map[string]*conn) {
 // right now. A broker's name is resolved to check where it leads; one that
 // does not resolve now is accepted, and checked again when dialled.
 func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
-	st := t.settings()
+	st := t.conns.Settings()
 	tgt, err := st.resolve(e)
 	if err != nil {
 		return err
@@ -158,46 +134,22 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 // checkServer applies the SSRF guard to a broker, resolving its name for at
 // most the connect timeout. It returns the guard's refusal, or nil.
 func checkServer(ctx context.Context, st settings, srv *server) error {
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, srv.addr)
-	var refused *netguard.RefusedError
-	if errors.As(err, &refused) {
-		return err
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
 }
 
 // conn returns the connection for srv, starting it on first use, and waits
 // (bounded by ctx) for its first dial to finish.
 func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, error) {
-	t.mu.Lock()
-	_, cached := t.conns[srv.key]
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
-		return nil, errClosed
+	// The guard is asked by name before a connection is made, so a
+	// refused broker fails once, clearly, rather than in every dial of
+	// the background loop; the dialer still checks every address it
+	// connects to.
+	c, err := t.conns.Get(srv.key,
+		func() error { return checkServer(ctx, st, srv) },
+		func() *conn { return newConn(srv, st, t.log) })
+	if err != nil {
+		return nil, err
 	}
-	if !cached {
-		// The guard is asked by name before a connection is made, so a
-		// refused broker fails once, clearly, rather than in every dial
-		// of the background loop; the dialer still checks every address
-		// it connects to.
-		if err := checkServer(ctx, st, srv); err != nil {
-			return nil, err
-		}
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, errClosed
-	}
-	c, ok := t.conns[srv.key]
-	if !ok {
-		c = newConn(srv, st, t.log)
-		t.conns[srv.key] = c
-	}
-	t.mu.Unlock()
 	select {
 	case <-c.ready:
 		return c, nil
@@ -208,7 +160,7 @@ func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, 
 
 // Send publishes msg and waits for the broker's PUBACK.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
-	st := t.settings()
+	st := t.conns.Settings()
 	// Refusals before the publish: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
@@ -221,12 +173,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	// The consumer's spans join the attempt's trace through the
 	// envelope's traceparent.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "mqtt", tgt.topic)
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	env.Traceparent, env.Tracestate = traceHeaders["traceparent"], traceHeaders["tracestate"]
 	payload, err := encode(env)
 	if err != nil {
@@ -235,11 +182,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 
 	// The PUBACK wait ends at the attempt's deadline, not at the host's
 	// (which is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.publishTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.publishTimeout)
 	defer cancel()
 
 	start := time.Now()
@@ -308,14 +251,5 @@ func encode(env Envelope) ([]byte, error) {
 // scrub makes an outcome's text safe: no password, and none of the header
 // values or the body, should an error ever have quoted them.
 func scrub(text string, srv *server, msg transport.Message) string {
-	text = srv.scrub(text)
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	return transport.BoundError(text)
+	return pluginkit.ScrubMessage(srv.scrub(text), msg)
 }

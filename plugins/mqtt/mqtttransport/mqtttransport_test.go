@@ -9,6 +9,7 @@ import (
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/hymical/hymical/harness/transporttest"
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -35,14 +36,7 @@ func message(url, topic string) transport.Message {
 
 func assertNoLeak(t *testing.T, out transport.Outcome) {
 	t.Helper()
-	for _, s := range []string{"SIGNATURE-MUST-NOT-LEAK", "BODY-MUST-NOT-LEAK", testPassword} {
-		if strings.Contains(out.Error, s) {
-			t.Errorf("outcome error %q contains %q", out.Error, s)
-		}
-	}
-	if len(out.Error) > transport.MaxErrorBytes {
-		t.Errorf("outcome error is %d bytes, want at most %d", len(out.Error), transport.MaxErrorBytes)
-	}
+	transporttest.AssertNoLeak(t, out, "SIGNATURE-MUST-NOT-LEAK", "BODY-MUST-NOT-LEAK", testPassword)
 }
 
 func TestConfigure(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hymical/hymical/harness/mosquittotest"
+	"github.com/hymical/hymical/harness/transporttest"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 )
@@ -20,13 +21,6 @@ import (
 // binary on a loopback port.
 
 const signingSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-func send(tr *Transport, msg transport.Message, within time.Duration) transport.Outcome {
-	ctx, cancel := context.WithTimeout(context.Background(), within+2*time.Second)
-	defer cancel()
-	msg.Deadline = time.Now().Add(within)
-	return tr.Send(ctx, msg)
-}
 
 func configured(t *testing.T, s transport.Settings) *Transport {
 	t.Helper()
@@ -125,14 +119,12 @@ func TestPublishIsDeliveredAndVerifies(t *testing.T) {
 
 	// One connection serves every send.
 	for range 3 {
-		if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
 	}
 	s, _ := parseServer(srv.URL("", ""), false)
-	tr.mu.Lock()
-	c := tr.conns[s.key]
-	tr.mu.Unlock()
+	c, _, _ := tr.conns.Lookup(s.key)
 	if n := c.connections(); n != 1 {
 		t.Fatalf("the plugin made %d connections for 4 sends, want 1", n)
 	}
@@ -161,7 +153,7 @@ func TestCredentials(t *testing.T) {
 			tr := newTransport(t, tt.settings)
 			msg := signed(t, "", "forms")
 			delete(msg.Endpoint.Config, ConfigURL)
-			out := send(tr, msg, 5*time.Second)
+			out := transporttest.Send(tr, msg, 5*time.Second)
 			assertNoLeak(t, out)
 			if strings.Contains(out.Error, "wrong-") {
 				t.Errorf("outcome %q names the password", out.Error)
@@ -185,14 +177,14 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	srv := mosquittotest.Start(t, mosquittotest.Options{})
 	url := srv.URL("", "")
 	tr := newTransport(t, nil)
-	if out := send(tr, signed(t, url, "away"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
+	if out := transporttest.Send(tr, signed(t, url, "away"), 10*time.Second); out.Kind != transport.OutcomeDelivered {
 		t.Fatalf("before: outcome = %+v, want delivered", out)
 	}
 
 	srv.Stop()
 	for i := range 5 {
 		start := time.Now()
-		out := send(tr, signed(t, url, "away"), 2*time.Second)
+		out := transporttest.Send(tr, signed(t, url, "away"), 2*time.Second)
 		assertNoLeak(t, out)
 		if out.Kind != transport.OutcomeRetryable || out.NoRequest || !strings.Contains(out.Error, srv.Addr()) {
 			t.Fatalf("while down, send %d: outcome = %+v, want retryable naming the broker", i+1, out)
@@ -207,7 +199,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	retries := 0
 	for {
-		out := send(tr, signed(t, url, "away"), 5*time.Second)
+		out := transporttest.Send(tr, signed(t, url, "away"), 5*time.Second)
 		if out.Kind == transport.OutcomeDelivered {
 			break
 		}
@@ -224,9 +216,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 		t.Fatal("the subscriber received nothing after the restart")
 	}
 	s, _ := parseServer(url, false)
-	tr.mu.Lock()
-	c := tr.conns[s.key]
-	tr.mu.Unlock()
+	c, _, _ := tr.conns.Lookup(s.key)
 	if n := c.connections(); n != 2 {
 		t.Fatalf("the plugin made %d connections, want 2: the first, and one after the restart", n)
 	}
@@ -239,7 +229,7 @@ func TestSSRFRefusalAgainstARealBroker(t *testing.T) {
 	srv := mosquittotest.Start(t, mosquittotest.Options{})
 	got := subscribe(t, srv, "", "", "forms")
 	tr := configured(t, transport.Settings{})
-	out := send(tr, signed(t, srv.URL("", ""), "forms"), 5*time.Second)
+	out := transporttest.Send(tr, signed(t, srv.URL("", ""), "forms"), 5*time.Second)
 	if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, "allowed_networks") {
 		t.Fatalf("outcome = %+v, want a permanent refusal with no request pointing at allowed_networks", out)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -87,11 +87,11 @@ func parseSettings(s transport.Settings) (settings, error) {
 				}
 			}
 		case SettingConnectTimeout:
-			out.connectTimeout, err = parseDuration(key, value)
+			out.connectTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingReconnectWait:
-			out.reconnectWait, err = parseDuration(key, value)
+			out.reconnectWait, err = pluginkit.ParseDuration(key, value)
 		case SettingAckTimeout:
-			out.ackTimeout, err = parseDuration(key, value)
+			out.ackTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingAllowedNetworks:
 			var allowed []netip.Prefix
 			allowed, err = netguard.ParseNetworks("setting "+key, value)
@@ -103,14 +103,6 @@ func parseSettings(s transport.Settings) (settings, error) {
 		errs = append(errs, err)
 	}
 	return out, errors.Join(errs...)
-}
-
-func parseDuration(key, value string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(value))
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("setting %s: %q is not a positive Go duration such as \"5s\" or \"500ms\"", key, value)
-	}
-	return d, nil
 }
 
 // servers is a parsed server list: what nats.Connect is given, what error
@@ -147,14 +139,8 @@ func parseServers(raw string) (*servers, error) {
 		if !strings.Contains(part, "://") {
 			return nil, fmt.Errorf("server URL %d has no scheme; write it as nats://host:port, such as nats://127.0.0.1:4222", i+1)
 		}
-		u, err := url.Parse(part)
+		u, err := pluginkit.ParseURL(part)
 		if err != nil {
-			// url's error quotes the whole URL, password included; keep
-			// only what is wrong with it.
-			var uerr *url.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err
-			}
 			return nil, fmt.Errorf("server URL %d does not parse (%v); give one such as nats://127.0.0.1:4222", i+1, err)
 		}
 		if u.User != nil {
@@ -181,12 +167,7 @@ func parseServers(raw string) (*servers, error) {
 
 // scrub removes every credential in s from text.
 func (s *servers) scrub(text string) string {
-	for _, secret := range s.secrets {
-		if secret != "" {
-			text = strings.ReplaceAll(text, secret, "[redacted]")
-		}
-	}
-	return text
+	return pluginkit.Redact(text, s.secrets...)
 }
 
 // target is where one endpoint publishes.
@@ -197,10 +178,8 @@ type target struct {
 
 // resolve reads an endpoint's config against the plugin-wide settings.
 func (st settings) resolve(e transport.Endpoint) (target, error) {
-	for _, key := range slices.Sorted(maps.Keys(e.Config)) {
-		if key != ConfigSubject && key != ConfigURL {
-			return target{}, fmt.Errorf("unknown endpoint config %q: the nats transport takes %s and, optionally, %s", key, ConfigSubject, ConfigURL)
-		}
+	if key, ok := pluginkit.UnknownKey(e.Config, ConfigSubject, ConfigURL); ok {
+		return target{}, fmt.Errorf("unknown endpoint config %q: the nats transport takes %s and, optionally, %s", key, ConfigSubject, ConfigURL)
 	}
 	subject, ok := e.Config[ConfigSubject]
 	if !ok || subject == "" {
@@ -209,12 +188,9 @@ func (st settings) resolve(e transport.Endpoint) (target, error) {
 	if err := checkSubject(subject); err != nil {
 		return target{}, err
 	}
-	raw := strings.TrimSpace(e.Config[ConfigURL])
-	if e.URL != "" {
-		if raw != "" && raw != strings.TrimSpace(e.URL) {
-			return target{}, fmt.Errorf("the endpoint has both a URL and a different %s in its config; give the server once", ConfigURL)
-		}
-		raw = strings.TrimSpace(e.URL)
+	raw, err := pluginkit.EndpointURL(e, ConfigURL, "server")
+	if err != nil {
+		return target{}, err
 	}
 	if raw == "" {
 		if st.servers == nil {
@@ -237,7 +213,7 @@ var ErrInvalidSubject = errors.New("invalid NATS subject")
 // characters, or one in the server's own $-prefixed namespace.
 func checkSubject(subject string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w %q: %s; give dot-separated tokens such as forms.submissions", ErrInvalidSubject, clip(subject), why)
+		return fmt.Errorf("%w %q: %s; give dot-separated tokens such as forms.submissions", ErrInvalidSubject, pluginkit.Clip(subject), why)
 	}
 	switch {
 	case len(subject) > MaxSubjectBytes:
@@ -265,19 +241,6 @@ func checkSubject(subject string) error {
 	return nil
 }
 
-// clip keeps a value quoted in an error short.
-func clip(s string) string {
-	const limit = 64
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // ErrInvalidHeader is wrapped when a handed-over header cannot be carried
 // in a NATS message.
 var ErrInvalidHeader = errors.New("header cannot be carried in a NATS message")
@@ -291,11 +254,11 @@ func checkHeader(h transport.Header) error {
 	for i := 0; i < len(h.Name); i++ {
 		c := h.Name[i]
 		if c <= ' ' || c == ':' || c >= 0x7f {
-			return fmt.Errorf("%w: header name %q contains a space, a colon, a control or a non-ASCII character", ErrInvalidHeader, clip(h.Name))
+			return fmt.Errorf("%w: header name %q contains a space, a colon, a control or a non-ASCII character", ErrInvalidHeader, pluginkit.Clip(h.Name))
 		}
 	}
 	if strings.ContainsAny(h.Value, "\r\n") {
-		return fmt.Errorf("%w: the value of header %q contains a line break", ErrInvalidHeader, clip(h.Name))
+		return fmt.Errorf("%w: the value of header %q contains a line break", ErrInvalidHeader, pluginkit.Clip(h.Name))
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ type entry struct {
 	err   error
 }
 
-func closeAll(entries map[string]*entry) {
+func closeAll(entries []*entry) {
 	for _, e := range entries {
 		go func() {
 			<-e.ready
@@ -39,45 +39,27 @@ var errClosed = errors.New("the nats transport is shutting down")
 // conn returns the connection for srv, making it on first use. A failure
 // to make one is not cached: the next send tries again.
 func (t *Transport) conn(ctx context.Context, srv *servers, st settings) (*conn, error) {
-	t.mu.Lock()
-	_, cached := t.conns[srv.raw]
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
-		return nil, errClosed
-	}
-	if !cached {
-		// The guard is asked before a connection is made, by name, because
-		// a refused dial would only be retried in the background and read
-		// as a server that is down. The dialer then checks every address
-		// actually connected to, including servers the cluster announces
-		// later and names that re-resolve.
-		if err := checkServers(ctx, st, srv); err != nil {
-			return nil, err
-		}
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, errClosed
-	}
-	e, ok := t.conns[srv.raw]
-	if !ok {
-		e = &entry{ready: make(chan struct{})}
-		t.conns[srv.raw] = e
-		go func() {
-			e.c, e.err = dial(srv, st, t.log)
-			if e.err != nil {
-				t.mu.Lock()
-				if t.conns[srv.raw] == e {
-					delete(t.conns, srv.raw)
+	// The guard is asked before a connection is made, by name, because a
+	// refused dial would only be retried in the background and read as a
+	// server that is down. The dialer then checks every address actually
+	// connected to, including servers the cluster announces later and
+	// names that re-resolve.
+	e, err := t.conns.Get(srv.raw,
+		func() error { return checkServers(ctx, st, srv) },
+		func() *entry {
+			e := &entry{ready: make(chan struct{})}
+			go func() {
+				e.c, e.err = dial(srv, st, t.log)
+				if e.err != nil {
+					t.conns.Forget(srv.raw, e)
 				}
-				t.mu.Unlock()
-			}
-			close(e.ready)
-		}()
+				close(e.ready)
+			}()
+			return e
+		})
+	if err != nil {
+		return nil, err
 	}
-	t.mu.Unlock()
 	select {
 	case <-e.ready:
 		return e.c, e.err

@@ -37,19 +37,14 @@ package natstransport
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/codes"
 
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // ClientName is how the plugin's connections name themselves to the server,
@@ -66,12 +61,8 @@ type Options struct {
 
 // Transport is the NATS JetStream transport. It is safe for concurrent use.
 type Transport struct {
-	log *slog.Logger
-
-	mu     sync.Mutex
-	cur    settings
-	conns  map[string]*entry
-	closed bool
+	log   *slog.Logger
+	conns *pluginkit.Conns[settings, *entry]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -83,13 +74,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, cur: defaultSettings(), conns: map[string]*entry{}}
-}
-
-func (t *Transport) settings() settings {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
+	return &Transport{log: log, conns: pluginkit.NewConns[settings, *entry](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -100,23 +85,13 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.cur = next
-	old := t.conns
-	t.conns = map[string]*entry{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Configure(next))
 	return nil
 }
 
 // Close closes every connection. Sends after Close are retryable.
 func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	old := t.conns
-	t.conns = map[string]*entry{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.conns.Close())
 }
 
 // Validate checks an endpoint's config without connecting: an endpoint is
@@ -126,7 +101,7 @@ func (t *Transport) Close() {
 // check where they lead; one that does not resolve now is accepted, and
 // checked again when dialled.
 func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
-	st := t.settings()
+	st := t.conns.Settings()
 	tgt, err := st.resolve(e)
 	if err != nil {
 		return err
@@ -139,21 +114,12 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 // nil: a name that does not resolve now is left to the dial, which checks
 // every address it connects to.
 func checkServers(ctx context.Context, st settings, srv *servers) error {
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	for _, h := range srv.hosts {
-		err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, h)
-		var refused *netguard.RefusedError
-		if errors.As(err, &refused) {
-			return err
-		}
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.hosts...)
 }
 
 // Send publishes msg and waits for JetStream's ack.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
-	st := t.settings()
+	st := t.conns.Settings()
 	// Refusals before the publish: nothing has left the process.
 	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
@@ -171,23 +137,14 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	}
 	// The consumer's spans join the attempt's trace through these headers.
 	ctx, span, traceHeaders := transport.StartPublish(ctx, "nats", tgt.subject)
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for name, value := range traceHeaders {
 		nm.Header.Set(name, value)
 	}
 
 	// The ack wait ends at the attempt's deadline, not at the host's
 	// (which is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(st.ackTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, st.ackTimeout)
 	defer cancel()
 
 	start := time.Now()
@@ -222,15 +179,6 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 func outcome(tgt target, msg transport.Message, err, cause error, f failure) transport.Outcome {
 	f.subject, f.servers = tgt.subject, tgt.servers.shown
 	o := classify(err, cause, f)
-	text := tgt.servers.scrub(o.Error)
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	o.Error = transport.BoundError(text)
+	o.Error = pluginkit.ScrubMessage(tgt.servers.scrub(o.Error), msg)
 	return o
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hymical/hymical/harness/brokertest"
 	"github.com/hymical/hymical/harness/natstest"
+	"github.com/hymical/hymical/harness/transporttest"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -75,13 +76,6 @@ func configured(t *testing.T, s transport.Settings) *Transport {
 	return tr
 }
 
-func send(tr *Transport, msg transport.Message, within time.Duration) transport.Outcome {
-	ctx, cancel := context.WithTimeout(context.Background(), within+2*time.Second)
-	defer cancel()
-	msg.Deadline = time.Now().Add(within)
-	return tr.Send(ctx, msg)
-}
-
 func TestAgainstServer(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t, natstest.Options{})
@@ -91,7 +85,7 @@ func TestAgainstServer(t *testing.T) {
 
 	t.Run("a publish is delivered on JetStream's ack, with the body and the headers exactly as handed over", func(t *testing.T) {
 		msg := message("forms.delivered")
-		out := send(tr, msg, 5*time.Second)
+		out := transporttest.Send(tr, msg, 5*time.Second)
 		if out.Kind != transport.OutcomeDelivered || out.Error != "" {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
@@ -136,7 +130,7 @@ func TestAgainstServer(t *testing.T) {
 		msg := message("forms.repeat")
 		msg.DeliveryID = "dlv_repeat"
 		for i := range 3 {
-			if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+			if out := transporttest.Send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
 				t.Fatalf("send %d: outcome = %+v, want delivered", i+1, out)
 			}
 		}
@@ -150,7 +144,7 @@ func TestAgainstServer(t *testing.T) {
 	})
 
 	t.Run("a subject no stream captures is retryable, saying so", func(t *testing.T) {
-		out := send(tr, message("orders.nobody"), 5*time.Second)
+		out := transporttest.Send(tr, message("orders.nobody"), 5*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "no responders") {
@@ -173,7 +167,7 @@ func TestAgainstServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		out := send(tr, message("silent.x"), 500*time.Millisecond)
+		out := transporttest.Send(tr, message("silent.x"), 500*time.Millisecond)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "no publish ack") {
@@ -196,7 +190,7 @@ func TestAgainstServer(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		out := send(tr, message("impostor.x"), 2*time.Second)
+		out := transporttest.Send(tr, message("impostor.x"), 2*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomeRetryable {
@@ -207,7 +201,7 @@ func TestAgainstServer(t *testing.T) {
 	t.Run("a body over the stream's max_msg_size is permanent", func(t *testing.T) {
 		msg := message("forms.big")
 		msg.Body = []byte(`{"pad":"` + strings.Repeat("x", 8000) + `"}`)
-		out := send(tr, msg, 5*time.Second)
+		out := transporttest.Send(tr, msg, 5*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "max_msg_size") {
@@ -218,7 +212,7 @@ func TestAgainstServer(t *testing.T) {
 	t.Run("an endpoint's own url overrides the setting", func(t *testing.T) {
 		msg := message("forms.own")
 		msg.Endpoint.Config[ConfigURL] = srv.URL()
-		if out := send(configured(t, nil), msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(configured(t, nil), msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
 	})
@@ -243,14 +237,14 @@ authorization {
 	tr := configured(t, transport.Settings{SettingURL: url})
 
 	t.Run("a permitted subject is delivered", func(t *testing.T) {
-		if out := send(tr, message("forms.open"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, message("forms.open"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
 	})
 
 	t.Run("a permissions violation is permanent at once, not a timeout", func(t *testing.T) {
 		start := time.Now()
-		out := send(tr, message("forms.secret.x"), 5*time.Second)
+		out := transporttest.Send(tr, message("forms.secret.x"), 5*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomePermanent || !strings.Contains(strings.ToLower(out.Error), "permissions violation") {
@@ -260,7 +254,7 @@ authorization {
 			t.Fatalf("took %s: the violation was not noticed before the ack wait", took)
 		}
 		// The connection is still good for permitted subjects.
-		if out := send(tr, message("forms.open"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, message("forms.open"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("after the violation: outcome = %+v, want delivered", out)
 		}
 	})
@@ -268,7 +262,7 @@ authorization {
 	t.Run("a body over the server's max_payload is permanent", func(t *testing.T) {
 		msg := message("forms.big")
 		msg.Body = []byte(`{"pad":"` + strings.Repeat("x", 4000) + `"}`)
-		out := send(tr, msg, 5*time.Second)
+		out := transporttest.Send(tr, msg, 5*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "max_payload") {
@@ -282,7 +276,7 @@ authorization {
 		// then the send is retryable without one.
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			out := send(bad, message("forms.open"), time.Second)
+			out := transporttest.Send(bad, message("forms.open"), time.Second)
 			assertNoLeak(t, out)
 			if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "127.0.0.1") {
 				t.Fatalf("outcome = %+v, want retryable naming the server", out)
@@ -304,13 +298,13 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	srv := natstest.Start(t, natstest.Options{})
 	createStream(t, admin(t, srv.URL()), jetstream.StreamConfig{Name: "FORMS", Subjects: []string{"forms.>"}})
 	tr := configured(t, transport.Settings{SettingURL: srv.URL(), SettingReconnectWait: "50ms"})
-	if out := send(tr, message("forms.a"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+	if out := transporttest.Send(tr, message("forms.a"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
 		t.Fatalf("before: outcome = %+v, want delivered", out)
 	}
 
 	srv.Stop()
 	start := time.Now()
-	out := send(tr, message("forms.a"), 3*time.Second)
+	out := transporttest.Send(tr, message("forms.a"), 3*time.Second)
 	assertNoLeak(t, out)
 	t.Logf("outcome: %+v", out)
 	if out.Kind != transport.OutcomeRetryable {
@@ -323,7 +317,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	srv.Restart()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out := send(tr, message("forms.a"), 2*time.Second)
+		out := transporttest.Send(tr, message("forms.a"), 2*time.Second)
 		if out.Kind == transport.OutcomeDelivered {
 			break
 		}
@@ -343,7 +337,7 @@ func TestServerNeverUp(t *testing.T) {
 	tr := configured(t, transport.Settings{SettingURL: fmt.Sprintf("nats://hymical:%s@127.0.0.1:%d", testPassword, srv.Port)})
 	for i := range 2 {
 		start := time.Now()
-		out := send(tr, message("forms.a"), time.Second)
+		out := transporttest.Send(tr, message("forms.a"), time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, fmt.Sprint(srv.Port)) {
@@ -413,7 +407,7 @@ func TestGuardRefusesALoopbackServerUnlessAllowed(t *testing.T) {
 			if err := tr.Validate(ctx, msg.Endpoint); err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("Validate = %v, want a refusal ending %q", err, want)
 			}
-			out := send(tr, msg, 5*time.Second)
+			out := transporttest.Send(tr, msg, 5*time.Second)
 			if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, want) {
 				t.Errorf("outcome = %+v, want permanent, no request, saying %q", out, want)
 			}
@@ -429,7 +423,7 @@ func TestGuardRefusesALoopbackServerUnlessAllowed(t *testing.T) {
 		if err := tr.Validate(ctx, msg.Endpoint); err != nil {
 			t.Fatalf("Validate: %v", err)
 		}
-		if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+		if out := transporttest.Send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
 		if n := pluginConns(t, monitor); n != 1 {

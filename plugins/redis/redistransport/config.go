@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // The plugin-wide settings Configure accepts.
@@ -106,11 +106,7 @@ func parseSettings(s transport.Settings) (settings, error) {
 				}
 			}
 		case SettingConnectTimeout:
-			d, perr := time.ParseDuration(value)
-			if perr != nil || d <= 0 {
-				err = fmt.Errorf("setting %s: %q is not a positive Go duration such as \"5s\" or \"500ms\"", key, value)
-			}
-			out.connectTimeout = d
+			out.connectTimeout, err = pluginkit.ParseDuration(key, value)
 		case SettingPoolSize:
 			n, perr := strconv.Atoi(value)
 			if perr != nil || n < 1 || n > 10000 {
@@ -161,13 +157,8 @@ func parseServer(raw string) (*server, error) {
 	if !strings.Contains(raw, "://") {
 		return nil, errors.New("the server URL has no scheme; " + example)
 	}
-	u, err := url.Parse(raw)
+	u, err := pluginkit.ParseURL(raw)
 	if err != nil {
-		// url's error quotes the whole URL, password included.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
 		return nil, fmt.Errorf("the server URL does not parse (%v); %s", err, example)
 	}
 	s := &server{raw: raw}
@@ -201,10 +192,7 @@ func parseServer(raw string) (*server, error) {
 
 // scrub removes the URL's password from text.
 func (s *server) scrub(text string) string {
-	if s.secret != "" {
-		text = strings.ReplaceAll(text, s.secret, "[redacted]")
-	}
-	return text
+	return pluginkit.Redact(text, s.secret)
 }
 
 // target is where one endpoint appends.
@@ -215,10 +203,8 @@ type target struct {
 }
 
 func (st settings) resolve(e transport.Endpoint) (target, error) {
-	for _, key := range slices.Sorted(maps.Keys(e.Config)) {
-		if key != ConfigStream && key != ConfigURL && key != ConfigMaxLen {
-			return target{}, fmt.Errorf("unknown endpoint config %q: the redis transport takes %s, %s and, optionally, %s", key, ConfigStream, ConfigURL, ConfigMaxLen)
-		}
+	if key, ok := pluginkit.UnknownKey(e.Config, ConfigStream, ConfigURL, ConfigMaxLen); ok {
+		return target{}, fmt.Errorf("unknown endpoint config %q: the redis transport takes %s, %s and, optionally, %s", key, ConfigStream, ConfigURL, ConfigMaxLen)
 	}
 	stream := e.Config[ConfigStream]
 	if stream == "" {
@@ -231,16 +217,13 @@ func (st settings) resolve(e transport.Endpoint) (target, error) {
 	if v, ok := e.Config[ConfigMaxLen]; ok {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil || n < 1 || n > MaxMaxLen {
-			return target{}, fmt.Errorf("endpoint config %s: %q is not a whole number from 1 to %d; it caps the stream's length (approximately), or leave it out to keep every entry", ConfigMaxLen, clip(v), int64(MaxMaxLen))
+			return target{}, fmt.Errorf("endpoint config %s: %q is not a whole number from 1 to %d; it caps the stream's length (approximately), or leave it out to keep every entry", ConfigMaxLen, pluginkit.Clip(v), int64(MaxMaxLen))
 		}
 		tgt.maxLen = n
 	}
-	raw := strings.TrimSpace(e.Config[ConfigURL])
-	if e.URL != "" {
-		if raw != "" && raw != strings.TrimSpace(e.URL) {
-			return target{}, fmt.Errorf("the endpoint has both a URL and a different %s in its config; give the server once", ConfigURL)
-		}
-		raw = strings.TrimSpace(e.URL)
+	raw, err := pluginkit.EndpointURL(e, ConfigURL, "server")
+	if err != nil {
+		return target{}, err
 	}
 	if raw == "" {
 		if st.server == nil {
@@ -265,7 +248,7 @@ var ErrInvalidStream = errors.New("invalid stream key")
 // invalid UTF-8 is one nobody can type into redis-cli to read it back.
 func checkStream(stream string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w %q: %s; give a key such as forms:submissions", ErrInvalidStream, clip(stream), why)
+		return fmt.Errorf("%w %q: %s; give a key such as forms:submissions", ErrInvalidStream, pluginkit.Clip(stream), why)
 	}
 	if len(stream) > MaxStreamBytes {
 		return bad(fmt.Sprintf("it is %d bytes, more than %d", len(stream), MaxStreamBytes))
@@ -279,16 +262,4 @@ func checkStream(stream string) error {
 		}
 	}
 	return nil
-}
-
-func clip(s string) string {
-	const limit = 64
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -42,20 +42,21 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"go.opentelemetry.io/otel/codes"
 
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // ClientName is how the plugin's connections name themselves to Redis
 // (CLIENT LIST), so an operator can find them.
 const ClientName = "hymical-plugin-redis"
+
+// errClosed is why a send after Close is deferred.
+var errClosed = errors.New("the redis transport is shutting down")
 
 // Options are what the embedding program decides, as opposed to the
 // operator's settings.
@@ -67,12 +68,8 @@ type Options struct {
 
 // Transport is the Redis Streams transport. It is safe for concurrent use.
 type Transport struct {
-	log *slog.Logger
-
-	mu      sync.Mutex
-	cur     settings
-	clients map[string]*redis.Client
-	closed  bool
+	log     *slog.Logger
+	clients *pluginkit.Conns[settings, *redis.Client]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -83,14 +80,10 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, cur: defaultSettings(), clients: map[string]*redis.Client{}}
+	return &Transport{log: log, clients: pluginkit.NewConns[settings, *redis.Client](defaultSettings(), errClosed)}
 }
 
-func (t *Transport) settings() settings {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
-}
+func (t *Transport) settings() settings { return t.clients.Settings() }
 
 // Configure applies the plugin-wide settings; settings not given take their
 // defaults. Pools made under earlier settings are closed; new ones are made
@@ -100,26 +93,16 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.cur = next
-	old := t.clients
-	t.clients = map[string]*redis.Client{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.clients.Configure(next))
 	return nil
 }
 
 // Close closes every pool. Sends after Close are retryable.
 func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	old := t.clients
-	t.clients = map[string]*redis.Client{}
-	t.mu.Unlock()
-	closeAll(old)
+	closeAll(t.clients.Close())
 }
 
-func closeAll(clients map[string]*redis.Client) {
+func closeAll(clients []*redis.Client) {
 	for _, c := range clients {
 		_ = c.Close()
 	}
@@ -148,14 +131,7 @@ func checkServer(ctx context.Context, st settings, srv *server) error {
 	if srv.network == "unix" {
 		return st.guard.CheckNetwork(srv.network, srv.addr)
 	}
-	ctx, cancel := context.WithTimeout(ctx, st.connectTimeout)
-	defer cancel()
-	err := st.guard.ValidateHostPort(ctx, net.DefaultResolver, srv.addr)
-	var refused *netguard.RefusedError
-	if errors.As(err, &refused) {
-		return err
-	}
-	return nil
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
 }
 
 // guardedDialer is the client's dialer: the SSRF guard checks every
@@ -175,14 +151,12 @@ func guardedDialer(st settings, opts *redis.Options) func(ctx context.Context, n
 // client returns the pool for srv, making it on first use. Making one does
 // not connect; connections are dialled as sends need them.
 func (t *Transport) client(srv *server, st settings) (*redis.Client, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, false
-	}
-	if c, ok := t.clients[srv.raw]; ok {
-		return c, true
-	}
+	c, err := t.clients.Get(srv.raw, nil, func() *redis.Client { return t.newClient(srv, st) })
+	return c, err == nil
+}
+
+// newClient makes the pool for srv, not yet connected.
+func (t *Transport) newClient(srv *server, st settings) *redis.Client {
 	opts := *srv.opts
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = st.connectTimeout
@@ -205,18 +179,15 @@ func (t *Transport) client(srv *server, st settings) (*redis.Client, bool) {
 	opts.DisableIdentity = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := redis.NewClient(&opts)
-	t.clients[srv.raw] = c
 	t.log.Info("opened a connection pool", "server", srv.shown)
-	return c, true
+	return c
 }
 
 // hasClient says whether a pool for srv is already made (or the transport
 // is closed, when client will say so).
 func (t *Transport) hasClient(srv *server) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.clients[srv.raw]
-	return ok || t.closed
+	_, ok, err := t.clients.Lookup(srv.raw)
+	return ok || err != nil
 }
 
 // Send appends msg to the endpoint's stream.
@@ -242,12 +213,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	}
 	// The consumer's spans join the attempt's trace through these fields.
 	ctx, span, traceFields := transport.StartPublish(ctx, "redis", tgt.stream)
-	defer func() {
-		if out.Kind != transport.OutcomeDelivered {
-			span.SetStatus(codes.Error, out.Error)
-		}
-		span.End()
-	}()
+	defer pluginkit.EndPublish(span, &out)
 	for _, name := range []string{FieldTraceparent, FieldTracestate} {
 		if v := traceFields[name]; v != "" {
 			fields = append(fields, name, v)
@@ -255,15 +221,11 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	}
 	c, ok := t.client(tgt.server, st)
 	if !ok {
-		return transport.Deferred("the redis transport is shutting down")
+		return transport.Deferred(errClosed.Error())
 	}
 	// The command ends at the attempt's deadline, not at the host's (which
 	// is later by a grace), so the answer is back in time.
-	deadline := time.Now().Add(DefaultSendTimeout)
-	if !msg.Deadline.IsZero() && msg.Deadline.Before(deadline) {
-		deadline = msg.Deadline
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := pluginkit.AttemptContext(ctx, msg.Deadline, DefaultSendTimeout)
 	defer cancel()
 	start := time.Now()
 	args := &redis.XAddArgs{Stream: tgt.stream, Values: fields}
@@ -310,14 +272,5 @@ func entry(msg transport.Message) ([]any, error) {
 // scrub makes an outcome's text safe: no password from the URL, and none
 // of the header values or the body, should an error ever have quoted them.
 func scrub(text string, srv *server, msg transport.Message) string {
-	text = srv.scrub(text)
-	for _, h := range msg.Headers {
-		if len(h.Value) >= 8 {
-			text = strings.ReplaceAll(text, h.Value, "[header "+h.Name+"]")
-		}
-	}
-	if len(msg.Body) >= 8 {
-		text = strings.ReplaceAll(text, string(msg.Body), "[body]")
-	}
-	return transport.BoundError(text)
+	return pluginkit.ScrubMessage(srv.scrub(text), msg)
 }

@@ -3,7 +3,6 @@ package redistransport
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hymical/hymical/harness/redistest"
+	"github.com/hymical/hymical/harness/transporttest"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -29,13 +29,6 @@ func admin(t *testing.T, url string) *redis.Client {
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func send(tr *Transport, msg transport.Message, within time.Duration) transport.Outcome {
-	ctx, cancel := context.WithTimeout(context.Background(), within+2*time.Second)
-	defer cancel()
-	msg.Deadline = time.Now().Add(within)
-	return tr.Send(ctx, msg)
 }
 
 // newTransport is a transport that may reach the loopback brokers the
@@ -63,7 +56,7 @@ func TestAgainstServer(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("an XADD is delivered with id, timestamp, signature and body in order", func(t *testing.T) {
-		out := send(tr, message(srv.URL(), "forms:delivered"), 5*time.Second)
+		out := transporttest.Send(tr, message(srv.URL(), "forms:delivered"), 5*time.Second)
 		if out.Kind != transport.OutcomeDelivered || out.Error != "" {
 			t.Fatalf("outcome = %+v, want delivered", out)
 		}
@@ -105,7 +98,7 @@ func TestAgainstServer(t *testing.T) {
 		msg.Endpoint.Config[ConfigMaxLen] = "10"
 		const sent = 300
 		for i := range sent {
-			if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+			if out := transporttest.Send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
 				t.Fatalf("send %d: outcome = %+v", i+1, out)
 			}
 		}
@@ -124,7 +117,7 @@ func TestAgainstServer(t *testing.T) {
 		if err := rdb.Set(ctx, "forms:string", "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		out := send(tr, message(srv.URL(), "forms:string"), 5*time.Second)
+		out := transporttest.Send(tr, message(srv.URL(), "forms:string"), 5*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "WRONGTYPE") {
@@ -133,7 +126,7 @@ func TestAgainstServer(t *testing.T) {
 	})
 
 	t.Run("a database the server does not have is permanent", func(t *testing.T) {
-		out := send(tr, message(fmt.Sprintf("redis://%s/99", srv.Addr()), "forms:x"), 5*time.Second)
+		out := transporttest.Send(tr, message(fmt.Sprintf("redis://%s/99", srv.Addr()), "forms:x"), 5*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "database") {
@@ -145,7 +138,7 @@ func TestAgainstServer(t *testing.T) {
 		if err := rdb.Do(ctx, "ACL", "SETUSER", "limited", "on", ">"+testPassword, "~*", "+@all", "-xadd").Err(); err != nil {
 			t.Fatal(err)
 		}
-		out := send(tr, message(fmt.Sprintf("redis://limited:%s@%s/0", testPassword, srv.Addr()), "forms:x"), 5*time.Second)
+		out := transporttest.Send(tr, message(fmt.Sprintf("redis://limited:%s@%s/0", testPassword, srv.Addr()), "forms:x"), 5*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomePermanent || !strings.Contains(out.Error, "NOPERM") {
@@ -170,7 +163,7 @@ func TestAuthentication(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := send(tr, message(tt.url, "forms:auth"), 5*time.Second)
+			out := transporttest.Send(tr, message(tt.url, "forms:auth"), 5*time.Second)
 			assertNoLeak(t, out)
 			t.Logf("outcome: %+v", out)
 			if out.Kind != tt.want || !strings.Contains(out.Error, tt.inText) {
@@ -185,14 +178,14 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{Password: testPassword})
 	url := fmt.Sprintf("redis://:%s@%s/0", testPassword, srv.Addr())
 	tr := newTransport(t)
-	if out := send(tr, message(url, "forms:away"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+	if out := transporttest.Send(tr, message(url, "forms:away"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
 		t.Fatalf("before: outcome = %+v, want delivered", out)
 	}
 
 	srv.Stop()
 	for i := range 2 {
 		start := time.Now()
-		out := send(tr, message(url, "forms:away"), 2*time.Second)
+		out := transporttest.Send(tr, message(url, "forms:away"), 2*time.Second)
 		assertNoLeak(t, out)
 		t.Logf("outcome: %+v", out)
 		if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, srv.Addr()) {
@@ -204,7 +197,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	}
 
 	srv.Restart()
-	if out := send(tr, message(url, "forms:away"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+	if out := transporttest.Send(tr, message(url, "forms:away"), 5*time.Second); out.Kind != transport.OutcomeDelivered {
 		t.Fatalf("after restart: outcome = %+v, want delivered from the same pool", out)
 	}
 	n, err := admin(t, url).XLen(context.Background(), "forms:away").Result()
@@ -217,30 +210,10 @@ func TestHungServerTimesOutRetryable(t *testing.T) {
 	t.Parallel()
 	// A server that accepts connections and never answers: the attempt
 	// must end at its deadline, retryable.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		defer close(accepted)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	defer func() {
-		l.Close()
-		for c := range accepted {
-			c.Close()
-		}
-	}()
+	addr := transporttest.HungServer(t)
 	tr := newTransport(t)
 	start := time.Now()
-	out := send(tr, message("redis://:"+testPassword+"@"+l.Addr().String()+"/0", "forms"), 500*time.Millisecond)
+	out := transporttest.Send(tr, message("redis://:"+testPassword+"@"+addr+"/0", "forms"), 500*time.Millisecond)
 	assertNoLeak(t, out)
 	t.Logf("outcome: %+v", out)
 	if out.Kind != transport.OutcomeRetryable || !strings.Contains(out.Error, "no reply") {
@@ -294,7 +267,7 @@ func TestGuardRefusesLoopbackAndSocketsUnlessAllowed(t *testing.T) {
 			if err := tr.Validate(ctx, msg.Endpoint); err == nil || !containsAll(err.Error(), tt.want) {
 				t.Errorf("Validate = %v, want a refusal saying %q", err, tt.want)
 			}
-			out := send(tr, msg, 5*time.Second)
+			out := transporttest.Send(tr, msg, 5*time.Second)
 			if out.Kind != transport.OutcomePermanent || !out.NoRequest || !containsAll(out.Error, tt.want) {
 				t.Errorf("outcome = %+v, want permanent, no request, saying %q", out, tt.want)
 			}
@@ -321,7 +294,7 @@ func TestGuardRefusesLoopbackAndSocketsUnlessAllowed(t *testing.T) {
 			if err := tr.Validate(ctx, msg.Endpoint); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
-			if out := send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
+			if out := transporttest.Send(tr, msg, 5*time.Second); out.Kind != transport.OutcomeDelivered {
 				t.Fatalf("outcome = %+v, want delivered", out)
 			}
 		})

@@ -1,0 +1,70 @@
+// Package transporttest is what the transport plugins' own tests share:
+// sending with a deadline as the host does, checking that an outcome's
+// text gives nothing away, and a server that never answers. It imports
+// only the standard library and the SDK, so a plugin's tests can use it
+// without pulling in the server.
+package transporttest
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+// Send sends msg through tr as the host would, with an attempt deadline
+// within from now; the context itself lasts two seconds longer, like the
+// host's grace, so that it is the transport that must keep the deadline.
+func Send(tr transport.Transport, msg transport.Message, within time.Duration) transport.Outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), within+2*time.Second)
+	defer cancel()
+	msg.Deadline = time.Now().Add(within)
+	return tr.Send(ctx, msg)
+}
+
+// AssertNoLeak fails the test if out's error contains any of secrets (a
+// signature, a body, a password the test handed over) or is longer than
+// transport.MaxErrorBytes.
+func AssertNoLeak(t testing.TB, out transport.Outcome, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if strings.Contains(out.Error, s) {
+			t.Errorf("outcome error %q contains %q", out.Error, s)
+		}
+	}
+	if len(out.Error) > transport.MaxErrorBytes {
+		t.Errorf("outcome error is %d bytes, want at most %d", len(out.Error), transport.MaxErrorBytes)
+	}
+}
+
+// HungServer listens on loopback, accepts every connection and never
+// answers, as a broker that hangs would; it returns its host:port. It
+// closes the listener and the connections when the test ends.
+func HungServer(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
