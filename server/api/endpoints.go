@@ -184,7 +184,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 		}
 		var res storage.EndpointCreateResult
 		res, err = h.store.EndpointCreateOnce(r.Context(), storage.EndpointCreateParams{
-			Endpoint: ep, IdempotencyKey: endpointScope(key), RequestHash: hash, Window: h.keyWindow})
+			Endpoint: ep, Once: storage.Once{IdempotencyKey: endpointScope(key), RequestHash: hash, Window: h.keyWindow}})
 		created = res.Endpoint
 		if errors.Is(err, storage.ErrDeleted) {
 			return &apiError{Status: http.StatusGone, Code: "endpoint_deleted", cause: err,
