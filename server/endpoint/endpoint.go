@@ -247,7 +247,9 @@ func RotateSecretOnce(ctx context.Context, store RotateStore, id string, grace t
 	rot, err := rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
 		res, err := store.EndpointRotateOnce(ctx, storage.EndpointRotateParams{
 			Endpoint: r.Endpoint, SecretSHA256: storage.SecretFingerprint(storage.NewSecret(r.Secret, nil)),
-			PreviousSecretsExpireAt: r.PreviousSecretsExpireAt, Once: once, Now: now,
+			// The key is dated by the store's clock, as every other keyed
+			// route's is, so one window holds across them.
+			PreviousSecretsExpireAt: r.PreviousSecretsExpireAt, Once: once,
 		})
 		if err == nil && res.Duplicate {
 			first = &res
