@@ -67,17 +67,34 @@ func (c *apiClient) do(ctx context.Context, method, path string, body, out any) 
 // doWith is do with extra request headers. An answer in the API's error
 // shape comes back as an error wrapping *apiwire.Error, with its status.
 func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.Header, body, out any) error {
+	_, err := c.exchange(ctx, method, path, extra, body, out)
+	return err
+}
+
+// doKeyed is do with an Idempotency-Key when key is set; repeat reports
+// that the server answered with what the key's first request did.
+func (c *apiClient) doKeyed(ctx context.Context, method, path, key string, body, out any) (repeat bool, err error) {
+	var extra http.Header
+	if key != "" {
+		extra = http.Header{"Idempotency-Key": {key}}
+	}
+	h, err := c.exchange(ctx, method, path, extra, body, out)
+	return err == nil && h.Get("Idempotent-Replayed") == "true", err
+}
+
+// exchange is doWith, returning the answer's headers.
+func (c *apiClient) exchange(ctx context.Context, method, path string, extra http.Header, body, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Every write says JSON, with a body or without: a server in insecure
 	// dev mode refuses writes that do not, so no web page can send one.
@@ -95,28 +112,28 @@ func (c *apiClient) doWith(ctx context.Context, method, path string, extra http.
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("is the server running at %s? %w", c.base, err)
+		return nil, fmt.Errorf("is the server running at %s? %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("read the server's answer: %w", err)
+		return nil, fmt.Errorf("read the server's answer: %w", err)
 	}
 	if resp.StatusCode >= 300 {
 		var e apiwire.ErrorResponse
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-			return fmt.Errorf("server answered %s", resp.Status)
+			return nil, fmt.Errorf("server answered %s", resp.Status)
 		}
 		e.Error.Status = resp.StatusCode
 		if resp.StatusCode == http.StatusUnauthorized && c.token == "" {
 			e.Error.Message += " (set FORMS_SERVER_ADMIN_TOKEN or pass --token)"
 		}
-		return fmt.Errorf("server answered %w", &e.Error)
+		return nil, fmt.Errorf("server answered %w", &e.Error)
 	}
 	if out == nil {
-		return nil
+		return resp.Header, nil
 	}
-	return json.Unmarshal(data, out)
+	return resp.Header, json.Unmarshal(data, out)
 }
 
 // outputFlag adds -o: table (the default) or json, the API's answer as it
@@ -271,7 +288,10 @@ const replayUsage = `usage: hymical replay [flags] DELIVERY_ID
 
 Makes finished deliveries due again, with a fresh retry allowance; the
 server records who replayed them (--operator) and when. With an id, that one
-delivery; with --state, every delivery in that state the filters match.`
+delivery; with --state, every delivery in that state the filters match.
+Run again with the same --idempotency-key (within 24 hours) after a failure
+and the server replays nothing more, even if the replayed deliveries have
+finished again since.`
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replay", replayUsage)
@@ -280,6 +300,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	endpoint := fs.String("endpoint", "", "bulk: only this endpoint's deliveries")
 	form := fs.String("form", "", "bulk: only this form's deliveries")
 	limit := fs.Int("limit", 0, "bulk: at most this many (0: the server's cap)")
+	key := fs.String("idempotency-key", "", "send the same key again with the same arguments and the server replays nothing more, answering as the first time")
 	id, err := fs.parseWithArg(args, stdout, stderr)
 	if err != nil {
 		return err
@@ -291,16 +312,27 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch {
 	case id != "" && *state == "":
 		var d apiwire.Delivery
-		if err := c.do(ctx, http.MethodPost, "/v1/deliveries/"+url.PathEscape(id)+"/replay", nil, &d); err != nil {
+		repeat, err := c.doKeyed(ctx, http.MethodPost, "/v1/deliveries/"+url.PathEscape(id)+"/replay", *key, nil, &d)
+		if err != nil {
 			return err
+		}
+		if repeat {
+			fmt.Fprintf(stdout, "already replayed %s with --idempotency-key %q, so not again: it is %s now, cycle_attempts %d, attempts %d\n",
+				d.ID, *key, d.State, d.CycleAttempts, d.Attempts)
+			return nil
 		}
 		fmt.Fprintf(stdout, "replayed %s: %s, due now, cycle_attempts %d, attempts %d\n", d.ID, d.State, d.CycleAttempts, d.Attempts)
 		return nil
 	case id == "" && *state != "":
 		var res apiwire.ReplayCount
 		body := apiwire.ReplayRequest{State: *state, EndpointID: *endpoint, FormID: *form, Limit: max(*limit, 0)}
-		if err := c.do(ctx, http.MethodPost, "/v1/deliveries/replay", body, &res); err != nil {
+		repeat, err := c.doKeyed(ctx, http.MethodPost, "/v1/deliveries/replay", *key, body, &res)
+		if err != nil {
 			return err
+		}
+		if repeat {
+			fmt.Fprintf(stdout, "already replayed %d %s deliveries with --idempotency-key %q, so none again\n", res.Count, *state, *key)
+			return nil
 		}
 		fmt.Fprintf(stdout, "replayed %d %s deliveries\n", res.Count, *state)
 		return nil
@@ -317,6 +349,7 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		{"set", "change an endpoint's controls: rate limit, in-flight cap, order, retries", runEndpointsSet},
 		{"disable", "pause an endpoint: its deliveries are held, not failed", runEndpointsSwitch("disable")},
 		{"enable", "resume a disabled endpoint", runEndpointsSwitch("enable")},
+		{"rotate-secret", "give an endpoint a new signing secret; prints it once", runEndpointsRotateSecret},
 		{"delete", "delete an endpoint for good; its history stays readable (--yes)", runEndpointsDelete},
 	}, args, stdout, stderr)
 }
@@ -459,6 +492,48 @@ Resumes a disabled endpoint: its held deliveries go out again.`
 		fmt.Fprintf(stdout, "endpoint %s: %s\n", e.ID, endpointStatus(e))
 		return nil
 	}
+}
+
+const endpointsRotateUsage = `usage: hymical endpoints rotate-secret [flags] ENDPOINT_ID
+
+Gives an endpoint a new signing secret of its scheme and prints it once.
+The secrets that signed before keep signing beside it until the time
+printed (server.secret_rotation_grace), so receivers can switch over. Run
+again with the same --idempotency-key (within 24 hours) after a failure and
+the server answers with the secret that rotation made instead of rotating
+again; if another rotation has replaced it since, it says so.`
+
+func runEndpointsRotateSecret(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("endpoints rotate-secret", endpointsRotateUsage)
+	client := clientFlags(fs)
+	key := fs.String("idempotency-key", "", "send the same key again and the server returns the secret the first rotation made")
+	id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
+	if err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	var rot apiwire.EndpointCreated
+	repeat, err := c.doKeyed(ctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/rotate-secret", *key, nil, &rot)
+	if err != nil {
+		return err
+	}
+	if repeat {
+		fmt.Fprintf(stdout, "already rotated with --idempotency-key %q, so not again; the secret that rotation made:\n", *key)
+	}
+	until := "no earlier secret was active"
+	if rot.PreviousSecretsExpireAt != nil {
+		until = "the previous secrets sign beside it until " + rot.PreviousSecretsExpireAt.UTC().Format(time.RFC3339)
+	}
+	if len(rot.PublicKeys) == 0 {
+		fmt.Fprintf(stdout, "endpoint %s: new signing secret (shown once; give it to the receiver): %s\n%s\n", rot.ID, rot.Secret, until)
+		return nil
+	}
+	fmt.Fprintf(stdout, "endpoint %s: public keys (give the first to the receiver): %s\nnew signing key (shown once; the server signs with it): %s\n%s\n",
+		rot.ID, strings.Join(rot.PublicKeys, " "), rot.Secret, until)
+	return nil
 }
 
 const endpointsListUsage = `usage: hymical endpoints list [flags]

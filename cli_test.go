@@ -51,7 +51,9 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		{args: []string{"plugins", "list"}, usage: "Usage: hymical plugins list", lines: []string{"--plugins.dir", "--database.url"}},
 		{args: []string{"demo"}, usage: "usage: hymical demo", flags: []string{"plugins", "timeout"}, notFlags: cat(client, []string{"database"})},
 		{args: []string{"submit"}, usage: "usage: hymical submit", flags: cat(client, []string{"form", "data", "idempotency-key"}), notFlags: cat(controls, []string{"url", "state"})},
-		{args: []string{"endpoints"}, usage: "usage: hymical endpoints COMMAND", lines: []string{"  add ", "  list ", "  set ", "  disable ", "  enable ", "  delete "}},
+		{args: []string{"endpoints"}, usage: "usage: hymical endpoints COMMAND", lines: []string{"  add ", "  list ", "  set ", "  disable ", "  enable ", "  rotate-secret ", "  delete "}},
+		{args: []string{"endpoints", "rotate-secret"}, usage: "usage: hymical endpoints rotate-secret", flags: cat(client, []string{"idempotency-key"}),
+			notFlags: cat(controls, []string{"url", "wide", "yes"})},
 		{args: []string{"endpoints", "add"}, usage: "usage: hymical endpoints add",
 			flags:    cat(client, controls, []string{"url", "transport", "description", "signature-scheme", "form", "event-type", "endpoint-config", "idempotency-key"}),
 			notFlags: []string{"wide", "o", "state", "cursor", "yes", "force"}},
@@ -68,7 +70,7 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 			notFlags: cat(controls, []string{"url", "wide"})},
 		{args: []string{"deliveries", "show"}, usage: "usage: hymical deliveries show", flags: cat(client, []string{"o"}),
 			notFlags: []string{"state", "cursor", "limit", "url"}},
-		{args: []string{"replay"}, usage: "usage: hymical replay", flags: cat(client, []string{"state", "endpoint", "form", "limit"}), notFlags: []string{"cursor", "url", "wide"}},
+		{args: []string{"replay"}, usage: "usage: hymical replay", flags: cat(client, []string{"state", "endpoint", "form", "limit", "idempotency-key"}), notFlags: []string{"cursor", "url", "wide"}},
 		{args: []string{"bench"}, usage: "usage: hymical bench", flags: []string{"backend", "submissions", "endpoints", "concurrency", "json"}, notFlags: client},
 		{args: []string{"version"}, usage: "usage: hymical version", notFlags: client},
 		{args: []string{"secrets"}, usage: "usage: hymical secrets COMMAND", lines: []string{"  rotate-key "}},
@@ -375,8 +377,9 @@ func TestDeliveriesShowHidesURLSecrets(t *testing.T) {
 }
 
 // endpoints list follows the API's pages, endpoints delete asks for --yes
-// and --force before it ends deliveries, and endpoints add with a repeated
-// --idempotency-key makes one endpoint: against a real server.
+// and --force before it ends deliveries, and endpoints add, endpoints
+// rotate-secret and replay with a repeated --idempotency-key do what they
+// do once: against a real server.
 func TestEndpointsDeleteAndPagesOnARealServer(t *testing.T) {
 	dir := t.TempDir()
 	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
@@ -449,5 +452,28 @@ func TestEndpointsDeleteAndPagesOnARealServer(t *testing.T) {
 	if out, err := hymical("endpoints", "add", "--url", "http://127.0.0.1:9/other", "--idempotency-key", "add-once"); err == nil ||
 		!strings.Contains(err.Error(), "idempotency_key_reused") {
 		t.Fatalf("the key with other flags: %v\n%s", err, out)
+	}
+
+	// rotate-secret and replay take a key too: a repeat does nothing more.
+	rotated := must("endpoints", "rotate-secret", ids[1], "--idempotency-key", "rotate-once")
+	secret := regexp.MustCompile(`whsec_\S+`).FindString(rotated)
+	repeated := must("endpoints", "rotate-secret", ids[1], "--idempotency-key", "rotate-once")
+	if secret == "" || !strings.Contains(repeated, "already rotated") || !strings.Contains(repeated, secret) {
+		t.Fatalf("a repeated rotate-secret --idempotency-key answered:\n%s\nafter:\n%s", repeated, rotated)
+	}
+	if out := must("endpoints", "rotate-secret", ids[1]); strings.Contains(out, secret) || strings.Contains(out, "already") {
+		t.Fatalf("rotate-secret without a key did not rotate:\n%s", out)
+	}
+	if out, err := hymical("endpoints", "rotate-secret", ids[1], "--idempotency-key", "rotate-once"); err == nil || !strings.Contains(err.Error(), "secret_rotated") {
+		t.Fatalf("a repeat after a later rotation: %v\n%s", err, out)
+	}
+	if out := must("replay", "--state", "failed", "--idempotency-key", "replay-once"); !strings.HasPrefix(out, "replayed 0 failed") {
+		t.Fatalf("replay --idempotency-key said: %s", out)
+	}
+	if out := must("replay", "--state", "failed", "--idempotency-key", "replay-once"); !strings.Contains(out, "already replayed 0") {
+		t.Fatalf("a repeated replay --idempotency-key said: %s", out)
+	}
+	if out, err := hymical("replay", "--state", "delivered", "--idempotency-key", "replay-once"); err == nil || !strings.Contains(err.Error(), "idempotency_key_reused") {
+		t.Fatalf("the replay key with other flags: %v\n%s", err, out)
 	}
 }

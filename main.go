@@ -66,7 +66,7 @@ Commands:
 
 Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADMIN_TOKEN):
   submit       send a sample (or your own) form submission
-  endpoints    add | list | set | disable | enable
+  endpoints    add | list | set | disable | enable | rotate-secret | delete
   deliveries   list [--state …] | show DELIVERY_ID (with its attempt history)
   replay       DELIVERY_ID | --state failed [--endpoint ID] [--form ID]
 

@@ -8,7 +8,9 @@
 // from attempts, 4 the live worker registry, 5 the claim's ordered partial
 // indexes, 6 the endpoint controls, 7 the reason a claim ended without a
 // request, 8 the fair share's index, 9 the record of the key endpoint
-// secrets are encrypted under. A database stopped at any step upgrades by
+// secrets are encrypted under, 10 deleted endpoints and the idempotency
+// keys of endpoint creates, 11 those keys for rotations and replays too.
+// A database stopped at any step upgrades by
 // applying the rest.
 // Never edit a released file: add a new one.
 package migrations

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -208,26 +209,94 @@ func (p EndpointListParams) PageSize() int {
 	return min(p.Limit, 1000)
 }
 
-// Validate checks a keyed create before anything is written.
-func (p EndpointCreateParams) Validate() error {
-	if p.IdempotencyKey == "" {
-		return fmt.Errorf("%w: a create once needs an idempotency key; without one use EndpointCreate", ErrInvalid)
+// Validate checks an idempotency key and its request's fingerprint.
+func (o Once) Validate() error {
+	if o.IdempotencyKey == "" {
+		return fmt.Errorf("%w: a keyed operation needs an idempotency key; without one use the operation without Once", ErrInvalid)
 	}
-	if p.RequestHash == "" {
+	if o.RequestHash == "" {
 		return fmt.Errorf("%w: an idempotency key needs the fingerprint of its request", ErrInvalid)
 	}
-	if p.Window < 0 {
+	if o.Window < 0 {
 		return fmt.Errorf("%w: idempotency window must not be negative", ErrInvalid)
+	}
+	return nil
+}
+
+// KeyWindow is the idempotency window in force.
+func (o Once) KeyWindow() time.Duration {
+	if o.Window == 0 {
+		return DefaultIdempotencyWindow
+	}
+	return o.Window
+}
+
+// Validate checks a keyed create before anything is written.
+func (p EndpointCreateParams) Validate() error {
+	if err := p.Once.Validate(); err != nil {
+		return err
 	}
 	return p.Endpoint.Validate()
 }
 
-// KeyWindow is the idempotency window in force.
-func (p EndpointCreateParams) KeyWindow() time.Duration {
-	if p.Window == 0 {
-		return DefaultIdempotencyWindow
+// KeyUse is what a repeat of an idempotency key is checked against: the
+// operation (one of the Op* names), its target (the endpoint or delivery
+// in the request's path; "" when there is none) and the request's
+// fingerprint.
+type KeyUse struct{ Operation, Target, RequestHash string }
+
+// Repeat checks again, a use of a key held within its window, against
+// first, the use that recorded it: anything but the same operation on the
+// same target with the same request is ErrKeyReused.
+func (first KeyUse) Repeat(again KeyUse) error {
+	if first != again {
+		return ErrKeyReused
 	}
-	return p.Window
+	return nil
+}
+
+// SecretFingerprint is the SHA-256 of a secret's value, in hex: what a
+// keyed rotation records to find its secret again, in place of the secret.
+func SecretFingerprint(s Secret) string {
+	sum := sha256.Sum256([]byte(s.value))
+	return hex.EncodeToString(sum[:])
+}
+
+// Validate checks a keyed rotation before anything is written: the
+// fingerprint must be that of a secret of the endpoint that signs from
+// now on, so what is recorded can only ever find that secret.
+func (p EndpointRotateParams) Validate() error {
+	if err := p.Once.Validate(); err != nil {
+		return err
+	}
+	if p.Endpoint.ID == "" {
+		return fmt.Errorf("%w: endpoint id is required", ErrInvalid)
+	}
+	if err := p.Endpoint.Validate(); err != nil {
+		return err
+	}
+	for _, s := range p.Endpoint.Secrets {
+		if s.ExpiresAt == nil && SecretFingerprint(s) == p.SecretSHA256 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: secret_sha256 must be SecretFingerprint of the endpoint's new secret, one without an expiry", ErrInvalid)
+}
+
+// Validate checks a keyed replay before anything is written.
+func (p DeliveryReplayOnceParams) Validate() error {
+	if err := p.Once.Validate(); err != nil {
+		return err
+	}
+	return p.DeliveryReplayParams.Validate()
+}
+
+// Validate checks a keyed bulk replay before anything is written.
+func (p DeliveryReplayManyOnceParams) Validate() error {
+	if err := p.Once.Validate(); err != nil {
+		return err
+	}
+	return p.DeliveryReplayManyParams.Validate()
 }
 
 // Validate checks the delete parameters.

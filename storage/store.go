@@ -516,27 +516,44 @@ type EndpointListParams struct {
 	Limit int
 }
 
-// DefaultIdempotencyWindow is how long an idempotency key of
-// EndpointCreateOnce answers with what it first created.
+// DefaultIdempotencyWindow is how long an idempotency key of a keyed
+// operation (EndpointCreateOnce and the other *Once methods) answers with
+// what it first did.
 const DefaultIdempotencyWindow = 24 * time.Hour
+
+// Once is the idempotency key of an operation that is not an ingest, and
+// what a repeat of it is checked against. The keys of every such
+// operation share one space, so callers scope them (e.g. "endpoint:" +
+// key); a key first used by another operation, or on another target, is
+// ErrKeyReused. A key records only ids, counts and fingerprints of what
+// the operation did, never a secret: a repeat reads its answer again.
+type Once struct {
+	// IdempotencyKey makes a second call with the same key within Window
+	// answer with what the first did instead of doing it again; required.
+	IdempotencyKey string
+	// RequestHash fingerprints the request the key came with; a later
+	// call with the same key and another fingerprint is ErrKeyReused.
+	// Required.
+	RequestHash string
+	// Window is how long the key holds; zero means
+	// DefaultIdempotencyWindow. An older key is taken over by the new
+	// call as if it had never been used.
+	Window time.Duration
+}
+
+// The operations a key can be recorded for, as the key's record names them.
+const (
+	OpEndpointCreate       = "endpoint.create"
+	OpEndpointRotateSecret = "endpoint.rotate_secret"
+	OpDeliveryReplay       = "delivery.replay"
+	OpDeliveryReplayMany   = "delivery.replay_many"
+)
 
 // EndpointCreateParams creates an endpoint at most once per idempotency key.
 type EndpointCreateParams struct {
 	Endpoint Endpoint
-	// IdempotencyKey, when set, makes a second create with the same key
-	// within Window return the first endpoint instead of creating another.
-	// Keys share one space with every other keyed create that is not an
-	// event, so callers scope them (e.g. "endpoint:" + key).
-	IdempotencyKey string
-	// RequestHash fingerprints the request the key came with; a later
-	// create with the same key and another fingerprint is ErrKeyReused.
-	// Required with IdempotencyKey.
-	RequestHash string
-	// Window is how long the key holds; zero means
-	// DefaultIdempotencyWindow. An older key is taken over by the new
-	// create as if it had never been used.
-	Window time.Duration
-	Now    time.Time
+	Once
+	Now time.Time
 }
 
 // EndpointCreateResult is the endpoint a keyed create made or found.
@@ -544,6 +561,72 @@ type EndpointCreateResult struct {
 	Endpoint Endpoint
 	// Duplicate is true when the key was used before within its window:
 	// Endpoint is the one created then, read now, and nothing was written.
+	Duplicate bool
+}
+
+// EndpointRotateParams writes an endpoint whose secrets were rotated, at
+// most once per idempotency key.
+type EndpointRotateParams struct {
+	// Endpoint is the endpoint as rotated, with UpdatedAt as read: it is
+	// written as EndpointUpdate writes it, conditional on that version.
+	Endpoint Endpoint
+	// SecretSHA256 is SecretFingerprint of the new secret, which must be
+	// one of Endpoint's secrets without an expiry. Only this is recorded
+	// with the key, never the secret.
+	SecretSHA256 string
+	// PreviousSecretsExpireAt is when the secrets that were active before
+	// stop signing; nil when there were none. Recorded, to answer again.
+	PreviousSecretsExpireAt *time.Time
+	Once
+	Now time.Time
+}
+
+// EndpointRotateResult is what a keyed rotation did or, for a repeat, did
+// the first time.
+type EndpointRotateResult struct {
+	// Endpoint is the endpoint as written or, for a repeat, read now.
+	Endpoint Endpoint
+	// SecretSHA256 and PreviousSecretsExpireAt are those of the first
+	// rotation. A repeat finds the new secret on Endpoint by its
+	// fingerprint, if it is still there.
+	SecretSHA256            string
+	PreviousSecretsExpireAt *time.Time
+	// Duplicate is true when the key was used before within its window:
+	// nothing was written.
+	Duplicate bool
+}
+
+// DeliveryReplayOnceParams replays one delivery at most once per
+// idempotency key.
+type DeliveryReplayOnceParams struct {
+	DeliveryReplayParams
+	Once
+}
+
+// DeliveryReplayResult is the delivery a keyed replay replayed.
+type DeliveryReplayResult struct {
+	// Delivery is the delivery as replayed or, for a repeat, read now
+	// (which may be processing, or finished again).
+	Delivery Delivery
+	// Duplicate is true when the key was used before within its window:
+	// nothing was written, no audit record either.
+	Duplicate bool
+}
+
+// DeliveryReplayManyOnceParams is a bulk replay done at most once per
+// idempotency key.
+type DeliveryReplayManyOnceParams struct {
+	DeliveryReplayManyParams
+	Once
+}
+
+// DeliveryReplayManyResult says how many deliveries a keyed bulk replay
+// replayed.
+type DeliveryReplayManyResult struct {
+	// Count is how many were replayed, the first time for a repeat.
+	Count int
+	// Duplicate is true when the key was used before within its window:
+	// nothing was replayed again.
 	Duplicate bool
 }
 
@@ -599,6 +682,16 @@ type Store interface {
 	// now (ErrDeleted if it was deleted since), with another RequestHash
 	// ErrKeyReused. Concurrent creates with one key make one endpoint.
 	EndpointCreateOnce(ctx context.Context, p EndpointCreateParams) (EndpointCreateResult, error)
+	// EndpointRotateOnce is EndpointUpdate of a rotated endpoint under an
+	// idempotency key, recorded in the same transaction with the new
+	// secret's fingerprint (never the secret). A repeat within the key's
+	// window with the same RequestHash, for the same endpoint, writes
+	// nothing and returns the endpoint as it is now with what the first
+	// rotation recorded (ErrDeleted if it was deleted since); with another
+	// RequestHash, endpoint or operation, ErrKeyReused. A conflicting
+	// change is ErrConflict, and the key stays unrecorded. Concurrent
+	// rotations with one key rotate once.
+	EndpointRotateOnce(ctx context.Context, p EndpointRotateParams) (EndpointRotateResult, error)
 	// EndpointGet reads an endpoint, a deleted one too (DeletedAt set).
 	EndpointGet(ctx context.Context, id string) (Endpoint, error)
 	// EndpointList returns every endpoint that is not deleted, by id.
@@ -662,6 +755,19 @@ type Store interface {
 	// DeliveryReplayMany replays terminal deliveries matching a filter and
 	// returns how many it replayed, leaving out those of deleted endpoints.
 	DeliveryReplayMany(ctx context.Context, p DeliveryReplayManyParams) (int, error)
+	// DeliveryReplayOnce is DeliveryReplay under an idempotency key,
+	// recorded in the same transaction with the delivery's id. A repeat
+	// within the key's window with the same RequestHash, for the same
+	// delivery, writes nothing and returns the delivery as it is now; with
+	// another RequestHash, delivery or operation, ErrKeyReused. A refused
+	// replay records no key. Concurrent replays with one key replay once.
+	DeliveryReplayOnce(ctx context.Context, p DeliveryReplayOnceParams) (DeliveryReplayResult, error)
+	// DeliveryReplayManyOnce is DeliveryReplayMany under an idempotency
+	// key, recorded in the same transaction with the count. A repeat
+	// within the key's window with the same RequestHash replays nothing
+	// and returns the first count; with another, ErrKeyReused. Concurrent
+	// bulk replays with one key replay once.
+	DeliveryReplayManyOnce(ctx context.Context, p DeliveryReplayManyOnceParams) (DeliveryReplayManyResult, error)
 
 	// DeliveryPrune removes up to p.Limit delivered deliveries completed
 	// before p.CompletedBefore, their attempts and replay records, and the

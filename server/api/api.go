@@ -111,9 +111,9 @@ type Options struct {
 	// OperatorEndpoint is endpoints.operator_endpoint: the endpoint told
 	// when the server disables one. DELETE refuses it.
 	OperatorEndpoint string
-	// IdempotencyWindow is how long an Idempotency-Key of
-	// POST /v1/endpoints answers with the endpoint it first created; zero
-	// means storage.DefaultIdempotencyWindow.
+	// IdempotencyWindow is how long an Idempotency-Key of POST
+	// /v1/endpoints, of a secret rotation or of a replay answers with what
+	// it first did; zero means storage.DefaultIdempotencyWindow.
 	IdempotencyWindow time.Duration
 }
 
@@ -139,7 +139,7 @@ type handler struct {
 	now         func() time.Time
 	// storeHealth knows whether the store has run out of space.
 	storeHealth *StoreHealth
-	// operatorEndpoint may not be deleted; keyWindow is the endpoint
+	// operatorEndpoint may not be deleted; keyWindow is every keyed route's
 	// create's idempotency window.
 	operatorEndpoint string
 	keyWindow        time.Duration

@@ -138,14 +138,36 @@ func (h *handler) listReplays(w http.ResponseWriter, r *http.Request) error {
 }
 
 // POST /v1/deliveries/{id}/replay
+//
+// With an Idempotency-Key, a repeat within the key's window replays
+// nothing (even if the delivery finished again since) and answers 200,
+// marked Idempotent-Replayed, with the delivery as it is now.
 func (h *handler) replayDelivery(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
-	d, err := h.store.DeliveryReplay(r.Context(), storage.DeliveryReplayParams{
-		DeliveryID: id, Actor: operatorActor(r.Header.Get(HeaderOperator)),
-	})
+	p := storage.DeliveryReplayParams{DeliveryID: id, Actor: operatorActor(r.Header.Get(HeaderOperator))}
+	var d storage.Delivery
+	if key == "" {
+		d, err = h.store.DeliveryReplay(r.Context(), p)
+	} else {
+		hash, herr := requestHash(map[string]string{"delivery_id": id})
+		if herr != nil {
+			return herr
+		}
+		var res storage.DeliveryReplayResult
+		res, err = h.store.DeliveryReplayOnce(r.Context(), storage.DeliveryReplayOnceParams{DeliveryReplayParams: p,
+			Once: storage.Once{IdempotencyKey: replayScope(key), RequestHash: hash, Window: h.keyWindow}})
+		d = res.Delivery
+		if err == nil && res.Duplicate {
+			w.Header().Set(HeaderIdempotentReplayed, "true")
+		}
+	}
 	if errors.Is(err, storage.ErrNotTerminal) {
 		ae := storeError(err, deliveryName(id))
 		if cur, gerr := h.store.DeliveryGet(r.Context(), id); gerr == nil {
@@ -164,7 +186,15 @@ func (h *handler) replayDelivery(w http.ResponseWriter, r *http.Request) error {
 //
 // The state defaults to failed: replaying delivered deliveries sends
 // receivers what they already have, so it must be asked for by name.
+//
+// With an Idempotency-Key, a repeat within the key's window replays
+// nothing and answers 200, marked Idempotent-Replayed, with the count
+// the first replayed.
 func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
 	body, err := h.readBody(w, r)
 	if err != nil {
 		return err
@@ -196,9 +226,25 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 	if req.Limit == 0 {
 		req.Limit = maxReplayBatch
 	}
-	n, err := h.store.DeliveryReplayMany(r.Context(), storage.DeliveryReplayManyParams{
-		Filter: f, Actor: operatorActor(r.Header.Get(HeaderOperator)), Limit: req.Limit,
-	})
+	p := storage.DeliveryReplayManyParams{Filter: f, Actor: operatorActor(r.Header.Get(HeaderOperator)), Limit: req.Limit}
+	var n int
+	if key == "" {
+		n, err = h.store.DeliveryReplayMany(r.Context(), p)
+	} else {
+		// The request as filled in: leaving out a default and naming it
+		// are the same request.
+		hash, herr := requestHash(req)
+		if herr != nil {
+			return herr
+		}
+		var res storage.DeliveryReplayManyResult
+		res, err = h.store.DeliveryReplayManyOnce(r.Context(), storage.DeliveryReplayManyOnceParams{DeliveryReplayManyParams: p,
+			Once: storage.Once{IdempotencyKey: replayManyScope(key), RequestHash: hash, Window: h.keyWindow}})
+		n = res.Count
+		if err == nil && res.Duplicate {
+			w.Header().Set(HeaderIdempotentReplayed, "true")
+		}
+	}
 	if err != nil {
 		return storeError(err, "the deliveries")
 	}

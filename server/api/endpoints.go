@@ -184,7 +184,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 		}
 		var res storage.EndpointCreateResult
 		res, err = h.store.EndpointCreateOnce(r.Context(), storage.EndpointCreateParams{
-			Endpoint: ep, IdempotencyKey: endpointScope(key), RequestHash: hash, Window: h.keyWindow})
+			Endpoint: ep, Once: storage.Once{IdempotencyKey: endpointScope(key), RequestHash: hash, Window: h.keyWindow}})
 		created = res.Endpoint
 		if errors.Is(err, storage.ErrDeleted) {
 			return &apiError{Status: http.StatusGone, Code: "endpoint_deleted", cause: err,
@@ -397,9 +397,15 @@ func (h *handler) enableEndpoint(w http.ResponseWriter, r *http.Request) error {
 }
 
 // setDisabled is idempotent: disabling a disabled endpoint keeps the time
-// it was first disabled.
+// it was first disabled. So it keeps no Idempotency-Key record: a retry
+// finds the endpoint as the first request left it and answers the same.
+// It still checks the header's form, so a client that sends a key on
+// every POST learns of a malformed one here too.
 func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bool) error {
 	id := r.PathValue("id")
+	if _, err := idempotencyKey(r); err != nil {
+		return err
+	}
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
@@ -424,15 +430,43 @@ func (h *handler) emptyBody(w http.ResponseWriter, r *http.Request) error {
 //
 // The new secret signs from now on; every secret that was active keeps
 // signing beside it for SecretRotationGrace (endpoint.RotateSecret).
+//
+// With an Idempotency-Key, a repeat within the key's window rotates
+// nothing and answers 200, marked Idempotent-Replayed, with the secret
+// the first rotation made: only its SHA-256 is stored with the key, and
+// the secret is read again from the endpoint. If a later rotation has
+// replaced it since, the answer is 409 and the secret is not shown.
 func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
 	now := h.now()
-	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now)
+	var rot endpoint.Rotation
+	if key == "" {
+		rot, err = endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now)
+	} else {
+		hash, herr := requestHash(map[string]string{"endpoint_id": id})
+		if herr != nil {
+			return herr
+		}
+		rot, err = endpoint.RotateSecretOnce(r.Context(), h.store, id, h.grace, now,
+			storage.Once{IdempotencyKey: rotateScope(key), RequestHash: hash, Window: h.keyWindow})
+		if errors.Is(err, endpoint.ErrSecretReplaced) {
+			return &apiError{Status: http.StatusConflict, Code: "secret_rotated", cause: err,
+				Message: fmt.Sprintf("the secret this %s's rotation of %s made was replaced by a later rotation, so it is not shown again (receivers given it would soon fail); rotate again with a new key to get a secret that signs",
+					HeaderIdempotencyKey, endpointName(id))}
+		}
+	}
 	if err != nil {
 		return h.endpointError(err, id)
+	}
+	if rot.Repeat {
+		w.Header().Set(HeaderIdempotentReplayed, "true")
 	}
 	writeJSON(w, http.StatusOK, apiwire.EndpointCreated{
 		Endpoint: viewEndpoint(rot.Endpoint, now), Secret: rot.Secret, PreviousSecretsExpireAt: rot.PreviousSecretsExpireAt,

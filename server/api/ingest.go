@@ -47,6 +47,13 @@ func eventScope(key string) string              { return "event:" + key }
 // another creating route can share that table without sharing its keys.
 func endpointScope(key string) string { return "endpoint:" + key }
 
+// The other keyed routes share that table, each in a scope of its own.
+// The endpoint or delivery in the path is checked by the store as well as
+// hashed, so one key cannot answer for another target.
+func rotateScope(key string) string     { return "rotate-secret:" + key }
+func replayScope(key string) string     { return "replay:" + key }
+func replayManyScope(key string) string { return "replay-many:" + key }
+
 // traceParentPattern is the W3C traceparent format, version 00.
 var traceParentPattern = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 

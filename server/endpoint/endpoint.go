@@ -33,12 +33,20 @@ type Store interface {
 // there is nothing to write; its error is returned as it is. A store error
 // is returned wrapped, for errors.Is against the storage sentinels.
 func Modify(ctx context.Context, store Store, id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
+	return modify(ctx, store.EndpointGet, store.EndpointUpdate, id, change)
+}
+
+// modify is Modify with the read and the conditional write given: write
+// must return storage.ErrConflict when the endpoint changed since it was
+// read (its UpdatedAt).
+func modify(ctx context.Context, get func(context.Context, string) (storage.Endpoint, error),
+	write func(context.Context, storage.Endpoint) (storage.Endpoint, error), id string, change func(e *storage.Endpoint) (bool, error)) (storage.Endpoint, error) {
 	// Every conflict means another change won, so contention ends; the cap
 	// only stops a pathological loop. A short random pause spreads writers
 	// that collided so they do not collide again in step.
 	const tries = 64
 	for try := 1; ; try++ {
-		e, err := store.EndpointGet(ctx, id)
+		e, err := get(ctx, id)
 		if err != nil {
 			return storage.Endpoint{}, fmt.Errorf("read endpoint %s: %w", id, err)
 		}
@@ -47,11 +55,11 @@ func Modify(ctx context.Context, store Store, id string, change func(e *storage.
 			// endpoint) must not answer as if the endpoint were there.
 			return e, fmt.Errorf("endpoint %s: %w at %s", id, storage.ErrDeleted, e.DeletedAt.UTC().Format(time.RFC3339))
 		}
-		write, err := change(&e)
-		if err != nil || !write {
+		changed, err := change(&e)
+		if err != nil || !changed {
 			return e, err
 		}
-		updated, err := store.EndpointUpdate(ctx, e)
+		updated, err := write(ctx, e)
 		if errors.Is(err, storage.ErrConflict) && try < tries {
 			select {
 			case <-time.After(time.Duration(rand.IntN(2000)) * time.Microsecond):
@@ -145,6 +153,9 @@ type Rotation struct {
 	// PreviousSecretsExpireAt is when the secrets that were active before
 	// stop signing; nil when there were none.
 	PreviousSecretsExpireAt *time.Time
+	// Repeat is true when RotateSecretOnce's key was used before: nothing
+	// was rotated, and this is the first rotation's answer.
+	Repeat bool
 }
 
 // RotateSecret gives the endpoint a new signing secret of the same scheme
@@ -154,6 +165,15 @@ type Rotation struct {
 // receivers can switch over without dropping a message; secrets already
 // past their expiry are removed.
 func RotateSecret(ctx context.Context, store Store, id string, grace time.Duration, now time.Time) (Rotation, error) {
+	return rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
+		return store.EndpointUpdate(ctx, r.Endpoint)
+	}, id, grace, now)
+}
+
+// rotate is RotateSecret with the read and the conditional write given,
+// as modify takes them; write is handed the rotation about to be written.
+func rotate(ctx context.Context, get func(context.Context, string) (storage.Endpoint, error),
+	write func(context.Context, Rotation) (storage.Endpoint, error), id string, grace time.Duration, now time.Time) (Rotation, error) {
 	// Cut to what every backend stores, so the time shown is the time kept.
 	expiry := now.Add(grace).UTC().Truncate(time.Millisecond)
 	var (
@@ -161,7 +181,13 @@ func RotateSecret(ctx context.Context, store Store, id string, grace time.Durati
 		secret string
 		minted webhook.Scheme
 	)
-	e, err := Modify(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+	e, err := modify(ctx, get, func(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
+		r := Rotation{Endpoint: e, Secret: secret}
+		if kept {
+			r.PreviousSecretsExpireAt = &expiry
+		}
+		return write(ctx, r)
+	}, id, func(e *storage.Endpoint) (bool, error) {
 		// Reset on every try: a retry after a conflict starts over. The
 		// scheme is only known once the endpoint is read.
 		kept = false
@@ -196,6 +222,55 @@ func RotateSecret(ctx context.Context, store Store, id string, grace time.Durati
 		r.PreviousSecretsExpireAt = &expiry
 	}
 	return r, nil
+}
+
+// RotateStore is what a keyed rotation needs of a store.
+type RotateStore interface {
+	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
+	EndpointRotateOnce(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error)
+}
+
+// ErrSecretReplaced: a repeat of a keyed rotation found that the secret
+// it made no longer signs alone: another rotation came after it. The
+// secret is not shown again, since a receiver given it would soon fail.
+var ErrSecretReplaced = errors.New("the secret this rotation made was replaced by a later rotation")
+
+// RotateSecretOnce is RotateSecret under an idempotency key
+// (storage.Store.EndpointRotateOnce): the key is recorded with the new
+// secret's SHA-256, never the secret. A repeat rotates nothing and, with
+// Repeat set, returns the secret the first rotation made, found again on
+// the endpoint by its fingerprint, as long as it is still the one that
+// signs from now on; otherwise ErrSecretReplaced (the endpoint deleted
+// since: storage.ErrDeleted).
+func RotateSecretOnce(ctx context.Context, store RotateStore, id string, grace time.Duration, now time.Time, once storage.Once) (Rotation, error) {
+	var first *storage.EndpointRotateResult
+	rot, err := rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
+		res, err := store.EndpointRotateOnce(ctx, storage.EndpointRotateParams{
+			Endpoint: r.Endpoint, SecretSHA256: storage.SecretFingerprint(storage.NewSecret(r.Secret, nil)),
+			// The key is dated by the store's clock, as every other keyed
+			// route's is, so one window holds across them.
+			PreviousSecretsExpireAt: r.PreviousSecretsExpireAt, Once: once,
+		})
+		if err == nil && res.Duplicate {
+			first = &res
+		}
+		return res.Endpoint, err
+	}, id, grace, now)
+	if err != nil || first == nil {
+		return rot, err
+	}
+	r := Rotation{Endpoint: first.Endpoint, PreviousSecretsExpireAt: first.PreviousSecretsExpireAt, Repeat: true}
+	for _, s := range first.Endpoint.Secrets {
+		if storage.SecretFingerprint(s) != first.SecretSHA256 {
+			continue
+		}
+		if s.ExpiresAt == nil {
+			r.Secret = s.Reveal()
+			return r, nil
+		}
+		return Rotation{}, fmt.Errorf("endpoint %s: %w; it signs until %s", id, ErrSecretReplaced, s.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return Rotation{}, fmt.Errorf("endpoint %s: %w, and no longer signs", id, ErrSecretReplaced)
 }
 
 // Scheme is the signature scheme of an endpoint: that of its current

@@ -650,50 +650,8 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	}
 	var d storage.Delivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Lock first, so two operators replaying at once cannot both see
-		// the terminal state: the second waits and then sees pending.
-		ids := []string{p.DeliveryID}
-		// A replay makes a delivery pending, as a fan-out does: it must not
-		// pass a delete of its endpoint (fanOutLockKey).
-		if err := lockFanOut(ctx, tx); err != nil {
-			return err
-		}
-		var prev storage.DeliveryState
-		var endpointID string
-		var deleted *time.Time
-		err := tx.QueryRow(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
-			FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
-			WHERE d.id = $1 FOR UPDATE OF d`, p.DeliveryID).Scan(&prev, &endpointID, &deleted)
-		if err != nil {
-			return err
-		}
-		if !prev.Terminal() {
-			return fmt.Errorf("%w (it is %s)", storage.ErrNotTerminal, prev)
-		}
-		if deleted != nil {
-			return fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
-				storage.ErrDeleted, endpointID, deleted.UTC().Format(time.RFC3339))
-		}
-		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries AS d`+replaySet+` WHERE d.id = $1`,
-			p.DeliveryID, dbNow(p.Now)); err != nil {
-			return err
-		}
-		if err := requeued(ctx, tx, ids); err != nil {
-			return err
-		}
-		if _, err = tx.Exec(ctx, `
-			INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
-			VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))`,
-			p.DeliveryID, p.Actor, string(prev), dbNow(p.Now)); err != nil {
-			return err
-		}
-		// Due now, or, held at an ordered endpoint, another of its
-		// deliveries may have been let go in its place.
-		if _, err = tx.Exec(ctx, notifySQL, s.wake.id); err != nil {
-			return err
-		}
-		d, err = scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
-			WHERE d.id = $1`, p.DeliveryID))
+		var err error
+		d, err = s.replayOne(ctx, tx, p)
 		return err
 	})
 	if err != nil {
@@ -701,6 +659,54 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	}
 	s.notified()
 	return d, nil
+}
+
+// replayOne is DeliveryReplay's write, in tx.
+func (s *Store) replayOne(ctx context.Context, tx pgx.Tx, p storage.DeliveryReplayParams) (storage.Delivery, error) {
+	// Lock first, so two operators replaying at once cannot both see
+	// the terminal state: the second waits and then sees pending.
+	ids := []string{p.DeliveryID}
+	// A replay makes a delivery pending, as a fan-out does: it must not
+	// pass a delete of its endpoint (fanOutLockKey).
+	if err := lockFanOut(ctx, tx); err != nil {
+		return storage.Delivery{}, err
+	}
+	var prev storage.DeliveryState
+	var endpointID string
+	var deleted *time.Time
+	err := tx.QueryRow(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
+		FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+		WHERE d.id = $1 FOR UPDATE OF d`, p.DeliveryID).Scan(&prev, &endpointID, &deleted)
+	if err != nil {
+		return storage.Delivery{}, err
+	}
+	if !prev.Terminal() {
+		return storage.Delivery{}, fmt.Errorf("%w (it is %s)", storage.ErrNotTerminal, prev)
+	}
+	if deleted != nil {
+		return storage.Delivery{}, fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
+			storage.ErrDeleted, endpointID, deleted.UTC().Format(time.RFC3339))
+	}
+	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries AS d`+replaySet+` WHERE d.id = $1`,
+		p.DeliveryID, dbNow(p.Now)); err != nil {
+		return storage.Delivery{}, err
+	}
+	if err := requeued(ctx, tx, ids); err != nil {
+		return storage.Delivery{}, err
+	}
+	if _, err = tx.Exec(ctx, `
+		INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+		VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))`,
+		p.DeliveryID, p.Actor, string(prev), dbNow(p.Now)); err != nil {
+		return storage.Delivery{}, err
+	}
+	// Due now, or, held at an ordered endpoint, another of its
+	// deliveries may have been let go in its place.
+	if _, err = tx.Exec(ctx, notifySQL, s.wake.id); err != nil {
+		return storage.Delivery{}, err
+	}
+	return scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
+		WHERE d.id = $1`, p.DeliveryID))
 }
 
 // DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
@@ -711,6 +717,24 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("postgres: %s: %w", op, err)
 	}
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = s.replayMany(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return 0, mapErr(op, err)
+	}
+	if n > 0 {
+		s.notified()
+	}
+	return n, nil
+}
+
+// replayMany is DeliveryReplayMany's write, in tx; it returns how many
+// it replayed.
+func (s *Store) replayMany(ctx context.Context, tx pgx.Tx, p storage.DeliveryReplayManyParams) (int, error) {
 	// $1 actor, $2 now, $3 limit; the filter's arguments follow.
 	w := newWhere(p.Actor, dbNow(p.Now), p.BatchSize())
 	w.filter(p.Filter)
@@ -733,33 +757,22 @@ WITH picked AS (
 	SELECT id, $1, previous_state, coalesce($2::timestamptz, now()) FROM replayed
 )
 SELECT id FROM replayed`
-	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockFanOut(ctx, tx); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, sql, w.args...)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		n = len(ids)
-		if err := requeued(ctx, tx, ids); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, notifySQL, s.wake.id)
-		return err
-	})
+	if err := lockFanOut(ctx, tx); err != nil {
+		return 0, err
+	}
+	rows, err := tx.Query(ctx, sql, w.args...)
 	if err != nil {
-		return 0, mapErr(op, err)
+		return 0, err
 	}
-	if n > 0 {
-		s.notified()
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return 0, err
 	}
-	return n, nil
+	if err := requeued(ctx, tx, ids); err != nil {
+		return 0, err
+	}
+	_, err = tx.Exec(ctx, notifySQL, s.wake.id)
+	return len(ids), err
 }
 
 // DeliveryPrune removes delivered deliveries completed before the cutoff,

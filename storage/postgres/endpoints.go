@@ -70,27 +70,16 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 	if err := p.Validate(); err != nil {
 		return storage.EndpointCreateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	window := p.KeyWindow().Microseconds()
 	var res storage.EndpointCreateResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out, err := s.insertEndpoint(ctx, tx, p.Endpoint)
 		if err != nil {
 			return err
 		}
-		var owner string
-		err = tx.QueryRow(ctx, `
-			INSERT INTO webhook_idempotency_keys AS k (key, endpoint_id, request_hash, created_at)
-			VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))
-			ON CONFLICT (key) DO UPDATE SET endpoint_id = excluded.endpoint_id,
-				request_hash = excluded.request_hash, created_at = excluded.created_at
-			WHERE k.created_at <= excluded.created_at - $5::bigint * interval '1 microsecond'
-			RETURNING k.endpoint_id`,
-			p.IdempotencyKey, out.ID, p.RequestHash, dbNow(p.Now), window).Scan(&owner)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errKeyTaken // rolls the endpoint back
-		}
 		res = storage.EndpointCreateResult{Endpoint: out}
-		return err
+		return claimKey(ctx, tx, p.IdempotencyKey, keyRecord{
+			operation: storage.OpEndpointCreate, requestHash: p.RequestHash, endpointID: ptr(out.ID),
+		}, p.Now, p.KeyWindow()) // errKeyTaken rolls the endpoint back
 	})
 	if errors.Is(err, errKeyTaken) {
 		return s.keyedEndpoint(ctx, p)
@@ -105,14 +94,11 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 // with the endpoint the key made, or ErrKeyReused.
 func (s *Store) keyedEndpoint(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
 	const op = "endpoint create once"
-	var id, hash string
-	if err := s.pool.QueryRow(ctx, `SELECT endpoint_id, request_hash FROM webhook_idempotency_keys WHERE key = $1`,
-		p.IdempotencyKey).Scan(&id, &hash); err != nil {
+	rec, err := s.heldKey(ctx, p.IdempotencyKey, storage.KeyUse{Operation: storage.OpEndpointCreate, RequestHash: p.RequestHash})
+	if err != nil {
 		return storage.EndpointCreateResult{}, mapErr(op, err)
 	}
-	if hash != p.RequestHash {
-		return storage.EndpointCreateResult{}, fmt.Errorf("postgres: %s: %w", op, storage.ErrKeyReused)
-	}
+	id := *rec.endpointID // the schema's check: a create's record has one
 	e, err := s.EndpointGet(ctx, id)
 	if err != nil {
 		return storage.EndpointCreateResult{}, err
@@ -290,62 +276,80 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	var out storage.Endpoint
 	released := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var before control
-		var deleted *time.Time
-		err := tx.QueryRow(ctx, `SELECT disabled_at IS NOT NULL, ordered, deleted_at FROM webhook_endpoints
-			WHERE id = $1 FOR NO KEY UPDATE`, e.ID).Scan(&before.disabled, &before.ordered, &deleted)
-		if err != nil {
-			return err
-		}
-		if deleted != nil {
-			return fmt.Errorf("%w at %s", storage.ErrDeleted, deleted.UTC().Format(time.RFC3339))
-		}
-		// updated_at is the version the optimistic check compares, so every
-		// update moves it forward, even two within one clock tick.
-		out, err = scanEndpoint(tx.QueryRow(ctx, `
-			UPDATE webhook_endpoints
-			SET transport = $2, url = $3, config = $4, event_types = $5, form_ids = $6, secrets = $7,
-				description = $8, disabled_at = $9,
-				updated_at = greatest(now(), updated_at + interval '1 microsecond'),
-				disabled_reason = $11, rate_limit = $12, rate_burst = $13, max_in_flight = $14,
-				ordered = $15, retry_schedule = $16
-			WHERE id = $1 AND ($10::timestamptz IS NULL OR updated_at = $10)
-			RETURNING `+endpointColumns,
-			e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
-			e.Description, e.DisabledAt, readAt, e.DisabledReason, e.RateLimit, e.RateBurst,
-			e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule)), s.secrets)
-		if err != nil {
-			return err
-		}
-		after := control{disabled: out.DisabledAt != nil, ordered: out.Ordered}
-		if before.disabled && !after.disabled && out.FailingSince != nil {
-			// Enabled again: its failures so far are what it was disabled
-			// for, and must not disable it again at once.
-			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1`, e.ID); err != nil {
-				return err
-			}
-			out.FailingSince = nil
-		}
-		if after != before {
-			released, err = refreshHolds(ctx, tx, e.ID, after, s.wake.id)
-			return err
-		}
-		return nil
+		var err error
+		out, released, err = s.updateEndpoint(ctx, tx, e, secrets, readAt)
+		return err
 	})
-	if errors.Is(err, pgx.ErrNoRows) && readAt != nil {
-		if _, gerr := s.EndpointGet(ctx, e.ID); gerr == nil {
-			return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w: it changed since it was read at %s; read it again and reapply the change",
-				op, storage.ErrConflict, readAt.UTC().Format(time.RFC3339Nano))
-		}
-	}
-	if errors.Is(err, storage.ErrDeleted) {
-		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	if err != nil {
-		return storage.Endpoint{}, mapErr(op, err)
+	if err := s.updateError(ctx, op, err, e.ID, readAt); err != nil {
+		return storage.Endpoint{}, err
 	}
 	if released {
 		s.notified()
 	}
 	return out, nil
+}
+
+// updateEndpoint is EndpointUpdate's write, in tx: e's fields, with its
+// secrets encoded, on the condition that the endpoint is still at readAt
+// when that is set (else pgx.ErrNoRows). It reports whether holds were let
+// go.
+func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoint, secrets string, readAt *time.Time) (storage.Endpoint, bool, error) {
+	var before control
+	var deleted *time.Time
+	err := tx.QueryRow(ctx, `SELECT disabled_at IS NOT NULL, ordered, deleted_at FROM webhook_endpoints
+		WHERE id = $1 FOR NO KEY UPDATE`, e.ID).Scan(&before.disabled, &before.ordered, &deleted)
+	if err != nil {
+		return storage.Endpoint{}, false, err
+	}
+	if deleted != nil {
+		return storage.Endpoint{}, false, fmt.Errorf("%w at %s", storage.ErrDeleted, deleted.UTC().Format(time.RFC3339))
+	}
+	// updated_at is the version the optimistic check compares, so every
+	// update moves it forward, even two within one clock tick.
+	out, err := scanEndpoint(tx.QueryRow(ctx, `
+		UPDATE webhook_endpoints
+		SET transport = $2, url = $3, config = $4, event_types = $5, form_ids = $6, secrets = $7,
+			description = $8, disabled_at = $9,
+			updated_at = greatest(now(), updated_at + interval '1 microsecond'),
+			disabled_reason = $11, rate_limit = $12, rate_burst = $13, max_in_flight = $14,
+			ordered = $15, retry_schedule = $16
+		WHERE id = $1 AND ($10::timestamptz IS NULL OR updated_at = $10)
+		RETURNING `+endpointColumns,
+		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
+		e.Description, e.DisabledAt, readAt, e.DisabledReason, e.RateLimit, e.RateBurst,
+		e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule)), s.secrets)
+	if err != nil {
+		return storage.Endpoint{}, false, err
+	}
+	after := control{disabled: out.DisabledAt != nil, ordered: out.Ordered}
+	if before.disabled && !after.disabled && out.FailingSince != nil {
+		// Enabled again: its failures so far are what it was disabled
+		// for, and must not disable it again at once.
+		if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1`, e.ID); err != nil {
+			return storage.Endpoint{}, false, err
+		}
+		out.FailingSince = nil
+	}
+	if after != before {
+		released, err := refreshHolds(ctx, tx, e.ID, after, s.wake.id)
+		return out, released, err
+	}
+	return out, false, nil
+}
+
+// updateError maps the error of an endpoint update's transaction.
+func (s *Store) updateError(ctx context.Context, op string, err error, id string, readAt *time.Time) error {
+	if errors.Is(err, pgx.ErrNoRows) && readAt != nil {
+		if _, gerr := s.EndpointGet(ctx, id); gerr == nil {
+			return fmt.Errorf("postgres: %s: %w: it changed since it was read at %s; read it again and reapply the change",
+				op, storage.ErrConflict, readAt.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	if errors.Is(err, storage.ErrDeleted) {
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if err != nil {
+		return mapErr(op, err)
+	}
+	return nil
 }

@@ -745,36 +745,8 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	now := micros(s.now(p.Now))
 	var d storage.Delivery
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		// Read then write is safe here: the IMMEDIATE transaction holds the
-		// write lock, so the state cannot change in between.
-		var prev, endpointID string
-		var deleted sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
-			FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
-			WHERE d.id = ?`, p.DeliveryID).Scan(&prev, &endpointID, &deleted); err != nil {
-			return err // sql.ErrNoRows becomes ErrNotFound
-		}
-		if !storage.DeliveryState(prev).Terminal() {
-			return fmt.Errorf("%w: it is %s", storage.ErrNotTerminal, prev)
-		}
-		if deleted.Valid {
-			return fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
-				storage.ErrDeleted, endpointID, fromMicros(deleted.Int64).Format(time.RFC3339))
-		}
 		var err error
-		if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries `+replaySet+` WHERE id = :id`,
-			sql.Named("now", now), sql.Named("id", p.DeliveryID)); err != nil {
-			return err
-		}
-		if err := requeued(ctx, tx, []string{p.DeliveryID}); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
-			VALUES (?, ?, ?, ?)`, p.DeliveryID, p.Actor, prev, now); err != nil {
-			return err
-		}
-		d, err = scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
+		d, err = replayOne(ctx, tx, p, now)
 		return err
 	})
 	if err != nil {
@@ -786,6 +758,39 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	return d, nil
 }
 
+// replayOne is DeliveryReplay's write, in tx.
+func replayOne(ctx context.Context, tx *sql.Tx, p storage.DeliveryReplayParams, now int64) (storage.Delivery, error) {
+	// Read then write is safe here: the IMMEDIATE transaction holds the
+	// write lock, so the state cannot change in between.
+	var prev, endpointID string
+	var deleted sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
+		FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+		WHERE d.id = ?`, p.DeliveryID).Scan(&prev, &endpointID, &deleted); err != nil {
+		return storage.Delivery{}, err // sql.ErrNoRows becomes ErrNotFound
+	}
+	if !storage.DeliveryState(prev).Terminal() {
+		return storage.Delivery{}, fmt.Errorf("%w: it is %s", storage.ErrNotTerminal, prev)
+	}
+	if deleted.Valid {
+		return storage.Delivery{}, fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
+			storage.ErrDeleted, endpointID, fromMicros(deleted.Int64).Format(time.RFC3339))
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries `+replaySet+` WHERE id = :id`,
+		sql.Named("now", now), sql.Named("id", p.DeliveryID)); err != nil {
+		return storage.Delivery{}, err
+	}
+	if err := requeued(ctx, tx, []string{p.DeliveryID}); err != nil {
+		return storage.Delivery{}, err
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+		VALUES (?, ?, ?, ?)`, p.DeliveryID, p.Actor, prev, now); err != nil {
+		return storage.Delivery{}, err
+	}
+	return scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
+}
+
 // DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
 // match the filter, oldest first, each with its audit record.
 func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error) {
@@ -794,49 +799,11 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	now := micros(s.now(p.Now))
-	where, args := filterSQL(p.Filter)
 	var n int
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		// The selection cannot change under us: this transaction holds the
-		// write lock from its first statement.
-		rows, err := tx.QueryContext(ctx, `
-			SELECT id FROM webhook_deliveries
-			WHERE `+where+`
-				AND endpoint_id NOT IN (SELECT id FROM webhook_endpoints WHERE deleted_at IS NOT NULL)
-			ORDER BY id
-			LIMIT :limit`,
-			append(args, sql.Named("limit", p.BatchSize()))...)
-		if err != nil {
-			return err
-		}
-		ids, err := collectStrings(rows)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		idList := sql.Named("ids", jsonList(ids))
-		// The audit record goes first, while the row still shows the state
-		// it is leaving.
-		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
-			SELECT id, :actor, state, :now FROM webhook_deliveries
-			WHERE id IN (SELECT value FROM json_each(:ids))
-			ORDER BY id`,
-			sql.Named("actor", p.Actor), sql.Named("now", now), idList); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, `
-			UPDATE webhook_deliveries `+replaySet+`
-			WHERE id IN (SELECT value FROM json_each(:ids))`,
-			sql.Named("now", now), idList)
-		if err != nil {
-			return err
-		}
-		updated, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		n = int(updated)
-		return requeued(ctx, tx, ids)
+		var err error
+		n, err = replayMany(ctx, tx, p, now)
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -845,6 +812,51 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 		s.wake.Signal()
 	}
 	return n, nil
+}
+
+// replayMany is DeliveryReplayMany's write, in tx; it returns how many it
+// replayed.
+func replayMany(ctx context.Context, tx *sql.Tx, p storage.DeliveryReplayManyParams, now int64) (int, error) {
+	where, args := filterSQL(p.Filter)
+	// The selection cannot change under us: this transaction holds the
+	// write lock from its first statement.
+	rows, err := tx.QueryContext(ctx, `
+		SELECT id FROM webhook_deliveries
+		WHERE `+where+`
+			AND endpoint_id NOT IN (SELECT id FROM webhook_endpoints WHERE deleted_at IS NOT NULL)
+		ORDER BY id
+		LIMIT :limit`,
+		append(args, sql.Named("limit", p.BatchSize()))...)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := collectStrings(rows)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	idList := sql.Named("ids", jsonList(ids))
+	// The audit record goes first, while the row still shows the state
+	// it is leaving.
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+		SELECT id, :actor, state, :now FROM webhook_deliveries
+		WHERE id IN (SELECT value FROM json_each(:ids))
+		ORDER BY id`,
+		sql.Named("actor", p.Actor), sql.Named("now", now), idList); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, `
+		UPDATE webhook_deliveries `+replaySet+`
+		WHERE id IN (SELECT value FROM json_each(:ids))`,
+		sql.Named("now", now), idList)
+	if err != nil {
+		return 0, err
+	}
+	updated, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return int(updated), requeued(ctx, tx, ids)
 }
 
 // filterSQL writes f as a WHERE condition over webhook_deliveries with named

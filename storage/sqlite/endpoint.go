@@ -201,15 +201,15 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 	}
 	var res storage.EndpointCreateResult
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		var firstID, firstHash string
-		var at int64
-		err := tx.QueryRowContext(ctx, `SELECT endpoint_id, request_hash, created_at FROM webhook_idempotency_keys WHERE key = ?`,
-			p.IdempotencyKey).Scan(&firstID, &firstHash, &at)
-		switch {
-		case err == nil && at > micros(now.Add(-p.KeyWindow())):
-			if firstHash != p.RequestHash {
-				return storage.ErrKeyReused
+		rec, held, err := heldKey(ctx, tx, p.Once, now)
+		if err != nil {
+			return err
+		}
+		if held {
+			if err := rec.repeats(storage.OpEndpointCreate, "", p.RequestHash); err != nil {
+				return err
 			}
+			firstID := rec.endpointID.String
 			first, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, firstID), s.secrets)
 			if err != nil {
 				return err
@@ -219,19 +219,15 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 			}
 			res = storage.EndpointCreateResult{Endpoint: first, Duplicate: true}
 			return nil
-		case err != nil && !errors.Is(err, sql.ErrNoRows):
-			return err
 		}
 		// A new key, or one whose window is over: it is this create's now.
 		out, err := s.insertEndpoint(ctx, tx, e, row)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO webhook_idempotency_keys (key, endpoint_id, request_hash, created_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (key) DO UPDATE SET endpoint_id = excluded.endpoint_id,
-				request_hash = excluded.request_hash, created_at = excluded.created_at`,
-			p.IdempotencyKey, out.ID, p.RequestHash, micros(now)); err != nil {
+		if err := recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
+			operation: storage.OpEndpointCreate, requestHash: p.RequestHash, endpointID: validString(out.ID),
+		}, now); err != nil {
 			return err
 		}
 		res = storage.EndpointCreateResult{Endpoint: out}
@@ -361,53 +357,9 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	var out storage.Endpoint
 	released := false
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		before, err := endpointControls(ctx, tx, []string{e.ID})
-		if err != nil {
-			return err
-		}
-		// updated_at is the version the optimistic check compares, so
-		// every update moves it forward, even two within one clock tick.
-		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
-			UPDATE webhook_endpoints
-			SET transport = ?, url = ?, config = ?, event_types = ?, form_ids = ?, secrets = ?,
-				description = ?, disabled_at = ?, updated_at = max(?, updated_at + 1),
-				disabled_reason = ?, rate_limit = ?, rate_burst = ?, max_in_flight = ?, ordered = ?,
-				retry_schedule = ?
-			WHERE id = ? AND deleted_at IS NULL AND (? IS NULL OR updated_at = ?)
-			RETURNING `+endpointColumns,
-			e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
-			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})),
-			e.DisabledReason, e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule,
-			e.ID, readAt, readAt), s.secrets)
-		if err == nil {
-			was := before[e.ID]
-			after := endpointControl{disabled: out.DisabledAt != nil, ordered: out.Ordered}
-			if was.disabled && !after.disabled && out.FailingSince != nil {
-				// Enabled again: its failures so far are what it was
-				// disabled for, and must not disable it again at once.
-				if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?`, e.ID); err != nil {
-					return err
-				}
-				out.FailingSince = nil
-			}
-			if after.disabled != was.disabled || after.ordered != was.ordered {
-				released, err = refreshHolds(ctx, tx, e.ID, after)
-				return err
-			}
-			return nil
-		}
-		if errors.Is(err, sql.ErrNoRows) {
-			var deleted sql.NullInt64
-			switch cerr := tx.QueryRowContext(ctx, `SELECT deleted_at FROM webhook_endpoints WHERE id = ?`, e.ID).Scan(&deleted); {
-			case cerr != nil:
-			case deleted.Valid:
-				return fmt.Errorf("%w at %s", storage.ErrDeleted, fromMicros(deleted.Int64).Format(time.RFC3339))
-			case readAt != nil:
-				return fmt.Errorf("%w: it changed since it was read at %s; read it again and reapply the change",
-					storage.ErrConflict, e.UpdatedAt.UTC().Format(time.RFC3339Nano))
-			}
-		}
-		return err // sql.ErrNoRows becomes ErrNotFound
+		var err error
+		out, released, err = s.updateEndpoint(ctx, tx, e, row, readAt)
+		return err
 	})
 	if err != nil {
 		return storage.Endpoint{}, err
@@ -417,4 +369,57 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		s.wake.Signal()
 	}
 	return out, nil
+}
+
+// updateEndpoint is EndpointUpdate's write, in tx: e's fields, on the
+// condition that the endpoint is still at readAt when that is set. It
+// reports whether holds were let go.
+func (s *Store) updateEndpoint(ctx context.Context, tx *sql.Tx, e storage.Endpoint, row endpointRow, readAt any) (out storage.Endpoint, released bool, err error) {
+	before, err := endpointControls(ctx, tx, []string{e.ID})
+	if err != nil {
+		return out, false, err
+	}
+	// updated_at is the version the optimistic check compares, so
+	// every update moves it forward, even two within one clock tick.
+	out, err = scanEndpoint(tx.QueryRowContext(ctx, `
+		UPDATE webhook_endpoints
+		SET transport = ?, url = ?, config = ?, event_types = ?, form_ids = ?, secrets = ?,
+			description = ?, disabled_at = ?, updated_at = max(?, updated_at + 1),
+			disabled_reason = ?, rate_limit = ?, rate_burst = ?, max_in_flight = ?, ordered = ?,
+			retry_schedule = ?
+		WHERE id = ? AND deleted_at IS NULL AND (? IS NULL OR updated_at = ?)
+		RETURNING `+endpointColumns,
+		e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
+		e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})),
+		e.DisabledReason, e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule,
+		e.ID, readAt, readAt), s.secrets)
+	if err == nil {
+		was := before[e.ID]
+		after := endpointControl{disabled: out.DisabledAt != nil, ordered: out.Ordered}
+		if was.disabled && !after.disabled && out.FailingSince != nil {
+			// Enabled again: its failures so far are what it was
+			// disabled for, and must not disable it again at once.
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?`, e.ID); err != nil {
+				return out, false, err
+			}
+			out.FailingSince = nil
+		}
+		if after.disabled != was.disabled || after.ordered != was.ordered {
+			released, err = refreshHolds(ctx, tx, e.ID, after)
+			return out, released, err
+		}
+		return out, false, nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		var deleted sql.NullInt64
+		switch cerr := tx.QueryRowContext(ctx, `SELECT deleted_at FROM webhook_endpoints WHERE id = ?`, e.ID).Scan(&deleted); {
+		case cerr != nil:
+		case deleted.Valid:
+			return out, false, fmt.Errorf("%w at %s", storage.ErrDeleted, fromMicros(deleted.Int64).Format(time.RFC3339))
+		case readAt != nil:
+			return out, false, fmt.Errorf("%w: it changed since it was read at %s; read it again and reapply the change",
+				storage.ErrConflict, e.UpdatedAt.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	return out, false, err // sql.ErrNoRows becomes ErrNotFound
 }

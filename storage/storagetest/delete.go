@@ -293,7 +293,7 @@ func testEndpointCreateOnce(t *testing.T, b Backend) {
 		return s.EndpointCreateOnce(f.ctx, storage.EndpointCreateParams{
 			Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
 				Secrets: []storage.Secret{storage.NewSecret("whsec_"+storage.NewID("s"), nil)}},
-			IdempotencyKey: key, RequestHash: hash, Now: now,
+			Once: storage.Once{IdempotencyKey: key, RequestHash: hash}, Now: now,
 		})
 	}
 	t.Run("a repeated key with the same request returns the first endpoint and writes nothing", func(t *testing.T) {

@@ -128,6 +128,12 @@ func testUpgradeFrom(t *testing.T, b Backend, stop, latest int) {
 				r.id, n, outcome, ts, ts)
 		}
 	}
+	// From 10 on, POST /v1/endpoints records its keys: one made before
+	// the upgrade must still answer its repeat after it.
+	hasKeys := stop >= 10
+	if hasKeys {
+		fmt.Fprintf(&sql, "INSERT INTO webhook_idempotency_keys (key, endpoint_id, request_hash, created_at) VALUES ('endpoint:old', 'ep_old', 'h_old', %s);\n", ts)
+	}
 	if err := db.Exec(ctx, sql.String()); err != nil {
 		t.Fatalf("seed rows into schema version %d: %v", stop, err)
 	}
@@ -165,6 +171,14 @@ func testUpgradeFrom(t *testing.T, b Backend, stop, latest int) {
 	ep, err := s.EndpointGet(ctx, "ep_old")
 	if err != nil || len(ep.Secrets) != 1 || ep.Secrets[0].Reveal() != "whsec_b2xkc2VjcmV0" {
 		t.Fatalf("endpoint after upgrade: %+v, %v", ep, err)
+	}
+	if hasKeys {
+		again, err := s.EndpointCreateOnce(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http",
+			URL: "https://old.example/hook", Secrets: []storage.Secret{storage.NewSecret("whsec_bmV3", nil)}},
+			Once: storage.Once{IdempotencyKey: "endpoint:old", RequestHash: "h_old"}})
+		if err != nil || !again.Duplicate || again.Endpoint.ID != "ep_old" {
+			t.Fatalf("a key recorded before the upgrade, repeated after it: %+v, %v; want ep_old again", again, err)
+		}
 	}
 	ev, err := s.EventGet(ctx, "evt_0")
 	if err != nil || string(ev.Payload) != string(payload) {

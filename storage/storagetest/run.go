@@ -35,6 +35,9 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Wakeups", func(t *testing.T) { t.Parallel(); testWakeups(t, b) })
 	t.Run("EndpointDelete", func(t *testing.T) { t.Parallel(); testEndpointDelete(t, b) })
 	t.Run("EndpointCreateOnce", func(t *testing.T) { t.Parallel(); testEndpointCreateOnce(t, b) })
+	t.Run("EndpointRotateOnce", func(t *testing.T) { t.Parallel(); testEndpointRotateOnce(t, b) })
+	t.Run("DeliveryReplayOnce", func(t *testing.T) { t.Parallel(); testDeliveryReplayOnce(t, b) })
+	t.Run("DeliveryReplayManyOnce", func(t *testing.T) { t.Parallel(); testDeliveryReplayManyOnce(t, b) })
 }
 
 // lease is the lease every test claims with unless it says otherwise.
