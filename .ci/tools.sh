@@ -2,7 +2,9 @@
 # Installs the independent Ed25519 implementations the v1a signature tests
 # check Hymical's signatures against (sdk/webhook/interop_v1a_test.go):
 # OpenSSL's command line and Node, from Debian's packages when they are
-# missing. Under CI=true those tests fail without them.
+# missing. Under CI=true those tests fail without them. npm installs the
+# pinned TypeScript client generator of server/api/testdata/tsclient
+# (TestOpenAPIGeneratedClient does that itself, into a temporary cache).
 #
 #   .ci/tools.sh
 set -euo pipefail
@@ -12,6 +14,7 @@ log() { echo "tools.sh: $*" >&2; }
 missing=()
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]} from Debian's packages"
@@ -20,7 +23,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-for tool in openssl node; do
+for tool in openssl node npm; do
 	command -v "$tool" >/dev/null 2>&1 || { log "$tool is still missing after the install"; exit 1; }
 done
-log "$(openssl version), node $(node --version)"
+log "$(openssl version), node $(node --version), npm $(npm --version)"
