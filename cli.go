@@ -313,10 +313,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runGroup(ctx, "endpoints", []subcommand{
 		{"add", "register an endpoint; prints its signing secret once", runEndpointsAdd},
-		{"list", "every endpoint, one line each (--wide: every column, -o json)", runEndpointsList},
+		{"list", "every endpoint, one line each, newest first (--wide: every column, -o json)", runEndpointsList},
 		{"set", "change an endpoint's controls: rate limit, in-flight cap, order, retries", runEndpointsSet},
 		{"disable", "pause an endpoint: its deliveries are held, not failed", runEndpointsSwitch("disable")},
 		{"enable", "resume a disabled endpoint", runEndpointsSwitch("enable")},
+		{"delete", "delete an endpoint for good; its history stays readable (--yes)", runEndpointsDelete},
 	}, args, stdout, stderr)
 }
 
@@ -324,7 +325,10 @@ const endpointsAddUsage = `usage: hymical endpoints add --url URL [flags]
        hymical endpoints add --transport NAME --endpoint-config KEY=VALUE... [flags]
 
 Registers an endpoint and prints its id and its signing secret (v1) or, for
-v1a, its public key and signing key. The secret is shown this once.`
+v1a, its public key and signing key. The secret is shown this once; run
+again with the same --idempotency-key (within 24 hours) after a failure and
+the server answers with the endpoint it made, and its current secret,
+instead of making a second one.`
 
 func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("endpoints add", endpointsAddUsage)
@@ -338,6 +342,7 @@ func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.Var(&forms, "form", "a form id to subscribe to (repeat; none means every form)")
 	fs.Var(&types, "event-type", "an event type to subscribe to (repeat; none means every type)")
 	fs.Var(&settings, "endpoint-config", "KEY=VALUE for the transport, e.g. subject=forms.new for nats (repeat)")
+	key := fs.String("idempotency-key", "", "send the same key again with the same flags and the server returns the first endpoint")
 	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
 	}
@@ -368,8 +373,12 @@ func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Write
 		URL: *target, Transport: *transportName, FormIDs: forms, EventTypes: types, Description: *description,
 		Config: epConfig, SignatureScheme: *scheme, EndpointControls: ctl,
 	}
+	var extra http.Header
+	if *key != "" {
+		extra = http.Header{"Idempotency-Key": {*key}}
+	}
 	var created apiwire.EndpointCreated
-	if err := c.do(ctx, http.MethodPost, "/v1/endpoints", body, &created); err != nil {
+	if err := c.doWith(ctx, http.MethodPost, "/v1/endpoints", extra, body, &created); err != nil {
 		return err
 	}
 	// The server shows the URL with its secrets hidden already; an older
@@ -454,10 +463,12 @@ Resumes a disabled endpoint: its held deliveries go out again.`
 
 const endpointsListUsage = `usage: hymical endpoints list [flags]
 
-Lists every endpoint, one line each, in 120 columns: its id, transport,
-status (enabled, failing, or disabled and why) and target (its URL without
-the query, shortened in the middle if need be, or its transport settings).
---wide shows every column in full; -o json prints the API's answer.`
+Lists every endpoint, newest first, one line each, in 120 columns: its id,
+transport, status (enabled, failing, or disabled and why) and target (its
+URL without the query, shortened in the middle if need be, or its transport
+settings). It follows the API's pages to the end, --page-size endpoints a
+request. --wide shows every column in full; -o json prints the API's
+answer, every page joined into one. Deleted endpoints are not listed.`
 
 // listWidth is the width endpoints list fits its lines in.
 const listWidth = 120
@@ -466,6 +477,7 @@ func runEndpointsList(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs := newFlagSet("endpoints list", endpointsListUsage)
 	client := clientFlags(fs)
 	wide := fs.Bool("wide", false, "every column, in full: forms, event types, controls, scheme, public keys, description")
+	pageSize := fs.Int("page-size", 100, "endpoints asked for in each request, 1 to 500; the list follows every page")
 	output := outputFlag(fs)
 	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
@@ -478,13 +490,29 @@ func runEndpointsList(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
+	if *pageSize < 1 || *pageSize > 500 {
+		return fmt.Errorf("--page-size %d is not from 1 to 500", *pageSize)
+	}
 	c, err := client()
 	if err != nil {
 		return err
 	}
-	var list apiwire.EndpointList
-	if err := c.do(ctx, http.MethodGet, "/v1/endpoints", nil, &list); err != nil {
-		return err
+	list := apiwire.EndpointList{Endpoints: []apiwire.Endpoint{}}
+	cursor := ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(*pageSize)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page apiwire.EndpointList
+		if err := c.do(ctx, http.MethodGet, "/v1/endpoints?"+q.Encode(), nil, &page); err != nil {
+			return err
+		}
+		list.Endpoints = append(list.Endpoints, page.Endpoints...)
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
 	}
 	switch {
 	case asJSON:
@@ -493,6 +521,53 @@ func runEndpointsList(ctx context.Context, args []string, stdout, stderr io.Writ
 		return writeEndpointsWide(stdout, list.Endpoints)
 	}
 	return writeEndpoints(stdout, list.Endpoints, listWidth)
+}
+
+const endpointsDeleteUsage = `usage: hymical endpoints delete [flags] ENDPOINT_ID
+
+Deletes an endpoint for good: it gets no new deliveries and takes no change
+or replay, and its id is never used again, while its deliveries and their
+attempts stay readable (hymical deliveries list --endpoint ENDPOINT_ID).
+It cannot be undone, so it asks for --yes. An endpoint with pending or
+processing deliveries is refused unless --force, which fails them with the
+reason "endpoint deleted" (a request already under way still records its
+outcome, as a late attempt). The operator endpoint
+(endpoints.operator_endpoint) is refused: change that setting first.`
+
+func runEndpointsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("endpoints delete", endpointsDeleteUsage)
+	client := clientFlags(fs)
+	yes := fs.Bool("yes", false, "confirm the delete, which cannot be undone")
+	force := fs.Bool("force", false, "also fail the endpoint's pending and processing deliveries")
+	id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
+	if err != nil {
+		return err
+	}
+	if !*yes {
+		return fmt.Errorf("endpoints delete %s cannot be undone: run it again with --yes to delete the endpoint", id)
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	path := "/v1/endpoints/" + url.PathEscape(id)
+	if *force {
+		path += "?force=true"
+	}
+	var res apiwire.EndpointDeleted
+	if err := c.do(ctx, http.MethodDelete, path, nil, &res); err != nil {
+		var ae *apiwire.Error
+		if errors.As(err, &ae) && ae.Code == "endpoint_busy" {
+			return fmt.Errorf("%w; with this command: add --force", err)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "endpoint %s deleted at %s", res.ID, res.DeletedAt.Format(time.RFC3339))
+	if n := res.FailedPending + res.FailedProcessing; n > 0 {
+		fmt.Fprintf(stdout, "; %d pending and %d processing deliveries failed with the reason \"endpoint deleted\"", res.FailedPending, res.FailedProcessing)
+	}
+	fmt.Fprintln(stdout)
+	return nil
 }
 
 // writeEndpoints writes the narrow list: the id in full (it is what the

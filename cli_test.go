@@ -51,16 +51,18 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		{args: []string{"plugins", "list"}, usage: "Usage: hymical plugins list", lines: []string{"--plugins.dir", "--database.url"}},
 		{args: []string{"demo"}, usage: "usage: hymical demo", flags: []string{"plugins", "timeout"}, notFlags: cat(client, []string{"database"})},
 		{args: []string{"submit"}, usage: "usage: hymical submit", flags: cat(client, []string{"form", "data", "idempotency-key"}), notFlags: cat(controls, []string{"url", "state"})},
-		{args: []string{"endpoints"}, usage: "usage: hymical endpoints COMMAND", lines: []string{"  add ", "  list ", "  set ", "  disable ", "  enable "}},
+		{args: []string{"endpoints"}, usage: "usage: hymical endpoints COMMAND", lines: []string{"  add ", "  list ", "  set ", "  disable ", "  enable ", "  delete "}},
 		{args: []string{"endpoints", "add"}, usage: "usage: hymical endpoints add",
-			flags:    cat(client, controls, []string{"url", "transport", "description", "signature-scheme", "form", "event-type", "endpoint-config"}),
-			notFlags: []string{"wide", "o", "state", "cursor"}},
-		{args: []string{"endpoints", "list"}, usage: "usage: hymical endpoints list", flags: cat(client, []string{"wide", "o"}),
-			notFlags: cat(controls, []string{"url", "transport", "description", "form", "state"})},
+			flags:    cat(client, controls, []string{"url", "transport", "description", "signature-scheme", "form", "event-type", "endpoint-config", "idempotency-key"}),
+			notFlags: []string{"wide", "o", "state", "cursor", "yes", "force"}},
+		{args: []string{"endpoints", "list"}, usage: "usage: hymical endpoints list", flags: cat(client, []string{"wide", "o", "page-size"}),
+			notFlags: cat(controls, []string{"url", "transport", "description", "form", "state", "yes"})},
 		{args: []string{"endpoints", "set"}, usage: "usage: hymical endpoints set", flags: cat(client, controls),
 			notFlags: []string{"url", "transport", "form", "wide", "signature-scheme"}},
 		{args: []string{"endpoints", "disable"}, usage: "usage: hymical endpoints disable", flags: client, notFlags: cat(controls, []string{"url", "wide"})},
 		{args: []string{"endpoints", "enable"}, usage: "usage: hymical endpoints enable", flags: client, notFlags: cat(controls, []string{"url", "wide"})},
+		{args: []string{"endpoints", "delete"}, usage: "usage: hymical endpoints delete", flags: cat(client, []string{"yes", "force"}),
+			notFlags: cat(controls, []string{"url", "wide", "o"})},
 		{args: []string{"deliveries"}, usage: "usage: hymical deliveries COMMAND", lines: []string{"  list ", "  show "}},
 		{args: []string{"deliveries", "list"}, usage: "usage: hymical deliveries list", flags: cat(client, []string{"state", "endpoint", "form", "limit", "cursor", "o"}),
 			notFlags: cat(controls, []string{"url", "wide"})},
@@ -369,5 +371,83 @@ func TestDeliveriesShowHidesURLSecrets(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("deliveries show lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// endpoints list follows the API's pages, endpoints delete asks for --yes
+// and --force before it ends deliveries, and endpoints add with a repeated
+// --idempotency-key makes one endpoint: against a real server.
+func TestEndpointsDeleteAndPagesOnARealServer(t *testing.T) {
+	dir := t.TempDir()
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FORMS_SERVER_ADMIN_TOKEN", "test-admin-token-0123456789")
+	base, _, _ := startServe(t, dir)
+	hymical := func(args ...string) (string, error) {
+		t.Helper()
+		var b bytes.Buffer
+		err := run(t.Context(), append(args, "--server", base), &b, &b)
+		return b.String(), err
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := hymical(args...)
+		if err != nil {
+			t.Fatalf("hymical %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	idPattern := regexp.MustCompile(`ep_[0-9a-f]{32}`)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, idPattern.FindString(must("endpoints", "add", "--url", "http://127.0.0.1:9/hook", "--form", fmt.Sprintf("form_%d", i))))
+	}
+
+	listed := func() []string { return idPattern.FindAllString(must("endpoints", "list", "--page-size", "2"), -1) }
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	slices.Reverse(want)
+	if got := listed(); !slices.Equal(got, want) {
+		t.Fatalf("endpoints list --page-size 2 listed %v, want every endpoint newest first %v", got, want)
+	}
+
+	gone := ids[0]
+	if out, err := hymical("endpoints", "delete", gone); err == nil || !strings.Contains(err.Error(), "--yes") {
+		t.Fatalf("endpoints delete without --yes: %v\n%s", err, out)
+	}
+	if got := listed(); len(got) != len(ids) {
+		t.Fatalf("a delete without --yes deleted: %v", got)
+	}
+	must("submit", "--form", "form_0")
+	out, err := hymical("endpoints", "delete", gone, "--yes")
+	if err == nil || !strings.Contains(err.Error(), "--force") || !strings.Contains(err.Error(), "endpoint_busy") {
+		t.Fatalf("endpoints delete of an endpoint with a delivery under way: %v\n%s", err, out)
+	}
+	out = must("endpoints", "delete", gone, "--yes", "--force")
+	if !strings.Contains(out, "endpoint "+gone+" deleted at ") || !strings.Contains(out, `failed with the reason "endpoint deleted"`) {
+		t.Fatalf("endpoints delete --force said: %s", out)
+	}
+	if got := listed(); slices.Contains(got, gone) || len(got) != len(ids)-1 {
+		t.Fatalf("after the delete, endpoints list shows %v", got)
+	}
+	if out := must("deliveries", "list", "--endpoint", gone); !strings.Contains(out, "failed") {
+		t.Fatalf("the deleted endpoint's delivery is not readable as failed:\n%s", out)
+	}
+	if out, err := hymical("endpoints", "delete", gone, "--yes"); err == nil || !strings.Contains(err.Error(), "endpoint_deleted") {
+		t.Fatalf("a second delete: %v\n%s", err, out)
+	}
+
+	first := must("endpoints", "add", "--url", "http://127.0.0.1:9/again", "--idempotency-key", "add-once")
+	again := must("endpoints", "add", "--url", "http://127.0.0.1:9/again", "--idempotency-key", "add-once")
+	if first != again || idPattern.FindString(first) == "" {
+		t.Fatalf("a repeated --idempotency-key answered differently:\n%s\n%s", first, again)
+	}
+	if got := listed(); len(got) != len(ids) {
+		t.Fatalf("a repeated --idempotency-key made a second endpoint: %v", got)
+	}
+	if out, err := hymical("endpoints", "add", "--url", "http://127.0.0.1:9/other", "--idempotency-key", "add-once"); err == nil ||
+		!strings.Contains(err.Error(), "idempotency_key_reused") {
+		t.Fatalf("the key with other flags: %v\n%s", err, out)
 	}
 }

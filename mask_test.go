@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/secretbox"
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/server/api/apiwire"
@@ -87,7 +91,20 @@ func TestURLSecretsStayHiddenEndToEnd(t *testing.T) {
 	}
 
 	// Credentials in the stored URL, straight into the database.
-	store, err := sqlite.Open(t.Context(), filepath.Join(dir, "hymical.db"))
+	// With the key serve wrote beside the database: the secrets are sealed.
+	keyText, err := os.ReadFile(filepath.Join(dir, "hymical.db.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := secretbox.ParseKey(strings.TrimSpace(string(keyText)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secretbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlite.Open(t.Context(), filepath.Join(dir, "hymical.db"), storage.WithSecretBox(box))
 	if err != nil {
 		t.Fatal(err)
 	}

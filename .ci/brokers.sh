@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the message brokers the transport plugin tests run against,
-# nats-server (with JetStream) and redis-server, from Debian's packages when
-# they are missing. It only installs: the tests start their own servers on
-# random loopback ports, so nothing is started here, and the services the
+# nats-server (with JetStream), redis-server, rabbitmq-server and mosquitto,
+# from Debian's packages when they are missing. It only installs: the tests
+# start their own servers on random loopback ports, so nothing is started here, and the services the
 # packages register are not needed.
 #
 #   .ci/brokers.sh
@@ -17,6 +17,12 @@ have() {
 missing=()
 have nats-server || missing+=(nats-server)
 have redis-server || missing+=(redis-server)
+# The tests run the script Debian's /usr/sbin wrapper calls, as root, with
+# their own node name, ports, data and epmd (harness/rabbitmqtest).
+have rabbitmq-server || missing+=(rabbitmq-server)
+# mosquitto_passwd, for the password file of the credentials tests, comes
+# with the broker.
+have mosquitto || missing+=(mosquitto)
 
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]} from Debian's packages"
@@ -34,9 +40,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-for b in nats-server redis-server; do
+for b in nats-server redis-server rabbitmq-server mosquitto mosquitto_passwd; do
 	have "$b" || { log "$b is still missing after the install"; exit 1; }
 done
 nats=$(command -v nats-server || echo /usr/sbin/nats-server)
 redis=$(command -v redis-server || echo /usr/bin/redis-server)
-log "$("$nats" --version), $("$redis" --version | awk '{print $1, $2, $3}')"
+rabbitmq=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo unknown)
+mosquitto=$(dpkg-query -W -f '${Version}' mosquitto 2>/dev/null || echo unknown)
+log "$("$nats" --version), $("$redis" --version | awk '{print $1, $2, $3}'), rabbitmq-server $rabbitmq, mosquitto $mosquitto"

@@ -4,8 +4,9 @@
 // imports them. bench measures delivery (the `hymical bench` command),
 // e2etest builds plugins and runs deliveries end to end for integration
 // tests, faulttest is the fault harness that kills servers, plugins and
-// PostgreSQL mid-delivery and balances the ledger, brokertest, natstest and
-// redistest start real message brokers on loopback for the transport tests,
+// PostgreSQL mid-delivery and balances the ledger, brokertest, natstest,
+// redistest and rabbitmqtest start real message brokers on loopback for the
+// transport tests,
 // proctest kills processes tests started by hand, and sdkdrivers tests the
 // SDK's SQL deduper against real database drivers.
 package harness

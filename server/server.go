@@ -65,6 +65,9 @@ type Server struct {
 	host   *pluginhost.Host
 	pool   *worker.Pool
 	health *fleet.EndpointHealth
+	// storeHealth is whether the store has run out of space, shared by
+	// the worker pool and the API.
+	storeHealth *api.StoreHealth
 	// heartbeat is how often the registry row is refreshed; 0 is
 	// fleet.HeartbeatInterval. Only tests change it.
 	heartbeat time.Duration
@@ -101,6 +104,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 
 	hostCfg := cfg.PluginHost()
 	hostCfg.TracerProvider, hostCfg.PluginEnv = s.tel.TracerProvider(), s.tel.PluginEnv
+	hostCfg.SpanOutput = s.tel.SpanOutput()
 	if s.host, err = pluginhost.New(ctx, hostCfg, log); err != nil {
 		return nil, err
 	}
@@ -123,6 +127,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 	}
 	workerCfg := cfg.Worker()
 	workerCfg.TracerProvider, workerCfg.Metrics = s.tel.TracerProvider(), metrics
+	// The worker's writes and the API's share one view of whether the
+	// store has run out of space, which /readyz reports.
+	s.storeHealth = &api.StoreHealth{}
+	workerCfg.StoreHealth = s.storeHealth
 	if cfg.Endpoints.DisableOnGone {
 		// Off, the worker records a 410 as its transport classified it.
 		workerCfg.Disabler = s.health
@@ -259,12 +267,15 @@ func (s *Server) handler() (http.Handler, error) {
 		Insecure:            cfg.Server.InsecureDevMode,
 		AuthLimiter:         limiter,
 		MaxBodyBytes:        cfg.Server.MaxBodyBytes,
+		MaxNestingDepth:     cfg.Server.MaxNestingDepth,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		RetryBounds:         cfg.Worker().EndpointRetry,
 		Logger:              s.log.With("component", "api"),
 		TracerProvider:      s.tel.TracerProvider(),
 		Metrics:             s.tel.MetricsHandler(),
 		MetricsPublic:       cfg.Telemetry.MetricsPublic,
+		StoreHealth:         s.storeHealth,
+		OperatorEndpoint:    cfg.Endpoints.OperatorEndpoint,
 	})
 	if err != nil {
 		return nil, err
@@ -285,6 +296,7 @@ func (s *Server) handler() (http.Handler, error) {
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,
 		SessionTTL:          cfg.Console.SessionTTL,
 		Logger:              s.log,
+		OperatorEndpoint:    cfg.Endpoints.OperatorEndpoint,
 	}
 	if tok := cfg.Server.AdminToken.Reveal(); tok != "" {
 		opts.AdminTokenDigest = sha256.Sum256([]byte(tok))
@@ -330,11 +342,13 @@ func (s *Server) Describe(w io.Writer) {
 // taking requests and those in progress get HTTPShutdownTimeout; the pool
 // claims nothing more, gives back what it had not started, and records
 // what its in-flight sends produced for at most one lease (see worker.Run);
-// the heartbeat deregisters this process; then the plugins stop, telemetry
-// flushes and the store closes. Every step is bounded, so a database that
-// stops answering cannot keep the process from exiting: the whole shutdown
-// takes at most about the lease plus HTTPShutdownTimeout. Run may be
-// called once.
+// the heartbeat deregisters this process; then the plugins stop (each is
+// given two seconds to exit, then its process group is killed: at most
+// pluginhost.KillBound, whatever its children do), telemetry flushes and
+// the store closes. Every step is bounded, so a database that stops
+// answering or a plugin that will not die cannot keep the process from
+// exiting: the whole shutdown takes at most about the lease plus
+// HTTPShutdownTimeout plus pluginhost.KillBound. Run may be called once.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.close()
 	runCtx, stop := context.WithCancel(ctx)
@@ -410,11 +424,16 @@ func checkOperatorEndpoint(ctx context.Context, store storage.Store, id string) 
 	if id == "" {
 		return nil
 	}
-	if _, err := store.EndpointGet(ctx, id); err != nil {
+	e, err := store.EndpointGet(ctx, id)
+	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
 			return fmt.Errorf("endpoints.operator_endpoint %s does not exist in this database: create the endpoint first (POST /v1/endpoints) and give its id, or leave endpoints.operator_endpoint empty", id)
 		}
 		return fmt.Errorf("endpoints.operator_endpoint %s: %w", id, err)
+	}
+	if e.DeletedAt != nil {
+		return fmt.Errorf("endpoints.operator_endpoint %s was deleted at %s: create another endpoint (POST /v1/endpoints) and give its id, or leave endpoints.operator_endpoint empty",
+			id, e.DeletedAt.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -416,8 +416,10 @@ func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
 	})
 	took := time.Since(began)
 	t.Logf("three servers: the healthy endpoint's 20 in %s; the hung receiver held at most %d requests", took.Round(time.Millisecond), hungPeak.Load())
-	if took > 2*time.Second {
-		t.Errorf("the healthy endpoint's 20 deliveries took %s, want at most 2s", took)
+	// Without the share they wait for hung sends to time out (10 s and
+	// more); 5 s leaves room for a loaded machine and still tells.
+	if took > 5*time.Second {
+		t.Errorf("the healthy endpoint's 20 deliveries took %s, want at most 5s", took)
 	}
 	if p := hungPeak.Load(); p > 12 {
 		t.Errorf("the hung receiver held %d requests at once, more than 3 servers × a room of 4", p)

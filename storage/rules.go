@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -199,6 +200,44 @@ func (p DeliveryListParams) PageSize() int {
 	return min(p.Limit, 1000)
 }
 
+// PageSize is the endpoint page size in force.
+func (p EndpointListParams) PageSize() int {
+	if p.Limit <= 0 {
+		return 100
+	}
+	return min(p.Limit, 1000)
+}
+
+// Validate checks a keyed create before anything is written.
+func (p EndpointCreateParams) Validate() error {
+	if p.IdempotencyKey == "" {
+		return fmt.Errorf("%w: a create once needs an idempotency key; without one use EndpointCreate", ErrInvalid)
+	}
+	if p.RequestHash == "" {
+		return fmt.Errorf("%w: an idempotency key needs the fingerprint of its request", ErrInvalid)
+	}
+	if p.Window < 0 {
+		return fmt.Errorf("%w: idempotency window must not be negative", ErrInvalid)
+	}
+	return p.Endpoint.Validate()
+}
+
+// KeyWindow is the idempotency window in force.
+func (p EndpointCreateParams) KeyWindow() time.Duration {
+	if p.Window == 0 {
+		return DefaultIdempotencyWindow
+	}
+	return p.Window
+}
+
+// Validate checks the delete parameters.
+func (p EndpointDeleteParams) Validate() error {
+	if p.ID == "" {
+		return fmt.Errorf("%w: endpoint id is required", ErrInvalid)
+	}
+	return nil
+}
+
 // BatchSize is the bulk replay cap in force.
 func (p DeliveryReplayManyParams) BatchSize() int {
 	if p.Limit == 0 {
@@ -325,7 +364,14 @@ func (ev Event) Validate() error {
 		return fmt.Errorf("%w: event needs a type", ErrInvalid)
 	}
 	if !json.Valid(ev.Payload) {
-		return fmt.Errorf("%w: event payload is not valid JSON", ErrInvalid)
+		// Say why: a payload nested deeper than encoding/json's limit of
+		// 10000 levels is well-formed but not valid here.
+		why := "it does not parse"
+		var syn *json.SyntaxError
+		if errors.As(json.Unmarshal(ev.Payload, new(json.RawMessage)), &syn) {
+			why = fmt.Sprintf("%s, at byte %d of the payload", strings.TrimPrefix(syn.Error(), "json: "), syn.Offset)
+		}
+		return fmt.Errorf("%w: event payload is not valid JSON (%s)", ErrInvalid, why)
 	}
 	return nil
 }

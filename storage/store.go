@@ -78,6 +78,24 @@ var (
 	ErrInvalid = errors.New("invalid parameters")
 	// ErrSchemaUnknown: the database carries a schema version this build does not know.
 	ErrSchemaUnknown = errors.New("database schema version is newer than this build knows")
+	// ErrNoSpace: a write failed because the database has no room left to
+	// grow (SQLite: SQLITE_FULL, the disk under the file is full or its page
+	// limit is reached; PostgreSQL: 53100 disk_full). Nothing of the write
+	// was kept; the same write succeeds once space is freed.
+	ErrNoSpace = errors.New("the database is out of space")
+	// ErrResources: PostgreSQL refused an operation for want of a resource
+	// other than disk space (SQLSTATE class 53: memory, connections, a
+	// configured limit). Nothing of it was kept; it may succeed when retried.
+	ErrResources = errors.New("the database is short of resources")
+	// ErrDeleted: the endpoint was deleted. Its row and history stay
+	// readable, but it takes no change, no new delivery and no replay.
+	ErrDeleted = errors.New("the endpoint was deleted")
+	// ErrEndpointBusy: a delete without Force found the endpoint still has
+	// pending or processing deliveries. Nothing was changed.
+	ErrEndpointBusy = errors.New("the endpoint has pending or processing deliveries")
+	// ErrKeyReused: an idempotency key came back with a request other than
+	// the one it was first used with. Nothing was written.
+	ErrKeyReused = errors.New("the idempotency key was first used with a different request")
 )
 
 // Secret is an endpoint's signing secret: a v1 HMAC secret written "whsec_"
@@ -162,6 +180,10 @@ type Endpoint struct {
 	RetrySchedule []time.Duration
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+	// DeletedAt, when set, is when the endpoint was deleted (EndpointDelete).
+	// Only EndpointGet returns a deleted endpoint; writes of the field
+	// through EndpointCreate or EndpointUpdate are ignored.
+	DeletedAt *time.Time
 }
 
 // The reasons an endpoint is disabled.
@@ -485,6 +507,72 @@ type DeliveryStats struct {
 	Held int64
 }
 
+// EndpointListParams pages through the endpoints that are not deleted,
+// newest first.
+type EndpointListParams struct {
+	// Before is a cursor: the ID of the last endpoint of the previous page.
+	Before string
+	// Limit is the page size; zero means 100.
+	Limit int
+}
+
+// DefaultIdempotencyWindow is how long an idempotency key of
+// EndpointCreateOnce answers with what it first created.
+const DefaultIdempotencyWindow = 24 * time.Hour
+
+// EndpointCreateParams creates an endpoint at most once per idempotency key.
+type EndpointCreateParams struct {
+	Endpoint Endpoint
+	// IdempotencyKey, when set, makes a second create with the same key
+	// within Window return the first endpoint instead of creating another.
+	// Keys share one space with every other keyed create that is not an
+	// event, so callers scope them (e.g. "endpoint:" + key).
+	IdempotencyKey string
+	// RequestHash fingerprints the request the key came with; a later
+	// create with the same key and another fingerprint is ErrKeyReused.
+	// Required with IdempotencyKey.
+	RequestHash string
+	// Window is how long the key holds; zero means
+	// DefaultIdempotencyWindow. An older key is taken over by the new
+	// create as if it had never been used.
+	Window time.Duration
+	Now    time.Time
+}
+
+// EndpointCreateResult is the endpoint a keyed create made or found.
+type EndpointCreateResult struct {
+	Endpoint Endpoint
+	// Duplicate is true when the key was used before within its window:
+	// Endpoint is the one created then, read now, and nothing was written.
+	Duplicate bool
+}
+
+// EndpointDeletedReason is the UnsentReason of the deliveries a forced
+// delete ended.
+const EndpointDeletedReason = "endpoint deleted: it was deleted while this delivery was pending or processing, so it is not sent"
+
+// EndpointDeleteParams deletes an endpoint.
+type EndpointDeleteParams struct {
+	ID string
+	// Force deletes an endpoint that still has pending or processing
+	// deliveries: each ends failed with EndpointDeletedReason. A
+	// processing one's claim is taken away, so the worker holding it can
+	// only record its request as a late attempt. Without Force such an
+	// endpoint is refused with ErrEndpointBusy.
+	Force bool
+	Now   time.Time
+}
+
+// EndpointDeleteResult says what a delete found and did.
+type EndpointDeleteResult struct {
+	// Endpoint is the endpoint as deleted, DeletedAt set.
+	Endpoint Endpoint
+	// Pending and Processing count the endpoint's deliveries in those
+	// states when the delete ran: ended as failed with Force, left as they
+	// were (and the delete refused) without.
+	Pending, Processing int
+}
+
 // MigrateParams says how far to migrate.
 type MigrateParams struct {
 	// To is the version to stop at; zero means the newest this build has.
@@ -504,13 +592,36 @@ type MigrateResult struct {
 type Store interface {
 	// EndpointCreate inserts e; ID and timestamps are set when empty.
 	EndpointCreate(ctx context.Context, e Endpoint) (Endpoint, error)
+	// EndpointCreateOnce is EndpointCreate under an idempotency key: the
+	// first create with a key inserts the endpoint and records the key in
+	// the same transaction; a repeat within the key's window with the same
+	// RequestHash writes nothing and returns the first endpoint as it is
+	// now (ErrDeleted if it was deleted since), with another RequestHash
+	// ErrKeyReused. Concurrent creates with one key make one endpoint.
+	EndpointCreateOnce(ctx context.Context, p EndpointCreateParams) (EndpointCreateResult, error)
+	// EndpointGet reads an endpoint, a deleted one too (DeletedAt set).
 	EndpointGet(ctx context.Context, id string) (Endpoint, error)
+	// EndpointList returns every endpoint that is not deleted, by id.
 	EndpointList(ctx context.Context) ([]Endpoint, error)
+	// EndpointListPage returns a page of the endpoints that are not
+	// deleted, newest (highest id) first.
+	EndpointListPage(ctx context.Context, p EndpointListParams) ([]Endpoint, error)
+	// EndpointDelete soft-deletes an endpoint: DeletedAt is set, it leaves
+	// lists and fan-out, and it takes no more changes (ErrDeleted), while
+	// its deliveries, attempts and replays stay readable. With pending or
+	// processing deliveries it is refused with ErrEndpointBusy unless
+	// p.Force, which fails them with EndpointDeletedReason (a processing
+	// one's claim is fenced: its worker can only record a late attempt).
+	// No event fans out to it once it returns, however the two race, and
+	// none of its deliveries can be replayed. Deleting it again is
+	// ErrDeleted.
+	EndpointDelete(ctx context.Context, p EndpointDeleteParams) (EndpointDeleteResult, error)
 	// EndpointUpdate replaces every mutable field of the endpoint with e's.
 	// When e.UpdatedAt is set (as read), the update applies only if nobody
 	// changed the endpoint since, and otherwise returns ErrConflict: a
 	// secret rotation racing another change on another process must not
-	// silently drop a secret somebody was already shown.
+	// silently drop a secret somebody was already shown. A deleted
+	// endpoint is ErrDeleted.
 	EndpointUpdate(ctx context.Context, e Endpoint) (Endpoint, error)
 
 	// EventCreate inserts the event and, in the same transaction, one pending
@@ -545,10 +656,11 @@ type Store interface {
 	AttemptRecordLate(ctx context.Context, p AttemptRecordLateParams) (Attempt, error)
 
 	// DeliveryReplay moves a terminal delivery back to pending, due now, with
-	// cycle_attempts 0 and attempts kept, and writes the audit record.
+	// cycle_attempts 0 and attempts kept, and writes the audit record. A
+	// delivery of a deleted endpoint is refused with ErrDeleted.
 	DeliveryReplay(ctx context.Context, p DeliveryReplayParams) (Delivery, error)
 	// DeliveryReplayMany replays terminal deliveries matching a filter and
-	// returns how many it replayed.
+	// returns how many it replayed, leaving out those of deleted endpoints.
 	DeliveryReplayMany(ctx context.Context, p DeliveryReplayManyParams) (int, error)
 
 	// DeliveryPrune removes up to p.Limit delivered deliveries completed
@@ -564,6 +676,20 @@ type Store interface {
 	AttemptList(ctx context.Context, deliveryID string) ([]Attempt, error)
 	// ReplayList returns a delivery's replay audit records, oldest first.
 	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
+
+	// Wakeups subscribes to wake-ups until ctx ends: the channel receives a
+	// value soon after a write commits that made a delivery claimable now
+	// (an event created, a claim released, a delivery replayed, held
+	// deliveries let go by enabling their endpoint or by an ordered
+	// endpoint's turn passing on), and, for a write of this Store that made
+	// one due later (a retry's backoff, a release with a delay, a rate
+	// limit's deferral), when that time comes. Values are coalesced: one
+	// stands for every wake-up since the last was received. Nothing is
+	// promised beyond that: a claimer still polls, for leases that expire
+	// and for writes whose wake-up it could not hear. A backend that serves
+	// several processes wakes the claimers of every process on the
+	// database for writes that make a delivery due now.
+	Wakeups(ctx context.Context) <-chan struct{}
 
 	// WorkerHeartbeat registers w or refreshes its heartbeat.
 	WorkerHeartbeat(ctx context.Context, w Worker) error

@@ -1,4 +1,5 @@
-// Package brokertest runs a real server process (nats-server, redis-server)
+// Package brokertest runs a real server process (nats-server, redis-server,
+// rabbitmq-server)
 // for tests: found where Debian installs it, on a loopback port, killed
 // with SIGKILL and started again on demand, as a broker that goes away and
 // comes back. It imports only the standard library, so a plugin's tests can
@@ -21,7 +22,7 @@ import (
 )
 
 // Install says how to get the brokers the plugin tests run against.
-const Install = "apt-get install nats-server redis-server (or run .ci/brokers.sh)"
+const Install = "apt-get install nats-server redis-server rabbitmq-server mosquitto (or run .ci/brokers.sh)"
 
 // Binary finds name on PATH or where Debian installs it. Without it the
 // test is skipped, saying how to install it, except under CI=true, where a
@@ -70,6 +71,11 @@ type Proc struct {
 	// logPath (through logFile, or by the server's own log option).
 	command func(logPath string, logFile *os.File) *exec.Cmd
 
+	// ReadyWithin bounds the wait for the ready line; zero means 15s.
+	// RabbitMQ, an Erlang release, needs longer than that to boot on a
+	// small machine.
+	ReadyWithin time.Duration
+
 	mu    sync.Mutex
 	cmd   *exec.Cmd
 	exit  chan struct{}
@@ -104,7 +110,11 @@ func (p *Proc) Run() error {
 	}
 	exit := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exit) }()
-	deadline := time.Now().Add(15 * time.Second)
+	within := p.ReadyWithin
+	if within == 0 {
+		within = 15 * time.Second
+	}
+	deadline := time.Now().Add(within)
 	for {
 		b, _ := os.ReadFile(logPath)
 		if bytes.Contains(b, p.ready) {
@@ -119,7 +129,7 @@ func (p *Proc) Run() error {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exit
-			return fmt.Errorf("%s was not ready within 15s:\n%s", p.name, tail(b))
+			return fmt.Errorf("%s was not ready within %s:\n%s", p.name, within, tail(b))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

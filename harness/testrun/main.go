@@ -5,7 +5,7 @@
 // prints one line per package as go test does (with the whole output of
 // anything that failed), and ends with what ran and what did not: the tests
 // that used each real server or tool (PostgreSQL, nats-server, redis-server,
-// Chromium, OpenSSL, Node) and the tests skipped, grouped by the reason they
+// rabbitmq-server, mosquitto, Chromium, OpenSSL, Node) and the tests skipped, grouped by the reason they
 // gave. Plain `go test` prints "ok" for a package whose every test skipped
 // for want of a database; this says so instead.
 //
@@ -45,6 +45,8 @@ func resources() []resource {
 		{"postgres", "HYMICAL_TEST_POSTGRES_DSN"},
 		{"nats-server", "nats-server"},
 		{"redis-server", "redis-server"},
+		{"rabbitmq-server", "rabbitmq-server"},
+		{"mosquitto", "mosquitto"},
 		{"chromium", "chromium"},
 		{"openssl", "openssl"},
 		{"node", "node"},
@@ -139,7 +141,14 @@ func (r *run) packageDone(e event) {
 	case "skip":
 		fmt.Fprintf(r.out, "?   \t%s\t[no test files]\n", e.Package)
 	default:
-		fmt.Fprintf(r.out, "ok  \t%s\t%.3fs\n", e.Package, e.Elapsed)
+		took := fmt.Sprintf("%.3fs", e.Elapsed)
+		// go test's own line says when the result came from its cache.
+		for _, l := range r.output[k] {
+			if strings.HasPrefix(l, "ok") && strings.Contains(l, "(cached)") {
+				took = "(cached)"
+			}
+		}
+		fmt.Fprintf(r.out, "ok  \t%s\t%s\n", e.Package, took)
 	}
 	delete(r.output, k)
 }

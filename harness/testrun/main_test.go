@@ -42,6 +42,8 @@ func TestSummary(t *testing.T) {
 		{Action: "output", Package: "plugins/nats", Test: "TestBroken", Output: "    broken_test.go:9: lost a delivery\n"},
 		{Action: "fail", Package: "plugins/nats", Test: "TestBroken"},
 		{Action: "fail", Package: "plugins/nats", Elapsed: 1},
+		{Action: "output", Package: "sdk/webhook", Output: "ok  \tsdk/webhook\t(cached)\n"},
+		{Action: "pass", Package: "sdk/webhook"},
 	}
 	var out bytes.Buffer
 	r := newRun(&out)
@@ -59,6 +61,7 @@ func TestSummary(t *testing.T) {
 	for _, want := range []string{
 		"ok  \tstorage/postgres\t0.500s",
 		"FAIL\tplugins/nats\t1.000s",
+		"ok  \tsdk/webhook\t(cached)",
 		"broken_test.go:9: lost a delivery",
 		"1 top-level tests passed, 1 failed, 1 skipped",
 		"postgres      SKIPPED: 1 tests did not run",

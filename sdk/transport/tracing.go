@@ -137,7 +137,7 @@ func transportCall(info *stats.RPCTagInfo) bool {
 // pluginTracing builds the plugin process's TracerProvider from the
 // environment the host set (getenv looks a variable up). With no exporter
 // set it returns a no-op provider and no shutdown. console spans go to
-// console, one JSON object a line.
+// console, one JSON object a line after ConsoleSpanPrefix.
 func pluginTracing(ctx context.Context, getenv func(string) string, console io.Writer) (trace.TracerProvider, func(context.Context) error, error) {
 	noop := tracenoop.NewTracerProvider()
 	var (
@@ -148,7 +148,7 @@ func pluginTracing(ctx context.Context, getenv func(string) string, console io.W
 	case "", TracesExporterNone:
 		return noop, nil, nil
 	case TracesExporterConsole:
-		exp, err = stdouttrace.New(stdouttrace.WithWriter(console))
+		exp, err = stdouttrace.New(stdouttrace.WithWriter(spanLines{console}))
 	case TracesExporterOTLP:
 		protocol := strings.TrimSpace(getenv(EnvTracesProtocol))
 		if protocol == "" {
@@ -197,3 +197,22 @@ func buildVersion() string {
 type stderr struct{}
 
 func (stderr) Write(p []byte) (int, error) { return os.Stderr.Write(p) }
+
+// ConsoleSpanPrefix starts each line a plugin writes for a span with the
+// console exporter. The host reads the plugin's standard error: a line with
+// this prefix is a span, which the host writes, as JSON, where its own
+// spans go, rather than into its log as text.
+const ConsoleSpanPrefix = "hymical-span: "
+
+// spanLines prefixes each span the console exporter writes (one JSON
+// object and a newline per Write) with ConsoleSpanPrefix.
+type spanLines struct{ w io.Writer }
+
+func (s spanLines) Write(p []byte) (int, error) {
+	line := make([]byte, 0, len(ConsoleSpanPrefix)+len(p))
+	line = append(append(line, ConsoleSpanPrefix...), p...)
+	if _, err := s.w.Write(line); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -29,7 +29,8 @@ const (
 // Headers the API reads or writes beyond the standard ones.
 const (
 	// HeaderIdempotencyKey makes a retried ingest request return the first
-	// result instead of creating a second event.
+	// result instead of creating a second event, and a retried
+	// POST /v1/endpoints return the first endpoint instead of a second.
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderIdempotentReplayed is "true" on a response that repeats the
 	// result of an earlier request with the same Idempotency-Key.
@@ -75,6 +76,10 @@ type Options struct {
 	AuthLimiter *authlimit.Limiter
 	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxNestingDepth bounds how deeply a request body may nest objects
+	// and arrays, the outermost counting as 1; zero means
+	// DefaultMaxNestingDepth, and it may not exceed MaxNestingDepthLimit.
+	MaxNestingDepth int
 	// SecretRotationGrace is how long a rotated-out secret keeps signing
 	// next to the new one; zero means DefaultSecretRotationGrace.
 	SecretRotationGrace time.Duration
@@ -97,6 +102,19 @@ type Options struct {
 	// MetricsPublic lets GET /metrics be scraped without a token. Otherwise
 	// it needs the admin token, like every route but ingest and the probes.
 	MetricsPublic bool
+
+	// StoreHealth is told when a write fails for want of space and when
+	// an ingest succeeds, and /readyz reports a store out of space from
+	// it; share it with the worker pool, which tells it of its own writes.
+	// nil means one of the API's own.
+	StoreHealth *StoreHealth
+	// OperatorEndpoint is endpoints.operator_endpoint: the endpoint told
+	// when the server disables one. DELETE refuses it.
+	OperatorEndpoint string
+	// IdempotencyWindow is how long an Idempotency-Key of
+	// POST /v1/endpoints answers with the endpoint it first created; zero
+	// means storage.DefaultIdempotencyWindow.
+	IdempotencyWindow time.Duration
 }
 
 // handler is the API. It holds no state of its own beyond what New sets and
@@ -108,6 +126,7 @@ type handler struct {
 	limiter    *authlimit.Limiter
 	insecure   bool
 	maxBody    int64
+	maxDepth   int
 	grace      time.Duration
 	// retryBounds checks endpoints' own retry schedules.
 	retryBounds RetryBounds
@@ -121,6 +140,12 @@ type handler struct {
 	// holds server/api/openapi.json to them.
 	patterns []string
 	now      func() time.Time
+	// storeHealth knows whether the store has run out of space.
+	storeHealth *StoreHealth
+	// operatorEndpoint may not be deleted; keyWindow is the endpoint
+	// create's idempotency window.
+	operatorEndpoint string
+	keyWindow        time.Duration
 }
 
 // New checks opts and returns the API's handler.
@@ -141,6 +166,12 @@ func newHandler(opts Options) (*handler, error) {
 	}
 	if opts.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("api: MaxBodyBytes must not be negative, got %d; use 0 for the default of %d", opts.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if opts.MaxNestingDepth < 0 || opts.MaxNestingDepth > MaxNestingDepthLimit {
+		return nil, fmt.Errorf("api: MaxNestingDepth must be from 1 to %d, got %d; use 0 for the default of %d", MaxNestingDepthLimit, opts.MaxNestingDepth, DefaultMaxNestingDepth)
+	}
+	if opts.IdempotencyWindow < 0 {
+		return nil, fmt.Errorf("api: IdempotencyWindow must not be negative, got %s; use 0 for the default of %s", opts.IdempotencyWindow, storage.DefaultIdempotencyWindow)
 	}
 	if opts.SecretRotationGrace < 0 {
 		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, DefaultSecretRotationGrace)
@@ -181,6 +212,7 @@ func newHandler(opts Options) (*handler, error) {
 		limiter:    limiter,
 		insecure:   opts.Insecure,
 		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxDepth:   int(cmpOr(int64(opts.MaxNestingDepth), DefaultMaxNestingDepth)),
 		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
 		retryBounds: func() RetryBounds {
 			if opts.RetryBounds != nil {
@@ -188,10 +220,16 @@ func newHandler(opts Options) (*handler, error) {
 			}
 			return retrypolicy.DefaultEndpointBounds()
 		}(),
-		log:   log,
-		ready: opts.Ready,
-		mux:   http.NewServeMux(),
-		now:   time.Now,
+		log:              log,
+		ready:            opts.Ready,
+		mux:              http.NewServeMux(),
+		now:              time.Now,
+		operatorEndpoint: opts.OperatorEndpoint,
+		keyWindow:        opts.IdempotencyWindow,
+	}
+	h.storeHealth = opts.StoreHealth
+	if h.storeHealth == nil {
+		h.storeHealth = &StoreHealth{}
 	}
 	h.routes()
 	return h, nil
@@ -226,6 +264,7 @@ func (h *handler) routes() {
 	h.handle("GET /v1/endpoints", admin, h.listEndpoints)
 	h.handle("GET /v1/endpoints/{id}", admin, h.getEndpoint)
 	h.handle("PATCH /v1/endpoints/{id}", admin, h.updateEndpoint)
+	h.handle("DELETE /v1/endpoints/{id}", admin, h.deleteEndpoint)
 	h.handle("POST /v1/endpoints/{id}/disable", admin, h.disableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/enable", admin, h.enableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/rotate-secret", admin, h.rotateSecret)

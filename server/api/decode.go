@@ -17,8 +17,11 @@ import (
 )
 
 // readBody reads the whole request body, refusing a body that is not JSON
-// by its Content-Type or is larger than MaxBodyBytes. A missing
-// Content-Type is accepted, so a bare `curl --data-binary` works.
+// by its Content-Type or is larger than MaxBodyBytes, and JSON that
+// receivers cannot be trusted to read (see checkJSON), which is refused
+// with a 400 naming the problem and where it is. A missing Content-Type is
+// accepted, so a bare `curl --data-binary` works. The checks only read
+// the body; it is returned as it was sent.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -40,6 +43,9 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		}
 		return nil, &apiError{Status: http.StatusBadRequest, Code: "unreadable_body",
 			Message: "the request body could not be read to its end; send it again", cause: err}
+	}
+	if p := checkJSON(b, h.maxDepth); p != nil {
+		return nil, p.apiError()
 	}
 	return b, nil
 }
@@ -227,10 +233,13 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	}
 	for name, vs := range q {
 		if !slices.Contains(allowed, name) {
-			return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes %s", name, strings.Join(allowed, ", "))
+			if len(allowed) == 0 {
+				return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes no query parameters, so leave the query string out", clip(name))
+			}
+			return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes only %s", clip(name), strings.Join(allowed, ", "))
 		}
 		if len(vs) > 1 {
-			return nil, badRequest("invalid_parameter", "query parameter %q is given %d times; give it once", name, len(vs))
+			return nil, badRequest("invalid_parameter", "query parameter %q is given %d times; give it once", clip(name), len(vs))
 		}
 	}
 	return q, nil

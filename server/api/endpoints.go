@@ -2,9 +2,13 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -105,8 +109,34 @@ func signatureScheme(s string) (webhook.Scheme, error) {
 	return scheme, nil
 }
 
+// endpointCursorPattern is an endpoint id, which is what a cursor of the
+// endpoint list is: the id of the last endpoint of the previous page.
+var endpointCursorPattern = regexp.MustCompile(`^ep_[0-9a-f]{32}$`)
+
+// requestHash fingerprints a create's request, as decoded: the same fields
+// with the same values hash the same however the JSON was spaced or
+// ordered. It is what a repeated Idempotency-Key is checked against.
+func requestHash(req any) (string, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
 // POST /v1/endpoints
+//
+// With an Idempotency-Key, a repeat of the request within the key's window
+// (Options.IdempotencyWindow) answers 200, marked Idempotent-Replayed,
+// with the endpoint it first created as it is now and its current secret,
+// and writes nothing; only the key and the endpoint's id are stored, so the
+// secret is read again from the endpoint, never copied.
 func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
 	body, err := h.readBody(w, r)
 	if err != nil {
 		return err
@@ -143,27 +173,67 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ep.Secrets = []storage.Secret{storage.NewSecret(secret, nil)}
-	created, err := h.store.EndpointCreate(r.Context(), ep)
+	status := http.StatusCreated
+	var created storage.Endpoint
+	if key == "" {
+		created, err = h.store.EndpointCreate(r.Context(), ep)
+	} else {
+		hash, herr := requestHash(req)
+		if herr != nil {
+			return herr
+		}
+		var res storage.EndpointCreateResult
+		res, err = h.store.EndpointCreateOnce(r.Context(), storage.EndpointCreateParams{
+			Endpoint: ep, IdempotencyKey: endpointScope(key), RequestHash: hash, Window: h.keyWindow})
+		created = res.Endpoint
+		if errors.Is(err, storage.ErrDeleted) {
+			return &apiError{Status: http.StatusGone, Code: "endpoint_deleted", cause: err,
+				Message: fmt.Sprintf("the endpoint this %s created was deleted since; send a new key to create another", HeaderIdempotencyKey)}
+		}
+		if err == nil && res.Duplicate {
+			status = http.StatusOK
+			secret = endpoint.CurrentSecret(created).Reveal()
+			w.Header().Set(HeaderIdempotentReplayed, "true")
+		}
+	}
 	if err != nil {
 		return storeError(err, "the endpoint")
 	}
 	w.Header().Set("Location", "/v1/endpoints/"+created.ID)
-	writeJSON(w, http.StatusCreated, apiwire.EndpointCreated{Endpoint: viewEndpoint(created, h.now()), Secret: secret})
+	writeJSON(w, status, apiwire.EndpointCreated{Endpoint: viewEndpoint(created, h.now()), Secret: secret})
 	return nil
 }
 
 // GET /v1/endpoints
+//
+// Paged like GET /v1/deliveries: newest first, limit and cursor in,
+// next_cursor out. Deleted endpoints are left out.
 func (h *handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
+	q, err := query(r, "limit", "cursor")
+	if err != nil {
 		return err
 	}
-	eps, err := h.store.EndpointList(r.Context())
+	limit, err := parseLimit("limit", q.Get("limit"), defaultPageSize, maxPageSize)
+	if err != nil {
+		return err
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" && !endpointCursorPattern.MatchString(cursor) {
+		return badRequest("invalid_parameter", "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
+	}
+	// One more than the page tells whether there is a next page.
+	eps, err := h.store.EndpointListPage(r.Context(), storage.EndpointListParams{Before: cursor, Limit: limit + 1})
 	if err != nil {
 		return storeError(err, "the endpoints")
 	}
 	now := h.now()
-	out := apiwire.EndpointList{Endpoints: make([]apiwire.Endpoint, 0, len(eps))}
-	for _, e := range eps {
+	out := apiwire.EndpointList{Endpoints: make([]apiwire.Endpoint, 0, min(len(eps), limit))}
+	for i, e := range eps {
+		if i == limit {
+			next := eps[limit-1].ID
+			out.NextCursor = &next
+			break
+		}
 		out.Endpoints = append(out.Endpoints, viewEndpoint(e, now))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -171,13 +241,71 @@ func (h *handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 }
 
 // GET /v1/endpoints/{id}
+//
+// A deleted endpoint is 410 Gone, not 404: the id was real, and its
+// deliveries can still be read.
 func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	e, err := h.store.EndpointGet(r.Context(), id)
 	if err != nil {
 		return storeError(err, endpointName(id))
 	}
+	if e.DeletedAt != nil {
+		return deletedError(e)
+	}
 	writeJSON(w, http.StatusOK, viewEndpoint(e, h.now()))
+	return nil
+}
+
+// deletedError answers a request about the deleted endpoint e.
+func deletedError(e storage.Endpoint) *apiError {
+	return &apiError{Status: http.StatusGone, Code: "endpoint_deleted",
+		Message: fmt.Sprintf("%s was deleted at %s; its deliveries stay readable under GET /v1/deliveries?endpoint_id=%s",
+			endpointName(e.ID), e.DeletedAt.UTC().Format(time.RFC3339), e.ID)}
+}
+
+// DELETE /v1/endpoints/{id}
+//
+// Deleting is soft (storage.Store.EndpointDelete): the endpoint's history
+// stays. An endpoint with pending or processing deliveries is refused with
+// 409 unless ?force=true, which fails them with the reason "endpoint
+// deleted"; the operator endpoint is refused outright.
+func (h *handler) deleteEndpoint(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	q, err := query(r, "force")
+	if err != nil {
+		return err
+	}
+	var force bool
+	switch v := q.Get("force"); v {
+	case "", "false":
+	case "true":
+		force = true
+	default:
+		return badRequest("invalid_parameter", "force %q is not true or false; give force=true to delete an endpoint that still has pending or processing deliveries", clip(v))
+	}
+	if err := h.emptyBody(w, r); err != nil {
+		return err
+	}
+	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint)
+	switch {
+	case errors.Is(err, endpoint.ErrOperatorEndpoint):
+		return &apiError{Status: http.StatusConflict, Code: "operator_endpoint", cause: err,
+			Message: fmt.Sprintf("%s is endpoints.operator_endpoint, the endpoint this server tells when it disables one; point that setting at another endpoint or leave it empty, restart the server, and then delete this one", endpointName(id))}
+	case errors.Is(err, storage.ErrEndpointBusy):
+		return &apiError{Status: http.StatusConflict, Code: "endpoint_busy", cause: err,
+			Message: fmt.Sprintf("%s has %d pending and %d processing deliveries, which deleting it would leave unsent; wait until they finish, or send DELETE /v1/endpoints/%s?force=true to fail them with the reason %q (a request already under way still records its outcome, as a late attempt)",
+				endpointName(id), res.Pending, res.Processing, clip(id), "endpoint deleted")}
+	case errors.Is(err, storage.ErrDeleted):
+		if e, gerr := h.store.EndpointGet(r.Context(), id); gerr == nil && e.DeletedAt != nil {
+			return deletedError(e)
+		}
+		return storeError(err, endpointName(id))
+	case err != nil:
+		return storeError(err, endpointName(id))
+	}
+	writeJSON(w, http.StatusOK, apiwire.EndpointDeleted{ID: res.Endpoint.ID, DeletedAt: res.Endpoint.DeletedAt.UTC(),
+		FailedPending: res.Pending, FailedProcessing: res.Processing})
 	return nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/storage"
@@ -20,6 +22,9 @@ type apiError struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter, when set, is sent as the Retry-After header: when a
+	// request refused for a passing reason is worth sending again.
+	RetryAfter time.Duration
 	// cause is logged, never sent.
 	cause error
 }
@@ -46,6 +51,14 @@ func errInternal() *apiError {
 		Message: "the server failed to complete the request; nothing is wrong with the request itself, try again and see the server log if it persists"}
 }
 
+// How long a request refused for the store's want of space, or of other
+// resources, is told to wait before it is sent again: space takes an
+// operator, the rest usually passes by itself.
+const (
+	noSpaceRetryAfter   = 30 * time.Second
+	resourcesRetryAfter = 5 * time.Second
+)
+
 // storeError is the one place a Store error becomes an HTTP answer. what
 // names the thing the call was about ("delivery dlv_…"), for 404 and 409.
 // Anything that is not a sentinel is a 500 with a generic message: the
@@ -55,6 +68,13 @@ func storeError(err error, what string) *apiError {
 	case errors.Is(err, storage.ErrNotFound):
 		return &apiError{Status: http.StatusNotFound, Code: "not_found",
 			Message: what + " does not exist; check the id", cause: err}
+	case errors.Is(err, storage.ErrDeleted):
+		return &apiError{Status: http.StatusGone, Code: "endpoint_deleted",
+			Message: what + ": the endpoint was deleted; its deliveries and their attempts stay readable under GET /v1/deliveries?endpoint_id=…, but it takes no change, no replay and no new delivery", cause: err}
+	case errors.Is(err, storage.ErrKeyReused):
+		ae := keyReused()
+		ae.cause = err
+		return ae
 	case errors.Is(err, storage.ErrNotTerminal):
 		return &apiError{Status: http.StatusConflict, Code: "not_terminal",
 			Message: what + " is pending or processing; only delivered or failed deliveries can be replayed, so wait until it finishes", cause: err}
@@ -63,7 +83,14 @@ func storeError(err error, what string) *apiError {
 			Message: what + " conflicts with one that already exists; retry, and if it persists use a new id or idempotency key", cause: err}
 	case errors.Is(err, storage.ErrInvalid):
 		return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid_request",
-			Message: "the request breaks a rule of the delivery store for " + what + "; check the values sent against the README's HTTP API section", cause: err}
+			Message: "the request breaks a rule of the delivery store for " + what + "; check the values sent against docs/api.md", cause: err}
+	case errors.Is(err, storage.ErrNoSpace):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "storage_full", RetryAfter: noSpaceRetryAfter,
+			Message: "the server's database is out of space, so nothing of this request was stored; send it again later. " +
+				"Whoever runs the server must free space on the database's volume or grow the volume (GET /readyz says so until then)", cause: err}
+	case errors.Is(err, storage.ErrResources):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "storage_busy", RetryAfter: resourcesRetryAfter,
+			Message: "the server's database is short of resources (memory or connections), so nothing of this request was stored; send it again shortly", cause: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "timeout",
 			Message: "the database did not answer in time; try again", cause: err}
@@ -80,6 +107,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if !errors.As(err, &ae) {
 		ae = errInternal()
 		ae.cause = err
+	}
+	if errors.Is(err, storage.ErrNoSpace) {
+		h.storeHealth.Observe(err)
 	}
 	switch {
 	case r.Context().Err() != nil:
@@ -98,6 +128,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hymical"`)
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter/time.Second)))
 	}
 	writeJSON(w, e.Status, apiwire.ErrorResponse{Error: apiwire.Error{Code: e.Code, Message: e.Message}})
 }

@@ -95,7 +95,10 @@ func TestRefusedRequests(t *testing.T) {
 			{"enable: an unknown endpoint", "POST", "/v1/endpoints/ep_missing/enable", nil, nil, 404, "not_found", "ep_missing"},
 			{"rotate: an unknown endpoint", "POST", "/v1/endpoints/ep_missing/rotate-secret", nil, nil, 404, "not_found", "ep_missing"},
 			{"rotate: a body with fields", "POST", ep + "/rotate-secret", `{"grace":"1h"}`, nil, 400, "unknown_field", "grace"},
-			{"list endpoints: a query parameter", "GET", "/v1/endpoints?limit=5", nil, nil, 400, "invalid_parameter", `"limit"`},
+			{"list endpoints: a query parameter it does not take", "GET", "/v1/endpoints?state=failed", nil, nil, 400, "invalid_parameter", `"state"; this route takes only limit, cursor`},
+			{"list endpoints: a page too large", "GET", "/v1/endpoints?limit=5000", nil, nil, 400, "invalid_parameter", `limit "5000" is not a whole number from 1 to 500`},
+			{"delete: an unknown endpoint", "DELETE", "/v1/endpoints/ep_missing", nil, nil, 404, "not_found", "ep_missing"},
+			{"delete: a query parameter it does not take", "DELETE", ep + "?cascade=true", nil, nil, 400, "invalid_parameter", `"cascade"; this route takes only force`},
 
 			// Deliveries.
 			{"list: a bad state", "GET", "/v1/deliveries?state=lost", nil, nil, 400, "invalid_parameter", "state"},

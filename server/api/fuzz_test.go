@@ -37,7 +37,7 @@ import (
 // accepted one writes exactly one event and its fan-out, carrying the data
 // that was sent; a repeated idempotency key writes nothing and answers as
 // before; and a request that is well formed by the API's documented rules
-// is accepted.
+// is accepted: one JSON object that receivers can read (see checkJSON).
 
 // ingestFuzz is the handler and the store behind it, plus what the fuzzing
 // process has sent with an idempotency key so far, so a repeat of a key
@@ -286,6 +286,9 @@ func FuzzIngestSubmission(f *testing.F) {
 		{"contact", "application/json", "", `{"a":1e999}`},
 		{"contact", "application/json", "", "{\"a\":\"\xff\xfe\"}"},
 		{"contact", "application/json", "", "{\"a\":\"\\u0000\"}"},
+		{"contact", "application/json", "", `{"a":"\ud800","b":"\ud83d\ude00"}`},
+		{"contact", "application/json", "", strings.Repeat(`{"a":`, 64) + "1" + strings.Repeat("}", 64)},
+		{"contact", "application/json", "", strings.Repeat(`[`, 65) + strings.Repeat("]", 65)},
 		{"-bad", "", "", `{}`},
 		{"a:b", "", "", `{}`},
 		{"con tact", "", "", `{}`},
@@ -301,7 +304,7 @@ func FuzzIngestSubmission(f *testing.F) {
 	f.Fuzz(func(t *testing.T, form, contentType, key string, body []byte) {
 		r := fuzzRequest{path: "/v1/forms/" + url.PathEscape(form) + "/submissions", contentType: contentType, key: key, body: body}
 		a := z.serve(t, r)
-		wellFormed := nameRule.MatchString(form) && jsonContentType(contentType) && goodKey(key) && isObject(body)
+		wellFormed := nameRule.MatchString(form) && jsonContentType(contentType) && goodKey(key) && isObject(body) && api.ReadableJSON(body)
 		if key != "" && wellFormed {
 			sameAs := func(o fuzzRequest) bool { return o.path == r.path && isObject(o.body) && sameJSONValue(o.body, body) }
 			if !z.judgeKey(t, r, "submission:"+form+":"+key, a, sameAs) {
@@ -383,6 +386,7 @@ func FuzzIngestEvent(f *testing.F) {
 		{"", "", `{"type":"x","payload":{},"extra":1}`},
 		{"", "", `{"type":"x","form_id":"a:b","payload":{}}`},
 		{"", "", `{"type":"x","payload":{}} {}`},
+		{"", "", `{"type":"x","payload":{"n":-1e400,"s":"\udc00"}}`},
 		{"", "", `{"TYPE":"x","Payload":{}}`},
 		{"", "", `{"type":1,"payload":{}}`},
 		{"", "", `"just a string"`},
@@ -396,7 +400,7 @@ func FuzzIngestEvent(f *testing.F) {
 		r := fuzzRequest{path: "/v1/events", contentType: contentType, key: key, body: body}
 		a := z.serve(t, r)
 		shape, ok := decodeEventShape(body)
-		wellFormed := ok && jsonContentType(contentType) && goodKey(key)
+		wellFormed := ok && jsonContentType(contentType) && goodKey(key) && api.ReadableJSON(body)
 		if key != "" && wellFormed {
 			sameAs := func(o fuzzRequest) bool {
 				other, ok := decodeEventShape(o.body)

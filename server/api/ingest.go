@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -41,6 +42,11 @@ func idempotencyKey(r *http.Request) (string, error) {
 func submissionScope(formID, key string) string { return "submission:" + formID + ":" + key }
 func eventScope(key string) string              { return "event:" + key }
 
+// endpointScope scopes a key of POST /v1/endpoints. Those keys live in a
+// table of their own, apart from events', but are scoped all the same, so
+// another creating route can share that table without sharing its keys.
+func endpointScope(key string) string { return "endpoint:" + key }
+
 // traceParentPattern is the W3C traceparent format, version 00.
 var traceParentPattern = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 
@@ -69,6 +75,10 @@ func (h *handler) fanout(r *http.Request, ev storage.Event) (storage.EventCreate
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "writing the event failed")
 		return res, err
+	}
+	if !res.Duplicate {
+		// Rows were added: the store has room (again).
+		h.storeHealth.Observe(nil)
 	}
 	if !span.IsRecording() {
 		return res, nil
@@ -125,7 +135,7 @@ func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error
 	}
 	res, err := h.fanout(r, ev)
 	if err != nil {
-		return storeError(err, "the submission")
+		return ingestError(err, ev, "the submission")
 	}
 	if res.Duplicate {
 		var first struct {
@@ -190,7 +200,7 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	}
 	res, err := h.fanout(r, ev)
 	if err != nil {
-		return storeError(err, "the event")
+		return ingestError(err, ev, "the event")
 	}
 	if res.Duplicate {
 		var first struct {
@@ -207,7 +217,22 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func keyReused() error {
+// ingestError answers an ingest the store refused. When it refused the
+// event itself (storage.ErrInvalid), the answer gives the store's rule in
+// its own words, which hold no driver text, from ev.Validate: the checks
+// in readBody come first, so this is the store's last word on what got
+// past them.
+func ingestError(err error, ev storage.Event, what string) error {
+	if errors.Is(err, storage.ErrInvalid) {
+		if verr := ev.Validate(); verr != nil {
+			return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid_body", cause: err,
+				Message: fmt.Sprintf("the delivery store refused %s: %v; the signed payload wraps the data sent (a submission's two levels deeper, an event's one), so change the data and send it again", what, verr)}
+		}
+	}
+	return storeError(err, what)
+}
+
+func keyReused() *apiError {
 	return unprocessable("idempotency_key_reused", "this %s was first used with a different request; a retry must send the same body, and a new request needs a new key", HeaderIdempotencyKey)
 }
 

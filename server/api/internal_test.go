@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
 )
 
 func TestTokenEqualComparesDigests(t *testing.T) {
@@ -68,6 +71,8 @@ func TestStoreErrorMapsSentinelsAndHidesTheRest(t *testing.T) {
 		{fmt.Errorf("postgres: create: %w: %s", storage.ErrConflict, leak), http.StatusConflict, "conflict"},
 		{fmt.Errorf("sqlite: create: %w: %s", storage.ErrInvalid, leak), http.StatusUnprocessableEntity, "invalid_request"},
 		{fmt.Errorf("postgres: list: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, "timeout"},
+		{fmt.Errorf("postgres: create event: %w: %s", storage.ErrNoSpace, leak), http.StatusServiceUnavailable, "storage_full"},
+		{fmt.Errorf("postgres: create event: %w: %s", storage.ErrResources, leak), http.StatusServiceUnavailable, "storage_busy"},
 		{errors.New(leak), http.StatusInternalServerError, "internal"},
 		{fmt.Errorf("wrapped: %w", errors.New(leak)), http.StatusInternalServerError, "internal"},
 	} {
@@ -115,5 +120,83 @@ func TestEndpointViewHidesSecretsInConfig(t *testing.T) {
 	}
 	if v.Config["stream"] != "forms" || !strings.Contains(v.Config["url"], "redis.internal") {
 		t.Errorf("non-secret config lost: %v", v.Config)
+	}
+}
+
+// The API's own checks refuse deep nesting long before the store's limit;
+// what still reaches the store and is refused there is answered with the
+// store's reason, not only "breaks a rule".
+func TestIngestErrorGivesTheStoresReason(t *testing.T) {
+	store := sqlitetest.New(t)
+	data := strings.Repeat(`{"a":`, 9998) + "{}" + strings.Repeat("}", 9998)
+	ev, err := event.Submission("contact", json.RawMessage(data), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.EventCreate(t.Context(), ev)
+	if !errors.Is(err, storage.ErrInvalid) {
+		t.Fatalf("EventCreate of a payload 10001 levels deep: %v, want ErrInvalid", err)
+	}
+	var ae *apiError
+	if !errors.As(ingestError(err, ev, "the submission"), &ae) {
+		t.Fatal("not an apiError")
+	}
+	if ae.Status != http.StatusUnprocessableEntity || ae.Code != "invalid_body" ||
+		!strings.Contains(ae.Message, "exceeded max depth, at byte") || !strings.Contains(ae.Message, "the delivery store refused the submission") {
+		t.Fatalf("answer %d %s %q, want 422 invalid_body giving the store's reason", ae.Status, ae.Code, ae.Message)
+	}
+	if strings.Contains(ae.Message, "sqlite") {
+		t.Fatalf("the answer carries the driver's words: %q", ae.Message)
+	}
+}
+
+func TestStoreHealthReportsNoSpaceUntilAWriteSucceeds(t *testing.T) {
+	noSpace := fmt.Errorf("sqlite: create event: %w", storage.ErrNoSpace)
+	var h StoreHealth
+	if _, full := h.noSpace(time.Now()); full {
+		t.Fatal("the zero StoreHealth reports the store full")
+	}
+	h.Observe(errors.New("connection refused"))
+	if _, full := h.noSpace(time.Now()); full {
+		t.Fatal("an error that is not about space reports the store full")
+	}
+	before := time.Now()
+	h.Observe(noSpace)
+	h.Observe(errors.New("connection refused"))
+	since, full := h.noSpace(time.Now())
+	if !full || since.Before(before) {
+		t.Fatalf("after a write failed for lack of space: full %v since %v", full, since)
+	}
+	h.Observe(noSpace)
+	if again, _ := h.noSpace(time.Now()); !again.Equal(since) {
+		t.Fatalf("a second failure moved since from %v to %v; it is when the run of failures began", since, again)
+	}
+	if _, full := h.noSpace(time.Now().Add(noSpaceHold)); full {
+		t.Fatalf("still full %s after the last failure with nothing written since; the hold is over", noSpaceHold)
+	}
+	h.Observe(nil)
+	if _, full := h.noSpace(time.Now()); full {
+		t.Fatal("a write that succeeded did not clear it")
+	}
+}
+
+// A refused query parameter names the parameter and what the route takes,
+// in full, even for a route that takes none.
+func TestQueryRefusalSaysWhatTheRouteTakes(t *testing.T) {
+	for _, tc := range []struct {
+		raw     string
+		allowed []string
+		want    string
+	}{
+		{"limit=1", nil, `unknown query parameter "limit"; this route takes no query parameters, so leave the query string out`},
+		{"page=2", []string{"limit", "cursor"}, `unknown query parameter "page"; this route takes only limit, cursor`},
+		{"limit=1&limit=2", []string{"limit"}, `query parameter "limit" is given 2 times; give it once`},
+	} {
+		r, _ := http.NewRequest("GET", "/v1/x?"+tc.raw, nil)
+		_, err := query(r, tc.allowed...)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Message != tc.want {
+			t.Errorf("query(%q, %v) = %v, want the message %q", tc.raw, tc.allowed, err, tc.want)
+		}
 	}
 }

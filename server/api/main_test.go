@@ -174,6 +174,12 @@ type fixture struct {
 func newFixture(t *testing.T, b backend, edit func(*api.Options)) *fixture {
 	t.Helper()
 	store, count := b.open(t)
+	return newFixtureOn(t, store, count, edit)
+}
+
+// newFixtureOn serves the API over a store the test has opened.
+func newFixtureOn(t *testing.T, store storage.Store, count func(table string) int, edit func(*api.Options)) *fixture {
+	t.Helper()
 	logs := &syncbuf.Buffer{}
 	opts := api.Options{
 		Store:      store,

@@ -51,6 +51,7 @@ func goldenFixtures(t *testing.T) map[string]any {
 		{Number: 2, Outcome: storage.OutcomeDelivered, Late: true, StartedAt: now, FinishedAt: later}}
 	rs := []storage.Replay{{Actor: "api:alice", PreviousState: storage.StateFailed, ReplayedAt: now}}
 	next := "dlv_9"
+	nextEndpoint := "ep_9"
 	return map[string]any{
 		"endpoint_bare":         viewEndpoint(bare, now),
 		"endpoint_full":         viewEndpoint(full, now),
@@ -58,8 +59,9 @@ func goldenFixtures(t *testing.T) map[string]any {
 		"attempts_masked":       apiwire.AttemptList{Attempts: viewAttempts(leaky)},
 		"endpoint_created":      apiwire.EndpointCreated{Endpoint: viewEndpoint(bare, now), Secret: "whsec_s"},
 		"endpoint_rotated":      apiwire.EndpointCreated{Endpoint: viewEndpoint(full, now), Secret: "whsec_s", PreviousSecretsExpireAt: &later},
-		"endpoint_list":         apiwire.EndpointList{Endpoints: []apiwire.Endpoint{viewEndpoint(bare, now)}},
+		"endpoint_list":         apiwire.EndpointList{Endpoints: []apiwire.Endpoint{viewEndpoint(bare, now)}, NextCursor: &nextEndpoint},
 		"endpoint_list_empty":   apiwire.EndpointList{Endpoints: []apiwire.Endpoint{}},
+		"endpoint_deleted":      apiwire.EndpointDeleted{ID: "ep_1", DeletedAt: now.UTC(), FailedPending: 2, FailedProcessing: 1},
 		"delivery_1":            viewDelivery(d1),
 		"delivery_2":            viewDelivery(d2),
 		"delivery_detail":       apiwire.DeliveryDetail{Delivery: viewDelivery(d2), Event: viewEvent(ev1), AttemptHistory: viewAttempts(as)},

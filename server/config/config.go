@@ -72,6 +72,7 @@ type ServerConfig struct {
 	IngestKeys          []Secret      `koanf:"ingest_keys" doc:"Keys that authorise only the ingest routes (submissions and events), for the form front ends. Comma-separated in the environment; more than one lets a key be rotated without downtime."`
 	InsecureDevMode     bool          `koanf:"insecure_dev_mode" doc:"Run without an admin token, on a development machine only: anyone who can reach server.listen can change endpoints and replay deliveries."`
 	MaxBodyBytes        int64         `koanf:"max_body_bytes" doc:"Largest request body the API accepts, in bytes; larger ones are refused with 413."`
+	MaxNestingDepth     int           `koanf:"max_nesting_depth" doc:"Deepest nesting of objects and arrays a request body may have, the outermost counting as 1 (an event's payload is at level 2 of its body); deeper ones are refused with 400. At most 1000. The signed payload wraps a submission's data two levels deeper, and some receivers' parsers stop at 100 levels."`
 	SecretRotationGrace time.Duration `koanf:"secret_rotation_grace" doc:"How long a rotated-out endpoint signing secret keeps signing next to the new one, so receivers can switch without failed verifications."`
 	ReadHeaderTimeout   time.Duration `koanf:"read_header_timeout" doc:"Time a client has to send a request's headers; a connection that stalls longer is closed."`
 	ReadTimeout         time.Duration `koanf:"read_timeout" doc:"Time a client has to send a whole request, headers and body, whether or not it is authorised: a body that stalls is cut off at this point, so nobody can hold connections open by sending slowly."`
@@ -91,7 +92,7 @@ type WorkerConfig struct {
 	Concurrency   int             `koanf:"concurrency" doc:"How many sends may be in flight at once in this process."`
 	EndpointShare float64         `koanf:"endpoint_share" doc:"Fair share: the fraction of this process's worker.concurrency senders one endpoint may hold while other endpoints have due work (at least one sender), so a receiver that hangs cannot stall the rest. Endpoints whose sends are not yet known to be quick (new ones, and those with a send slower than 1s) share half of the senders between them. An endpoint whose sends are quick may use every sender when nothing else is due. 1 turns the share off."`
 	BatchSize     int             `koanf:"batch_size" doc:"Most deliveries claimed in one database statement."`
-	PollInterval  time.Duration   `koanf:"poll_interval" doc:"How long the worker waits before looking again when nothing was due."`
+	PollInterval  time.Duration   `koanf:"poll_interval" doc:"How long an idle worker waits before looking for due deliveries again when nothing woke it. Deliveries that become due (created, released, replayed, let go by enabling an endpoint) wake the workers at once, on PostgreSQL across processes (LISTEN/NOTIFY), and retries wake the process that scheduled them when they are due; the poll is the fallback that finds expired leases and anything whose wake-up was missed."`
 	MaxAttempts   int             `koanf:"max_attempts" doc:"Requests a delivery gets per cycle before it fails for good (a replay starts a fresh cycle)."`
 	RetryDelays   []time.Duration `koanf:"retry_delays" doc:"Wait after the 1st, 2nd, ... failed request of a cycle; the last entry repeats when worker.max_attempts is longer than the list. Comma-separated in the environment."`
 	RetryJitter   float64         `koanf:"retry_jitter" doc:"Fraction in [0, 1) each retry delay is spread by, so deliveries that failed together do not all come back at once."`
@@ -103,6 +104,9 @@ type WebhookConfig struct {
 	ConnectTimeoutSeconds int            `koanf:"connect_timeout_seconds" doc:"Seconds allowed to connect to a receiver (TCP and TLS)."`
 	ReadTimeoutSeconds    int            `koanf:"read_timeout_seconds" doc:"Seconds allowed for a receiver's response headers once the request is sent."`
 	AllowedNetworks       []netip.Prefix `koanf:"allowed_networks" doc:"CIDRs (or single addresses) of receivers that are not globally reachable (private, loopback, link-local, CGNAT and the other special-purpose ranges, and their NAT64 and 6to4 forms) but may be sent to; by default such addresses are refused, when an endpoint is created and after DNS resolution, so an endpoint cannot reach the server's own network. Comma-separated in the environment."`
+	Proxy                 string         `koanf:"proxy" doc:"Egress proxy every webhook is sent through, as http://HOST:PORT (or https://HOST:PORT for TLS to the proxy), e.g. a filtering proxy such as smokescreen; empty sends directly. Every receiver, http:// or https://, is reached through a CONNECT tunnel, so TLS to the receiver runs end to end. The SSRF guard still applies: the receiver's name is resolved here and each address checked against webhook.allowed_networks before the proxy is asked for it, by IP. The proxy's own address is trusted because it is configured here, even on a private network. No credentials in the URL (refused): give them as webhook.proxy_username and webhook.proxy_password. HTTPS_PROXY, HTTP_PROXY and NO_PROXY are ignored."`
+	ProxyUsername         string         `koanf:"proxy_username" doc:"User name for the proxy's basic authentication (Proxy-Authorization), sent to webhook.proxy only."`
+	ProxyPassword         Secret         `koanf:"proxy_password" doc:"Password for the proxy's basic authentication, never shown or logged. Give it through FORMS_WEBHOOK_PROXY_PASSWORD or the config file, not a flag, which other users can see in the process list."`
 }
 
 // PluginsConfig is the plugin host's.
@@ -111,7 +115,7 @@ type PluginsConfig struct {
 	SendGrace       time.Duration  `koanf:"send_grace" doc:"How long past a send's deadline the host waits for a plugin's answer before it counts the plugin as hung and restarts it."`
 	StartTimeout    time.Duration  `koanf:"start_timeout" doc:"Time allowed to start and configure one plugin process."`
 	ValidateTimeout time.Duration  `koanf:"validate_timeout" doc:"Time a plugin has to say whether it can send to an endpoint being created or changed; a plugin that takes longer counts as hung, is restarted, and the request is answered 503."`
-	List            []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts and networks from the webhook section."`
+	List            []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts, networks and proxy from the webhook section."`
 }
 
 // PluginConfig configures one plugin.
@@ -202,6 +206,9 @@ const (
 	settingConnectTimeout  = "connect_timeout"
 	settingReadTimeout     = "read_timeout"
 	settingAllowedNetworks = "allowed_networks"
+	settingProxy           = "proxy"
+	settingProxyUsername   = "proxy_username"
+	settingProxyPassword   = "proxy_password"
 )
 
 // Default is the configuration when nothing is set. It has no admin token,
@@ -214,6 +221,7 @@ func Default() Config {
 		Server: ServerConfig{
 			Listen:              "127.0.0.1:8080",
 			MaxBodyBytes:        1 << 20,
+			MaxNestingDepth:     64,
 			SecretRotationGrace: 24 * time.Hour,
 			ReadHeaderTimeout:   10 * time.Second,
 			ReadTimeout:         30 * time.Second,
@@ -300,9 +308,12 @@ func (c Config) Worker() worker.Config {
 // the directory of the running executable. The http plugin is always
 // in its list (added when plugins.list does not name it), because the
 // webhook section is its configuration: it gets connect_timeout and
-// read_timeout as Go durations and allowed_networks comma-joined, merged
-// with the settings plugins.list gives it. Load refuses those three names
-// in plugins.list, so nothing is overridden silently.
+// read_timeout as Go durations and allowed_networks comma-joined, and,
+// when webhook.proxy is set, proxy with proxy_username and proxy_password
+// (the one place the password is revealed: the plugin sends it to the
+// proxy, and settings named password are never shown). They are merged
+// with the settings plugins.list gives it. Load refuses those names in
+// plugins.list, so nothing is overridden silently.
 func (c Config) PluginHost() pluginhost.Config {
 	nets := make([]string, len(c.Webhook.AllowedNetworks))
 	for i, p := range c.Webhook.AllowedNetworks {
@@ -312,6 +323,13 @@ func (c Config) PluginHost() pluginhost.Config {
 		settingConnectTimeout:  c.Webhook.ConnectTimeout().String(),
 		settingReadTimeout:     c.Webhook.ReadTimeout().String(),
 		settingAllowedNetworks: strings.Join(nets, ","),
+	}
+	if c.Webhook.Proxy != "" {
+		httpSettings[settingProxy] = c.Webhook.Proxy
+		if c.Webhook.ProxyUsername != "" || c.Webhook.ProxyPassword != "" {
+			httpSettings[settingProxyUsername] = c.Webhook.ProxyUsername
+			httpSettings[settingProxyPassword] = c.Webhook.ProxyPassword.Reveal()
+		}
 	}
 	// Load has already turned an empty plugins.dir into the executable's
 	// directory; this does the same for a Config built in code, and leaves

@@ -119,6 +119,17 @@ plugins:
 			t.Error("PluginHost() shares settings maps with the Config")
 		}
 	})
+	t.Run("the proxy and its credentials reach the http plugin", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := mustLoad(t, "webhook:\n  proxy: http://smokescreen.internal:4750\n",
+			withToken("FORMS_WEBHOOK_PROXY_USERNAME=hymical", "FORMS_WEBHOOK_PROXY_PASSWORD=egress-pass"))
+		got := cfg.PluginHost().Plugins
+		want := map[string]string{"connect_timeout": "5s", "read_timeout": "10s", "allowed_networks": "",
+			"proxy": "http://smokescreen.internal:4750", "proxy_username": "hymical", "proxy_password": "egress-pass"}
+		if len(got) != 1 || !reflect.DeepEqual(got[0].Settings, want) {
+			t.Errorf("PluginHost().Plugins = %+v, want the http plugin with %v", got, want)
+		}
+	})
 	t.Run("the real http plugin accepts the settings", func(t *testing.T) {
 		t.Parallel()
 		// httptransport refuses unknown names and unreadable values, so
@@ -126,6 +137,7 @@ plugins:
 		for _, env := range [][]string{
 			nil,
 			{"FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS=1", "FORMS_WEBHOOK_READ_TIMEOUT_SECONDS=3600", "FORMS_WORKER_LEASE_SECONDS=7300", "FORMS_WEBHOOK_ALLOWED_NETWORKS=10.0.0.0/8,::1,192.168.1.7"},
+			{"FORMS_WEBHOOK_PROXY=https://proxy.internal:3129/", "FORMS_WEBHOOK_PROXY_USERNAME=hymical", "FORMS_WEBHOOK_PROXY_PASSWORD=egress-pass"},
 		} {
 			cfg, _ := mustLoad(t, "", withToken(env...))
 			var settings map[string]string

@@ -40,6 +40,7 @@ func TestDefaults(t *testing.T) {
 		{"server.ingest_keys", len(cfg.Server.IngestKeys), 0},
 		{"server.insecure_dev_mode", cfg.Server.InsecureDevMode, false},
 		{"server.max_body_bytes", cfg.Server.MaxBodyBytes, int64(1 << 20)},
+		{"server.max_nesting_depth", cfg.Server.MaxNestingDepth, 64},
 		{"server.secret_rotation_grace", cfg.Server.SecretRotationGrace, 24 * time.Hour},
 		{"server.read_header_timeout", cfg.Server.ReadHeaderTimeout, 10 * time.Second},
 		{"server.read_timeout", cfg.Server.ReadTimeout, 30 * time.Second},
@@ -52,7 +53,7 @@ func TestDefaults(t *testing.T) {
 		{"worker.lease_seconds", cfg.Workers.LeaseSeconds, 60},
 		{"worker.concurrency", cfg.Workers.Concurrency, 16},
 		{"worker.batch_size", cfg.Workers.BatchSize, 16},
-		{"worker.poll_interval", cfg.Workers.PollInterval, 500 * time.Millisecond},
+		{"worker.poll_interval", cfg.Workers.PollInterval, 2 * time.Second},
 		{"worker.max_attempts", cfg.Workers.MaxAttempts, 5},
 		{"worker.retry_delays", cfg.Workers.RetryDelays, []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}},
 		{"worker.retry_jitter", cfg.Workers.RetryJitter, 0.2},
@@ -111,6 +112,7 @@ var samples = []struct {
 	}},
 	{"server.insecure_dev_mode", "true", func(c config.Config) bool { return c.Server.InsecureDevMode }},
 	{"server.max_body_bytes", "2048", func(c config.Config) bool { return c.Server.MaxBodyBytes == 2048 }},
+	{"server.max_nesting_depth", "100", func(c config.Config) bool { return c.Server.MaxNestingDepth == 100 }},
 	{"server.secret_rotation_grace", "36h", func(c config.Config) bool { return c.Server.SecretRotationGrace == 36*time.Hour }},
 	{"server.read_header_timeout", "3s", func(c config.Config) bool { return c.Server.ReadHeaderTimeout == 3*time.Second }},
 	{"server.read_timeout", "5s", func(c config.Config) bool { return c.Server.ReadTimeout == 5*time.Second }},
@@ -137,6 +139,9 @@ var samples = []struct {
 		want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("fd00::/8")}
 		return slices.Equal(c.Webhook.AllowedNetworks, want)
 	}},
+	{"webhook.proxy", "http://smokescreen.internal:4750", func(c config.Config) bool { return c.Webhook.Proxy == "http://smokescreen.internal:4750" }},
+	{"webhook.proxy_username", "hymical", func(c config.Config) bool { return c.Webhook.ProxyUsername == "hymical" }},
+	{"webhook.proxy_password", "egress-pass", func(c config.Config) bool { return c.Webhook.ProxyPassword.Reveal() == "egress-pass" }},
 	{"plugins.dir", "/opt/hymical/plugins", func(c config.Config) bool { return c.Plugins.Dir == "/opt/hymical/plugins" }},
 	{"plugins.send_grace", "3s", func(c config.Config) bool { return c.Plugins.SendGrace == 3*time.Second }},
 	{"plugins.start_timeout", "1m", func(c config.Config) bool { return c.Plugins.StartTimeout == time.Minute }},
@@ -336,10 +341,11 @@ func TestHelpListsEveryKey(t *testing.T) {
 	// Every key: its line with type and default, then its variable and flag.
 	defaults := map[string]string{
 		"database.url": "sqlite:hymical.db", "server.listen": "127.0.0.1:8080", "server.max_body_bytes": "1048576",
+		"server.max_nesting_depth":     "64",
 		"server.secret_rotation_grace": "24h", "server.read_header_timeout": "10s", "server.read_timeout": "30s",
 		"server.write_timeout": "1m", "server.idle_timeout": "1m", "server.max_header_bytes": "65536",
 		"server.auth_failures": "10", "server.auth_failure_window": "5m", "server.auth_failure_clients": "10000", "worker.lease_seconds": "60", "worker.concurrency": "16",
-		"worker.batch_size": "16", "worker.poll_interval": "500ms", "worker.max_attempts": "5",
+		"worker.batch_size": "16", "worker.poll_interval": "2s", "worker.max_attempts": "5",
 		"worker.retry_delays": "30s,2m,10m,1h", "worker.retry_jitter": "0.2", "worker.endpoint_share": "0.25", "worker.max_retry_after": "1h",
 		"webhook.connect_timeout_seconds": "5", "webhook.read_timeout_seconds": "10", "plugins.send_grace": "2s",
 		"plugins.start_timeout": "10s", "plugins.validate_timeout": "10s", "log.level": "info", "log.format": "text", "plugins.dir": `""`,

@@ -23,6 +23,7 @@ const (
 	secretSetting2 = "settingsecret-PLANTED-4b5a6978"
 	secretSetting3 = "settingpw-PLANTED-c3d2e1f0a9"
 	secretSetting4 = "settingkey-PLANTED-9a8b7c6d5e"
+	secretProxy    = "proxypass-PLANTED-6c5d4e3f2a"
 	// secretKey is a valid secrets.key (base64 of 32 bytes), secretBadKey
 	// one that is too short.
 	secretKey    = "c2VjcmV0c2tleS1QTEFOVEVELTAxMjM0NTY3ODlhYmM="
@@ -30,7 +31,7 @@ const (
 )
 
 var planted = []string{secretToken, secretIngest1, secretIngest2, secretDBPass, secretDBQuery,
-	secretSetting1, secretSetting2, secretSetting3, secretSetting4, secretKey, secretBadKey}
+	secretSetting1, secretSetting2, secretSetting3, secretSetting4, secretKey, secretBadKey, secretProxy}
 
 // leaked returns the planted secrets that occur in any of the texts.
 func leaked(texts ...string) []string {
@@ -88,6 +89,9 @@ func TestSecretsAreNeverShown(t *testing.T) {
 		"FORMS_DATABASE_URL=postgres://hymical:" + secretDBPass + "@db.internal:5432/hymical?sslmode=require&password=" + secretDBQuery,
 		"FORMS_WORKER_LEASE_SECONDS=20", // a warning, to have one to check
 		"FORMS_SECRETS_KEY=" + secretKey,
+		"FORMS_WEBHOOK_PROXY=http://proxy.internal:3128",
+		"FORMS_WEBHOOK_PROXY_USERNAME=hymical",
+		"FORMS_WEBHOOK_PROXY_PASSWORD=" + secretProxy,
 	}
 	cfg, warnings := mustLoad(t, secretsFile, env, "--server.ingest_keys="+secretIngest1+","+secretIngest2)
 	if cfg.Server.AdminToken.Reveal() != secretToken || cfg.Plugins.List[0].Settings["auth_token"] != secretSetting1 || cfg.Secrets.Key.Reveal() != secretKey {
@@ -96,12 +100,23 @@ func TestSecretsAreNeverShown(t *testing.T) {
 	if len(warnings) < 2 {
 		t.Fatalf("want the lease and the flag warnings, got %q", warnings)
 	}
+	if cfg.Webhook.ProxyPassword.Reveal() != secretProxy {
+		t.Fatal("the proxy password was not loaded; the test would prove nothing")
+	}
+	// The plugin host's configuration, which it may log, carries the
+	// password to the plugin under a name that hides it.
+	host := cfg.PluginHost()
+	var hostLog bytes.Buffer
+	for _, p := range host.Plugins {
+		slog.New(slog.NewTextHandler(&hostLog, nil)).Info("plugin", "name", p.Name, "settings", config.Settings(p.Settings))
+	}
 	all := append(shows(t, cfg), warnings...)
+	all = append(all, hostLog.String(), fmt.Sprintf("%v %+v", cfg.Webhook, cfg.Webhook))
 	if l := leaked(all...); len(l) > 0 {
 		t.Errorf("secrets shown: %q in:\n%s", l, strings.Join(all, "\n"))
 	}
 	// What is not secret is still shown, so the output is useful.
-	for _, want := range []string{"hymical:[redacted]@db.internal:5432", "password=[redacted]", "sslmode=require", "nats://nats.internal:4222", "[redacted]", "127.0.0.1:8080"} {
+	for _, want := range []string{"hymical:[redacted]@db.internal:5432", "password=[redacted]", "sslmode=require", "nats://nats.internal:4222", "[redacted]", "127.0.0.1:8080", "http://proxy.internal:3128"} {
 		if !contains(want, cfg.String()) {
 			t.Errorf("String() = %q lacks %q", cfg.String(), want)
 		}
@@ -146,6 +161,9 @@ func TestSecretsAreNeverInErrors(t *testing.T) {
 		{name: "secret setting in a bad entry", file: "plugins:\n  list:\n    - name: NATS!\n      settings:\n        password: " + secretSetting3 + "\n"},
 		{name: "secret in YAML that does not parse", file: "server:\n  admin_token: " + secretToken + "\n  ingest_keys: [" + secretIngest1 + "\n"},
 		{name: "secret as the whole YAML document", file: secretToken + "\n"},
+		{name: "proxy password in the proxy URL", env: []string{"FORMS_WEBHOOK_PROXY=http://hymical:" + secretProxy + "@proxy.internal:3128"}},
+		{name: "proxy password in a proxy URL that does not parse", env: []string{"FORMS_WEBHOOK_PROXY=http://hymical:" + secretProxy + "@proxy.internal:port"}},
+		{name: "proxy password in plugin settings", file: "plugins:\n  list:\n    - name: http\n      settings:\n        proxy_password: " + secretProxy + "\n"},
 		{name: "many problems at once", file: secretsFile + "worker:\n  lease_seconds: -1\n",
 			env: []string{"FORMS_SERVER_ADMIN_TOKEN=" + secretToken[:10], "FORMS_DATABASE_URL=postgres://u:" + secretDBPass + "@h:x/db"}},
 	}
@@ -167,10 +185,11 @@ func TestSecretsAreNeverInErrors(t *testing.T) {
 func TestSecretFlagsWarn(t *testing.T) {
 	t.Parallel()
 	_, warnings := mustLoad(t, "", nil, "--server.admin_token="+secretToken,
-		"--database.url=postgres://u:"+secretDBPass+"@h/db", "--secrets.key="+secretKey)
+		"--database.url=postgres://u:"+secretDBPass+"@h/db", "--secrets.key="+secretKey,
+		"--webhook.proxy=http://proxy.internal:3128", "--webhook.proxy_username=hymical", "--webhook.proxy_password="+secretProxy)
 	joined := strings.Join(warnings, "\n")
 	for _, want := range []string{"server.admin_token was given as a flag", "FORMS_SERVER_ADMIN_TOKEN", "database.url was given as a flag",
-		"secrets.key was given as a flag", "FORMS_SECRETS_KEY"} {
+		"secrets.key was given as a flag", "FORMS_SECRETS_KEY", "webhook.proxy_password was given as a flag", "FORMS_WEBHOOK_PROXY_PASSWORD"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("warnings %q lack %q", warnings, want)
 		}

@@ -33,6 +33,10 @@ const (
 	maxAuthFailureClients = 1000000
 )
 
+// maxNestingDepth is the most server.max_nesting_depth may be, as the API
+// takes it (api.MaxNestingDepthLimit, which this package may not import).
+const maxNestingDepth = 1000
+
 // check applies every rule, normalising what it may (log level case, the
 // SHA-256 pins). src says where each key's value came from, for messages;
 // it may be nil.
@@ -118,7 +122,7 @@ func (c *Config) check(r *report, src map[string]string) {
 			r.warn("INSECURE: server.insecure_dev_mode is true, so the API lets callers in without the admin token: use it only on a development machine, never in production")
 		}
 	}
-	for _, key := range []string{"server.admin_token", "server.ingest_keys", "secrets.key"} {
+	for _, key := range []string{"server.admin_token", "server.ingest_keys", "secrets.key", "webhook.proxy_password"} {
 		if strings.HasPrefix(src[key], "by --") {
 			r.warn("%s was given as a flag: other users of this machine can read it in the process list; use %s or the config file", key, envName(key))
 		}
@@ -128,6 +132,9 @@ func (c *Config) check(r *report, src map[string]string) {
 	}
 	if !skip("server.max_body_bytes") && c.Server.MaxBodyBytes < 1 {
 		r.invalid("server.max_body_bytes", "server.max_body_bytes%s is %d: it must be a positive number of bytes (the default is %d, 1 MiB)", at("server.max_body_bytes"), c.Server.MaxBodyBytes, Default().Server.MaxBodyBytes)
+	}
+	if !skip("server.max_nesting_depth") && (c.Server.MaxNestingDepth < 1 || c.Server.MaxNestingDepth > maxNestingDepth) {
+		r.invalid("server.max_nesting_depth", "server.max_nesting_depth%s is %d: it must be from 1 to %d levels (the default is %d)", at("server.max_nesting_depth"), c.Server.MaxNestingDepth, maxNestingDepth, Default().Server.MaxNestingDepth)
 	}
 	positiveDuration(r, "server.secret_rotation_grace", at, c.Server.SecretRotationGrace, Default().Server.SecretRotationGrace)
 	positiveDuration(r, "server.read_header_timeout", at, c.Server.ReadHeaderTimeout, Default().Server.ReadHeaderTimeout)
@@ -178,6 +185,7 @@ func (c *Config) check(r *report, src map[string]string) {
 			}
 		}
 	}
+	c.checkProxy(r, at)
 
 	// The product's rule: the lease must comfortably outlast the timeouts,
 	// or a delivery still in flight is claimed and sent again by another
@@ -355,6 +363,9 @@ func (c *Config) checkPlugins(r *report) {
 		settingConnectTimeout:  "webhook.connect_timeout_seconds",
 		settingReadTimeout:     "webhook.read_timeout_seconds",
 		settingAllowedNetworks: "webhook.allowed_networks",
+		settingProxy:           "webhook.proxy",
+		settingProxyUsername:   "webhook.proxy_username",
+		settingProxyPassword:   "webhook.proxy_password",
 	}
 	for i := range c.Plugins.List {
 		p := &c.Plugins.List[i]
@@ -379,10 +390,14 @@ func (c *Config) checkPlugins(r *report) {
 			r.invalid(key+".path", "%s.path (plugin %s) begins or ends with white space: remove it", key, p.Name)
 		}
 		if p.Name == HTTPPlugin {
-			for _, name := range []string{settingConnectTimeout, settingReadTimeout, settingAllowedNetworks} {
+			for _, name := range []string{settingConnectTimeout, settingReadTimeout, settingAllowedNetworks,
+				settingProxy, settingProxyUsername, settingProxyPassword} {
 				if _, ok := p.Settings[name]; ok {
-					instead := reserved[name]
-					r.invalid(key+".settings."+name, "%s.settings.%s: the http plugin's %s comes from %s, so that the lease check sees it: set that instead and remove this setting", key, name, name, instead)
+					why := "so that the lease check sees it"
+					if strings.HasPrefix(name, settingProxy) {
+						why = "where it is checked and its password kept out of every display"
+					}
+					r.invalid(key+".settings."+name, "%s.settings.%s: the http plugin's %s comes from %s, %s: set that instead and remove this setting", key, name, name, reserved[name], why)
 				}
 			}
 		}
@@ -455,6 +470,39 @@ func checkDatabaseURL(u string) string {
 		hint = "; for PostgreSQL write postgres://USER:PASSWORD@HOST:5432/DB"
 	}
 	return "is neither sqlite:PATH nor a postgres:// URL, the two databases this build supports" + hint + notShown
+}
+
+// checkProxy checks webhook.proxy and its credentials. The URL is never
+// quoted back: a mistaken one may hold a password.
+func (c *Config) checkProxy(r *report, at func(string) string) {
+	w := c.Webhook
+	const how = "give it as http://HOST:PORT (or https://HOST:PORT), e.g. http://smokescreen.internal:4750"
+	if raw := strings.TrimSpace(w.Proxy); raw != "" {
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil:
+			r.invalid("webhook.proxy", "webhook.proxy%s is not a URL (the value is not shown): %s", at("webhook.proxy"), how)
+		case u.User != nil:
+			r.invalid("webhook.proxy", "webhook.proxy%s carries a user name or password, which would be shown wherever the setting is (the value is not shown): remove them from the URL and give them as webhook.proxy_username and webhook.proxy_password (FORMS_WEBHOOK_PROXY_USERNAME, FORMS_WEBHOOK_PROXY_PASSWORD)", at("webhook.proxy"))
+		case u.Scheme != "http" && u.Scheme != "https":
+			r.invalid("webhook.proxy", "webhook.proxy%s has the scheme %s: the proxy must support HTTP CONNECT; %s", at("webhook.proxy"), quote(u.Scheme), how)
+		case u.Hostname() == "":
+			r.invalid("webhook.proxy", "webhook.proxy%s has no host: %s", at("webhook.proxy"), how)
+		case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+			r.invalid("webhook.proxy", "webhook.proxy%s has a path, query or fragment: %s", at("webhook.proxy"), how)
+		default:
+			c.Webhook.Proxy = raw
+		}
+	} else if w.ProxyUsername != "" || w.ProxyPassword != "" {
+		r.warn("webhook.proxy_username or webhook.proxy_password is set but webhook.proxy is empty, so webhooks are sent directly and the credentials are not used: set webhook.proxy to the proxy's URL, or remove them")
+		return
+	}
+	if strings.Contains(w.ProxyUsername, ":") {
+		r.invalid("webhook.proxy_username", "webhook.proxy_username%s contains a colon, which basic authentication cannot carry in a user name", at("webhook.proxy_username"))
+	}
+	if w.ProxyPassword != "" && w.ProxyUsername == "" {
+		r.invalid("webhook.proxy_username", "webhook.proxy_password%s is set but webhook.proxy_username is empty: basic authentication needs both; set FORMS_WEBHOOK_PROXY_USERNAME", at("webhook.proxy_password"))
+	}
 }
 
 func hasPassword(u string) bool {

@@ -113,3 +113,35 @@ func (h *handler) rotate(w http.ResponseWriter, r *http.Request, a authResult) e
 	})
 	return nil
 }
+
+// POST /console/endpoints/{id}/delete
+//
+// The form of the confirmation page. Without its force box an endpoint
+// with open deliveries is refused, as the API refuses it without
+// ?force=true; the operator endpoint is refused outright (package
+// endpoint).
+func (h *handler) deleteEndpoint(w http.ResponseWriter, r *http.Request, a authResult) error {
+	id := r.PathValue("id")
+	back := Prefix + "/endpoints/" + url.PathEscape(id) + "/delete"
+	force := r.PostForm.Get("force") == "yes"
+	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint)
+	switch {
+	case errors.Is(err, endpoint.ErrOperatorEndpoint):
+		return withLink(&pageError{Status: http.StatusConflict, Title: "The operator endpoint is not deleted",
+			Message: fmt.Sprintf("The %s is endpoints.operator_endpoint: the server tells it when it disables an endpoint.", endpointName(id)),
+			Advice:  "Point endpoints.operator_endpoint at another endpoint, or leave it empty, and restart the server; then delete this one. Nothing was changed.",
+			cause:   err}, Prefix+"/endpoints", "Back to the endpoints")
+	case errors.Is(err, storage.ErrEndpointBusy):
+		return withLink(&pageError{Status: http.StatusConflict, Title: "The endpoint still has deliveries under way",
+			Message: fmt.Sprintf("The %s has %d pending and %d processing %s, which deleting it would leave unsent.",
+				endpointName(id), res.Pending, res.Processing, plural(res.Pending+res.Processing, "delivery", "deliveries")),
+			Advice: "Wait until they finish, or delete it again with the box ticked that fails them with the reason “endpoint deleted”. Nothing was changed.",
+			cause:  err}, back, "Back to the confirmation")
+	case err != nil:
+		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
+	}
+	h.log.Info("endpoint deleted from the console", "endpoint", id, "actor", h.actorFor(a),
+		"failed_pending", res.Pending, "failed_processing", res.Processing)
+	http.Redirect(w, r, Prefix+"/endpoints?"+url.Values{"done": {"deleted"}, "id": {id}}.Encode(), http.StatusSeeOther)
+	return nil
+}

@@ -1,8 +1,8 @@
 // Package console is the operator console: server-rendered HTML pages,
 // mounted at /console on the API's listener, to see how delivery is going,
 // find a delivery and read its attempt history, replay terminal
-// deliveries one by one or in bulk, and enable, disable or rotate the
-// secret of endpoints.
+// deliveries one by one or in bulk, and enable, disable, rotate the
+// secret of or delete endpoints.
 //
 // It owns the console's sessions (kept in memory, per process), its CSRF
 // tokens and its templates and stylesheet (embedded, so the server needs no
@@ -56,8 +56,10 @@ type Store interface {
 	DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.Delivery, error)
 	DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error)
 	EndpointList(ctx context.Context) ([]storage.Endpoint, error)
+	EndpointListPage(ctx context.Context, p storage.EndpointListParams) ([]storage.Endpoint, error)
 	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
 	EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error)
+	EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error)
 }
 
 // Options configure the handler New builds.
@@ -89,6 +91,9 @@ type Options struct {
 	SessionTTL time.Duration
 	// Logger receives failures; nil means slog.Default().
 	Logger *slog.Logger
+	// OperatorEndpoint is endpoints.operator_endpoint, which the console
+	// refuses to delete, as the API does.
+	OperatorEndpoint string
 }
 
 //go:embed templates/*.html static/*
@@ -111,6 +116,8 @@ type handler struct {
 	static   http.Handler
 	mux      *http.ServeMux
 	now      func() time.Time
+	// operatorEndpoint may not be deleted.
+	operatorEndpoint string
 }
 
 // New checks opts and returns the console's handler, to be mounted at
@@ -176,6 +183,8 @@ func newHandler(opts Options) (*handler, error) {
 		static:   http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)),
 		mux:      http.NewServeMux(),
 		now:      time.Now,
+
+		operatorEndpoint: opts.OperatorEndpoint,
 	}
 	h.routes()
 	return h, nil
@@ -196,6 +205,10 @@ func (h *handler) routes() {
 	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/disable", h.action(h.disable))
 	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/enable", h.action(h.enable))
 	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/rotate-secret", h.action(h.rotate))
+	// Deleting asks first, on a page of its own: the console runs no
+	// script, so the confirmation is a page, and the delete its form.
+	h.mux.HandleFunc("GET "+Prefix+"/endpoints/{id}/delete", h.page(h.confirmDelete))
+	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/delete", h.action(h.deleteEndpoint))
 }
 
 // ServeHTTP sets the headers every answer carries and recovers from panics

@@ -67,6 +67,10 @@ func storeError(err error, what string) *pageError {
 		return &pageError{Status: http.StatusConflict, Title: "Cannot replay yet",
 			Message: "The " + what + " is pending or processing; only delivered or failed deliveries can be replayed.",
 			Advice:  "Wait until it finishes, then replay it if it failed.", cause: err}
+	case errors.Is(err, storage.ErrDeleted):
+		return &pageError{Status: http.StatusGone, Title: "Endpoint deleted",
+			Message: "The " + what + " is about an endpoint that was deleted: it takes no change, no replay and no new delivery.",
+			Advice:  "Its deliveries and their attempts stay readable in the deliveries list.", Link: Prefix + "/deliveries", LinkText: "Deliveries", cause: err}
 	case errors.Is(err, storage.ErrConflict):
 		return &pageError{Status: http.StatusConflict, Title: "Changed by someone else",
 			Message: "The " + what + " was changed by another request at the same moment, so this change was not saved.",

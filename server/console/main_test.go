@@ -37,7 +37,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, edit func(*console.Options)) *fixture {
 	t.Helper()
-	store := e2etest.Backends()["sqlite"](t)
+	return newFixtureOn(t, e2etest.Backends()["sqlite"](t), edit)
+}
+
+// newFixtureOn serves a console of its own over store.
+func newFixtureOn(t *testing.T, store storage.Store, edit func(*console.Options)) *fixture {
+	t.Helper()
 	logs := &syncbuf.Buffer{}
 	trace, err := telemetry.ParseTraceURLTemplate("https://traces.example.com/trace/{trace_id}")
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +42,9 @@ const (
 
 // cursorPattern is a delivery id, which is what a cursor is.
 var cursorPattern = regexp.MustCompile(`^dlv_[0-9a-f]{32}$`)
+
+// endpointCursorPattern is an endpoint id, the cursor of the endpoints page.
+var endpointCursorPattern = regexp.MustCompile(`^ep_[0-9a-f]{32}$`)
 
 // deliveryStates are the delivery states in the order the pages show them.
 func deliveryStates() []storage.DeliveryState {
@@ -420,6 +422,9 @@ type endpointRow struct {
 	Scheme     webhook.Scheme
 	PublicKeys []endpoint.PublicKey
 	CreatedAt  time.Time
+	// DeletedAt is set for a deleted endpoint, which only a delivery's
+	// page still shows.
+	DeletedAt *time.Time
 }
 
 func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
@@ -427,6 +432,7 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
 	row := endpointRow{
 		ID: e.ID, Transport: e.Transport, URL: shown, URLHidden: strings.Join(hidden, ", "), Description: e.Description, Label: endpointLabel(e),
 		Config: redact.Map(e.Config), EventTypes: e.EventTypes, FormIDs: e.FormIDs, DisabledAt: e.DisabledAt, CreatedAt: e.CreatedAt,
+		DeletedAt: e.DeletedAt,
 	}
 	for _, s := range e.Secrets {
 		if !s.ActiveAt(now) {
@@ -475,30 +481,106 @@ func endpointLabel(e storage.Endpoint) string {
 type endpointsData struct {
 	base
 	Endpoints []endpointRow
+	// NextURL is the next (older) page; FirstURL the first page, when this
+	// is a later one.
+	NextURL, FirstURL string
 }
 
 // GET /console/endpoints
+//
+// Paged as the deliveries are: newest first, ?limit and ?cursor.
 func (h *handler) endpoints(w http.ResponseWriter, r *http.Request, a authResult) error {
-	eps, err := h.store.EndpointList(r.Context())
+	q := r.URL.Query()
+	limit, cursor := defaultPageSize, q.Get("cursor")
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			return withLink(badInput("Bad page size", "Page size %q is not a number from 1 to %d.", clip(v), maxPageSize),
+				Prefix+"/endpoints", "The first page of endpoints")
+		}
+		limit = n
+	}
+	if cursor != "" && !endpointCursorPattern.MatchString(cursor) {
+		return withLink(badInput("Bad page link", "The page cursor %q is not one the console made.", clip(cursor)),
+			Prefix+"/endpoints", "The first page of endpoints")
+	}
+	// One more than the page tells whether there is a next page.
+	eps, err := h.store.EndpointListPage(r.Context(), storage.EndpointListParams{Before: cursor, Limit: limit + 1})
 	if err != nil {
 		return storeError(err, "endpoints")
 	}
 	data := endpointsData{base: h.base(a, "endpoints", "Endpoints")}
-	q := r.URL.Query()
 	if id := q.Get("id"); cursorLike(id) {
 		switch q.Get("done") {
 		case "disabled":
 			data.Flash = "Disabled " + id + ": new events no longer fan out to it. Deliveries already made still go out."
 		case "enabled":
 			data.Flash = "Enabled " + id + ": new events fan out to it again."
+		case "deleted":
+			data.Flash = "Deleted " + id + ": it gets no new deliveries; its deliveries and their attempts stay readable."
 		}
 	}
 	now := h.now()
-	for _, e := range eps {
+	for i, e := range eps {
+		if i == limit {
+			data.NextURL = withLimit(Prefix+"/endpoints?cursor="+url.QueryEscape(eps[limit-1].ID), limit)
+			break
+		}
 		data.Endpoints = append(data.Endpoints, viewEndpoint(e, now))
 	}
-	slices.SortStableFunc(data.Endpoints, func(a, b endpointRow) int { return strings.Compare(a.ID, b.ID) })
+	if cursor != "" {
+		data.FirstURL = withLimit(Prefix+"/endpoints", limit)
+	}
 	h.render(w, http.StatusOK, "endpoints", data)
+	return nil
+}
+
+type deleteData struct {
+	base
+	Endpoint endpointRow
+	// Pending and Processing count its open deliveries, up to maxOpenCount
+	// each; More says a count stopped there.
+	Pending, Processing int
+	More                bool
+	// Operator says it is the operator endpoint, which is not deleted.
+	Operator bool
+}
+
+// maxOpenCount bounds the count of an endpoint's open deliveries that the
+// delete page reads.
+const maxOpenCount = 1000
+
+// GET /console/endpoints/{id}/delete
+//
+// The confirmation: what deleting will do to this endpoint's open
+// deliveries, and the form that does it.
+func (h *handler) confirmDelete(w http.ResponseWriter, r *http.Request, a authResult) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	e, err := h.store.EndpointGet(ctx, id)
+	if err == nil && e.DeletedAt != nil {
+		err = storage.ErrDeleted
+	}
+	if err != nil {
+		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
+	}
+	data := deleteData{base: h.base(a, "endpoints", "Delete endpoint "+e.ID), Endpoint: viewEndpoint(e, h.now()),
+		Operator: h.operatorEndpoint != "" && e.ID == h.operatorEndpoint}
+	for _, st := range []storage.DeliveryState{storage.StatePending, storage.StateProcessing} {
+		ds, err := h.store.DeliveryList(ctx, storage.DeliveryListParams{
+			Filter: storage.DeliveryFilter{EndpointID: e.ID, State: st}, Limit: maxOpenCount + 1})
+		if err != nil {
+			return storeError(err, "deliveries of "+endpointName(id))
+		}
+		n := min(len(ds), maxOpenCount)
+		data.More = data.More || len(ds) > maxOpenCount
+		if st == storage.StatePending {
+			data.Pending = n
+		} else {
+			data.Processing = n
+		}
+	}
+	h.render(w, http.StatusOK, "endpoint_delete", data)
 	return nil
 }
 

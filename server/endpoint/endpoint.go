@@ -1,10 +1,11 @@
 // Package endpoint holds the changes made to an endpoint after it is
 // created, written once so that the HTTP API, the console and endpoint
 // health cannot drift apart on them: the optimistic read-modify-write,
-// enabling and disabling, and secret rotation with its grace period; and
+// enabling and disabling, secret rotation with its grace period, and the
+// operator's check before a delete; and
 // what an endpoint shows of its keys (its signature scheme, its v1a public
 // keys). It changes endpoints only through the store's optimistic update
-// and never touches deliveries.
+// and its delete, and never touches deliveries itself.
 package endpoint
 
 import (
@@ -40,6 +41,11 @@ func Modify(ctx context.Context, store Store, id string, change func(e *storage.
 		e, err := store.EndpointGet(ctx, id)
 		if err != nil {
 			return storage.Endpoint{}, fmt.Errorf("read endpoint %s: %w", id, err)
+		}
+		if e.DeletedAt != nil {
+			// Even a change with nothing to write (disabling a disabled
+			// endpoint) must not answer as if the endpoint were there.
+			return e, fmt.Errorf("endpoint %s: %w at %s", id, storage.ErrDeleted, e.DeletedAt.UTC().Format(time.RFC3339))
 		}
 		write, err := change(&e)
 		if err != nil || !write {
@@ -94,6 +100,41 @@ func Disable(ctx context.Context, store Store, id, reason string, now time.Time,
 		return flipped, nil
 	})
 	return e, flipped && err == nil, err
+}
+
+// ErrOperatorEndpoint: the endpoint to delete is the one the server tells
+// about the endpoints it disables (endpoints.operator_endpoint).
+var ErrOperatorEndpoint = errors.New("the endpoint is the configured operator endpoint")
+
+// Deleter is what Delete needs of a store.
+type Deleter interface {
+	EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error)
+}
+
+// Delete deletes the endpoint id (see storage.Store.EndpointDelete),
+// refusing the configured operator endpoint, operatorEndpoint: the
+// server would go on addressing its notices to an endpoint that takes
+// none, and nobody would hear that an endpoint was disabled. The setting
+// must be changed first.
+func Delete(ctx context.Context, store Deleter, id string, force bool, operatorEndpoint string) (storage.EndpointDeleteResult, error) {
+	if operatorEndpoint != "" && id == operatorEndpoint {
+		return storage.EndpointDeleteResult{}, fmt.Errorf("endpoint %s: %w", id, ErrOperatorEndpoint)
+	}
+	return store.EndpointDelete(ctx, storage.EndpointDeleteParams{ID: id, Force: force})
+}
+
+// CurrentSecret is the secret that signs from now on: the one without an
+// expiry (rotation puts it first), or the first if all expire.
+func CurrentSecret(e storage.Endpoint) storage.Secret {
+	if len(e.Secrets) == 0 {
+		return storage.Secret{}
+	}
+	for _, s := range e.Secrets {
+		if s.ExpiresAt == nil {
+			return s
+		}
+	}
+	return e.Secrets[0]
 }
 
 // Rotation is the result of a secret rotation.
@@ -165,14 +206,7 @@ func Scheme(e storage.Endpoint) webhook.Scheme {
 	if len(e.Secrets) == 0 {
 		return webhook.SchemeV1
 	}
-	current := e.Secrets[0]
-	for _, s := range e.Secrets {
-		if s.ExpiresAt == nil {
-			current = s
-			break
-		}
-	}
-	return webhook.KeyScheme(current.Reveal())
+	return webhook.KeyScheme(CurrentSecret(e).Reveal())
 }
 
 // PublicKey is the whpk_ public key of one of an endpoint's v1a secrets,

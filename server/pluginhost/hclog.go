@@ -1,12 +1,10 @@
 package pluginhost
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log"
 	"log/slog"
-	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -137,40 +135,4 @@ func (a *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger 
 
 func (a *hclogAdapter) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
 	return a.StandardLogger(opts).Writer()
-}
-
-// lineLogger logs each line written to it. It takes what a plugin writes to
-// the os.Stderr that go-plugin hands it once serving.
-type lineLogger struct {
-	logger *slog.Logger
-	mu     sync.Mutex
-	buf    []byte
-}
-
-// maxLine bounds a line kept waiting for its newline.
-const maxLine = 4 << 10
-
-func (w *lineLogger) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			if len(w.buf) >= maxLine {
-				w.emit(w.buf)
-				w.buf = w.buf[:0]
-			}
-			return len(p), nil
-		}
-		w.emit(w.buf[:i])
-		w.buf = w.buf[i+1:]
-	}
-}
-
-func (w *lineLogger) emit(line []byte) {
-	if line = bytes.TrimRight(line, "\r"); len(line) > 0 {
-		// A plugin may print its endpoint's URL: its secrets are hidden.
-		w.logger.Info("plugin output", "line", redact.Text(string(line)))
-	}
 }

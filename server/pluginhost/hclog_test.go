@@ -44,25 +44,3 @@ func TestHCLogAdapterWritesToSlog(t *testing.T) {
 		t.Errorf("IsDebug %v IsInfo %v GetLevel %v, want the slog handler's level (Info)", l.IsDebug(), l.IsInfo(), l.GetLevel())
 	}
 }
-
-func TestLineLoggerLogsWholeLines(t *testing.T) {
-	t.Parallel()
-	var buf syncbuf.Buffer
-	w := &lineLogger{logger: slog.New(slog.NewJSONHandler(&buf, nil))}
-	for _, chunk := range []string{"first li", "ne\nsecond line\r\n", "\n", strings.Repeat("x", maxLine+10)} {
-		if _, err := w.Write([]byte(chunk)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var rec struct{ Line string }
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, rec.Line)
-	}
-	if len(got) != 3 || got[0] != "first line" || got[1] != "second line" || len(got[2]) != maxLine+10 {
-		t.Errorf("logged %d lines %.60q, want the two lines and the over-long one", len(got), got)
-	}
-}

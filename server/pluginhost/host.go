@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -87,6 +88,10 @@ type Config struct {
 	// (telemetry.Telemetry.PluginEnv). It is added to the few variables a
 	// plugin inherits, never to the server's whole environment.
 	PluginEnv func(name string) []string
+	// SpanOutput, when set, receives the spans a plugin writes with the
+	// console exporter (lines starting with transport.ConsoleSpanPrefix on
+	// its standard error), one JSON object a line, instead of the log.
+	SpanOutput io.Writer
 }
 
 // PluginConfig is one configured plugin.
@@ -119,9 +124,12 @@ type Host struct {
 	logger          *slog.Logger
 	tracer          trace.TracerProvider
 	pluginEnv       func(name string) []string
+	spanOut         io.Writer // nil: plugins' console spans are logged as lines
 	grace           time.Duration
 	startTimeout    time.Duration
 	validateTimeout time.Duration
+	// spawn starts the plugin processes.
+	spawn *spawner
 	// slots is fixed by New; each slot guards its own process.
 	slots map[string]*slot
 	names []string
@@ -153,9 +161,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 		logger:          logger,
 		tracer:          cfg.TracerProvider,
 		pluginEnv:       cfg.PluginEnv,
+		spanOut:         syncWriter(cfg.SpanOutput),
 		grace:           orDefault(cfg.SendGrace, DefaultSendGrace),
 		startTimeout:    orDefault(cfg.StartTimeout, DefaultStartTimeout),
 		validateTimeout: orDefault(cfg.ValidateTimeout, DefaultValidateTimeout),
+		spawn:           newSpawner(),
 		slots:           make(map[string]*slot, len(specs)),
 	}
 	for _, sp := range specs {
@@ -430,8 +440,10 @@ func (h *Host) replace(s *slot, failed *instance, what string) {
 	s.restarts++
 }
 
-// Close stops every plugin. Sends after Close return retryable outcomes.
-// It is safe to call more than once.
+// Close stops every plugin, at once, and returns within KillBound: each is
+// asked to exit and given two seconds, then its process group is killed.
+// Sends after Close return retryable outcomes. It is safe to call more
+// than once.
 func (h *Host) Close() {
 	var wg sync.WaitGroup
 	for _, s := range h.slots {
@@ -446,4 +458,5 @@ func (h *Host) Close() {
 		})
 	}
 	wg.Wait()
+	h.spawn.close()
 }

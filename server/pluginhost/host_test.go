@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if bin := os.Getenv(hostProcessEnv); bin != "" {
+		return hostProcess(bin)
+	}
 	dir, err := os.MkdirTemp("", "pluginhost-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

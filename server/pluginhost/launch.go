@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
-	"os/exec"
+	"time"
 
 	"github.com/hashicorp/go-plugin"
 
@@ -18,23 +19,49 @@ import (
 // instance is one running plugin process.
 type instance struct {
 	client *plugin.Client
+	runner *procRunner
 	proc   *os.Process
 	rpc    *transport.GRPCClient
+	logger *slog.Logger
 	// protocol is the version negotiated with the plugin: 2 carries the
 	// sends on a stream, 1 (a plugin built against an older SDK) makes
 	// each its own call.
 	protocol int
 }
 
-func (i *instance) exited() bool { return i.client.Exited() }
+// exited reports whether the process has ended. go-plugin's own Exited
+// waits for the process's pipes to close, which a child holding them
+// delays for ever.
+func (i *instance) exited() bool { return i.runner.hasExited() }
 
-// kill stops the process. force skips go-plugin's graceful shutdown, which
-// waits up to two seconds: a plugin that crashed or hung gets no grace.
+// kill stops the process and its process group, and returns within
+// KillBound. Without force, go-plugin asks the plugin to exit and waits up
+// to gracefulExit before the runner kills the group; force kills the group
+// at once, for a plugin that crashed or hung and gets no grace.
 func (i *instance) kill(force bool) {
-	if force && i.proc != nil {
-		_ = i.proc.Kill()
+	if force {
+		_ = i.runner.Kill(context.Background())
 	}
-	i.client.Kill()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		i.client.Kill()
+	}()
+	t := time.NewTimer(KillBound)
+	defer t.Stop()
+	select {
+	case <-done:
+		// A plugin that exited within its grace may have left children
+		// (not holding its pipes, or go-plugin would have waited);
+		// the group goes now. A no-op when the runner killed it already.
+		_ = i.runner.Kill(context.Background())
+	case <-t.C:
+		// The process was SIGKILLed and its pipes closed; what is left
+		// is the kernel reaping it, which a process stuck in an
+		// uninterruptible wait does not allow. go-plugin's goroutines
+		// finish whenever it does.
+		i.logger.Warn("transport plugin process did not go away after SIGKILL; no longer waiting for it", "pid", i.runner.ID(), "waited", KillBound)
+	}
 }
 
 // pluginEnv is what a plugin inherits from the server's environment. The
@@ -55,16 +82,18 @@ func pluginEnv() []string {
 // launch starts one plugin process, dispenses its client and configures it.
 // On any failure the process is killed.
 func (h *Host) launch(ctx context.Context, sp spec) (*instance, error) {
-	cmd := exec.Command(sp.path)
-	cmd.Env = pluginEnv()
+	env := pluginEnv()
 	if h.pluginEnv != nil {
-		cmd.Env = append(cmd.Env, h.pluginEnv(sp.name)...)
+		env = append(env, h.pluginEnv(sp.name)...)
 	}
 	logger := h.logger.With("plugin", sp.name)
+	// The runner checks the SHA-256 pin, as go-plugin's SecureConfig
+	// would were it not the runner that starts the process.
+	r := newProcRunner(sp, env, h.spawn)
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  transport.Handshake(),
 		VersionedPlugins: transport.HostPlugins(h.tracer),
-		Cmd:              cmd,
+		RunnerFunc:       r.attach,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		GRPCDialOptions:  transport.HostDialOptions(h.tracer),
 		AutoMTLS:         true,
@@ -72,46 +101,41 @@ func (h *Host) launch(ctx context.Context, sp spec) (*instance, error) {
 		StartTimeout:     h.startTimeout,
 		Logger:           newHCLogAdapter(logger),
 		SyncStdout:       io.Discard,
-		SyncStderr:       &lineLogger{logger: logger},
+		SyncStderr:       newLineLogger(logger, h.spanOut),
 	}
-	if sp.sum != nil {
-		// The pin comes from the config, never from the file about to run;
-		// go-plugin hashes the file and compares before executing it.
-		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sp.sum, Hash: sha256.New()}
-	}
-	client := plugin.NewClient(cfg)
-	inst, err := h.connect(ctx, client, cmd, sp)
-	if err != nil {
-		client.Kill()
+	inst := &instance{client: plugin.NewClient(cfg), runner: r, logger: logger}
+	if err := h.connect(ctx, inst, sp); err != nil {
+		inst.kill(false)
 		return nil, err
 	}
 	return inst, nil
 }
 
-func (h *Host) connect(ctx context.Context, client *plugin.Client, cmd *exec.Cmd, sp spec) (*instance, error) {
-	rpcClient, err := client.Client()
+func (h *Host) connect(ctx context.Context, inst *instance, sp spec) error {
+	rpcClient, err := inst.client.Client()
 	if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-		return nil, fmt.Errorf("%w: plugin %q at %s: the config pins SHA-256 %s but the file's is %s; "+
+		return fmt.Errorf("%w: plugin %q at %s: the config pins SHA-256 %s but the file's is %s; "+
 			"if this build was installed on purpose, update the plugin's sha256 in the config, otherwise the file was changed and must not be run",
 			ErrChecksumMismatch, sp.name, sp.path, hex.EncodeToString(sp.sum), fileSum(sp.path))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("starting transport plugin %q (%s): %w", sp.name, sp.path, err)
+		return fmt.Errorf("starting transport plugin %q (%s): %w", sp.name, sp.path, err)
 	}
 	raw, err := rpcClient.Dispense(transport.PluginName)
 	if err != nil {
-		return nil, fmt.Errorf("transport plugin %q (%s) does not serve %q: %w", sp.name, sp.path, transport.PluginName, err)
+		return fmt.Errorf("transport plugin %q (%s) does not serve %q: %w", sp.name, sp.path, transport.PluginName, err)
 	}
 	rpc, ok := raw.(*transport.GRPCClient)
 	if !ok {
-		return nil, fmt.Errorf("transport plugin %q (%s): dispensed %T, not a transport client", sp.name, sp.path, raw)
+		return fmt.Errorf("transport plugin %q (%s): dispensed %T, not a transport client", sp.name, sp.path, raw)
 	}
 	cctx, cancel := context.WithTimeout(ctx, h.startTimeout)
 	defer cancel()
 	if err := rpc.Configure(cctx, sp.settings); err != nil {
-		return nil, fmt.Errorf("configuring transport plugin %q (%s): %w", sp.name, sp.path, err)
+		return fmt.Errorf("configuring transport plugin %q (%s): %w", sp.name, sp.path, err)
 	}
-	return &instance{client: client, proc: cmd.Process, rpc: rpc, protocol: rpc.Protocol()}, nil
+	inst.proc, inst.rpc, inst.protocol = inst.runner.cmd.Process, rpc, rpc.Protocol()
+	return nil
 }
 
 // fileSum is the SHA-256 of the file at path, for the mismatch error only:

@@ -2,14 +2,17 @@ package pluginhost
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/telemetry"
 )
@@ -99,4 +102,44 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// With the console exporter a plugin's spans come to SpanOutput as JSON,
+// one a line, where the server's own stdout spans go, and not into the log
+// as escaped text.
+func TestConsoleSpansReachTheSpanOutput(t *testing.T) {
+	t.Parallel()
+	cfg := misbehaveConfig(nil)
+	cfg.PluginEnv = func(name string) []string {
+		return []string{"OTEL_TRACES_EXPORTER=console", "OTEL_BSP_SCHEDULE_DELAY=20", "OTEL_SERVICE_NAME=hymical-plugin-" + name}
+	}
+	var spans syncbuf.Buffer
+	cfg.SpanOutput = &spans
+	h, logs := newHost(t, cfg)
+	tp := sdktrace.NewTracerProvider()
+	ctx, attempt := tp.Tracer("test").Start(context.Background(), "attempt")
+	out := h.Send(ctx, "misbehave", mode("ok"), soon())
+	attempt.End()
+	if out.Kind != transport.OutcomeDelivered {
+		t.Fatalf("outcome = %+v", out)
+	}
+	var got map[string]any
+	for deadline := time.Now().Add(10 * time.Second); got == nil; {
+		for line := range strings.Lines(spans.String()) {
+			var span map[string]any
+			if err := json.Unmarshal([]byte(line), &span); err != nil {
+				t.Fatalf("a span line is not JSON: %v: %q", err, line)
+			}
+			if sc, _ := span["SpanContext"].(map[string]any); sc["TraceID"] == attempt.SpanContext().TraceID().String() {
+				got = span
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no span of the attempt's trace reached the span output:\n%s\nlog:\n%s", spans.String(), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.Contains(logs.String(), transport.ConsoleSpanPrefix) || strings.Contains(logs.String(), `\"SpanContext\"`) {
+		t.Errorf("a span went to the log:\n%s", logs.String())
+	}
 }

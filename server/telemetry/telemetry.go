@@ -110,6 +110,7 @@ type Telemetry struct {
 	handler  http.Handler
 	pluginEV map[string]string // the plugins' environment, less the service name
 	service  string
+	spanOut  io.Writer // where ExporterStdout writes spans; nil for other exporters
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -156,6 +157,9 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		t.tracing, t.tp = true, tp
 		t.shutdowns = append(t.shutdowns, tp.Shutdown)
 		t.pluginEV = pluginEnv(cfg, endpoint)
+		if cfg.Exporter == ExporterStdout {
+			t.spanOut = cmpOrStdout(cfg.Stdout)
+		}
 	}
 	if cfg.Metrics {
 		reg := prometheus.NewRegistry()
@@ -313,11 +317,7 @@ func newSpanExporter(ctx context.Context, cfg Config, endpoint string) (sdktrace
 		}
 		exp, err = otlptracehttp.New(ctx, opts...)
 	case ExporterStdout:
-		w := cfg.Stdout
-		if w == nil {
-			w = os.Stdout
-		}
-		exp, err = stdouttrace.New(stdouttrace.WithWriter(w))
+		exp, err = stdouttrace.New(stdouttrace.WithWriter(cmpOrStdout(cfg.Stdout)))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: setting up the %s exporter: %w", cfg.Exporter, err)
@@ -366,6 +366,18 @@ func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	return res, nil
 }
 
+func cmpOrStdout(w io.Writer) io.Writer {
+	if w == nil {
+		return os.Stdout
+	}
+	return w
+}
+
+// SpanOutput is where the stdout exporter writes spans, for the plugin
+// host to write the plugins' spans there too, so they reach the same
+// output as the server's; nil when the exporter is another one.
+func (t *Telemetry) SpanOutput() io.Writer { return t.spanOut }
+
 // pluginEnv is the plugins' environment, less OTEL_SERVICE_NAME, which
 // PluginEnv sets per plugin.
 func pluginEnv(cfg Config, endpoint string) map[string]string {
@@ -391,8 +403,9 @@ func pluginEnv(cfg Config, endpoint string) map[string]string {
 			ev[transport.EnvTracesInsecure] = "true"
 		}
 	case ExporterStdout:
-		// The plugin's stdout carries go-plugin's own traffic; its stderr
-		// reaches the server's log, one line per span.
+		// The plugin's stdout carries go-plugin's own traffic; its spans
+		// go to its stderr, marked, and the host writes them where the
+		// server's own spans go (Telemetry.SpanOutput).
 		ev[transport.EnvTracesExporter] = transport.TracesExporterConsole
 	}
 	if len(cfg.ResourceAttributes) > 0 {

@@ -55,6 +55,14 @@ type Store interface {
 	DeliveryRelease(ctx context.Context, p storage.DeliveryReleaseParams) (storage.Delivery, error)
 	DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) (storage.Delivery, error)
 	AttemptRecordLate(ctx context.Context, p storage.AttemptRecordLateParams) (storage.Attempt, error)
+	// Wakeups tells the claimer that a delivery may have become due, so
+	// it claims at once instead of at its next poll.
+	Wakeups(ctx context.Context) <-chan struct{}
+}
+
+// StoreObserver hears how a write to the store ended; nil is success.
+type StoreObserver interface {
+	Observe(err error)
 }
 
 // Sender moves one signed message through the named transport plugin by
@@ -82,7 +90,10 @@ type Config struct {
 	// moment it starts: the transport's connect and read timeouts plus a
 	// margin for the plugin hop.
 	SendTimeout time.Duration
-	// PollInterval is how long the claimer waits when nothing was due.
+	// PollInterval is how long the claimer waits for a wake-up, when
+	// nothing was due, before it looks again anyway: the fallback that
+	// finds expired leases and the deliveries whose wake-up it could not
+	// hear (see storage.Store.Wakeups).
 	PollInterval time.Duration
 	// MaxCycleAttempts is the retry allowance.
 	MaxCycleAttempts int
@@ -94,6 +105,11 @@ type Config struct {
 	// leaves such endpoints enabled and records the 410 as the transport
 	// classified it (the http plugin: permanent, as any other 4xx).
 	Disabler EndpointDisabler
+	// StoreHealth hears how the pool's writes to the store ended, so the
+	// server can report a store that has run out of space (api.StoreHealth
+	// does, on /readyz): every completion batch, and the failures of
+	// claims, which add no rows. nil tells nobody.
+	StoreHealth StoreObserver
 
 	// TracerProvider makes the claim and attempt spans; nil means none.
 	TracerProvider trace.TracerProvider
@@ -101,6 +117,15 @@ type Config struct {
 	// nil records nothing.
 	Metrics *telemetry.Metrics
 }
+
+// DefaultPollInterval is how long an idle claimer waits before it looks
+// again without a wake-up. Wake-ups bring what becomes due at once, and
+// timed ones what a retry or a deferral of this process makes due later,
+// so the poll only finds expired leases (which take a lease to expire
+// anyway), what another process scheduled for later and did not live to
+// claim, and what a PostgreSQL listener missed while it reconnected. Two
+// seconds keeps that bounded while idle processes ask the database little.
+const DefaultPollInterval = 2 * time.Second
 
 // DefaultConfig is the pool's configuration when nothing is set: a lease of
 // 60 s against a send deadline of 17 s (5 s connect + 10 s read + 2 s for the
@@ -112,7 +137,7 @@ func DefaultConfig() Config {
 		BatchSize:        16,
 		Lease:            60 * time.Second,
 		SendTimeout:      17 * time.Second,
-		PollInterval:     500 * time.Millisecond,
+		PollInterval:     DefaultPollInterval,
 		MaxCycleAttempts: storage.DefaultMaxCycleAttempts,
 		Retry:            DefaultRetrySchedule(),
 		EndpointRetry:    retrypolicy.DefaultEndpointBounds(),
@@ -191,6 +216,10 @@ type Pool struct {
 	metrics *telemetry.Metrics
 	now     func() time.Time
 	share   *fairShare
+	// freed wakes the claimer when a claim ends while it waits after a
+	// claim the fair share may have left due deliveries behind in: now
+	// there is room for one.
+	freed chan struct{}
 }
 
 // New checks cfg and returns a pool; Run starts it.
@@ -206,6 +235,7 @@ func New(store Store, sender Sender, cfg Config, log *slog.Logger) (*Pool, error
 		store: store, sender: sender, cfg: cfg, log: log, now: time.Now,
 		tracer: cfg.TracerProvider.Tracer(telemetry.ScopeName), traced: !isNoop(cfg.TracerProvider), metrics: cfg.Metrics,
 		share: newFairShare(cfg.Concurrency, cfg.EndpointShare, time.Now),
+		freed: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -283,6 +313,9 @@ func (p *Pool) Run(ctx context.Context) error {
 		completer.Wait()
 	}()
 
+	// Subscribed before the first claim, so nothing that becomes due
+	// after it goes unheard.
+	wake := p.store.Wakeups(ctx)
 	backoff := p.cfg.PollInterval
 	low := p.cfg.BatchSize / 2
 	for {
@@ -303,7 +336,8 @@ func (p *Pool) Run(ctx context.Context) error {
 		// those would wait out their lease. Claims that arrive after
 		// shutdown began are given back unspent by the senders.
 		stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Lease)
-		claims, err := p.claim(stmtCtx, n)
+		ended := p.share.endedCount()
+		claims, capped, err := p.claim(stmtCtx, n)
 		cancel()
 		at := p.now()
 		claimCtx := p.claimSpan(record, n, claims, err, claimStart, at)
@@ -311,8 +345,10 @@ func (p *Pool) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			// The database is away: nothing is lost (every delivery is
-			// still in it), so wait and try again, backing off to a cap.
+			// The database is away, or full: nothing is lost (every
+			// delivery is still in it), so wait and try again, backing off
+			// to a cap.
+			p.observe(err)
 			p.log.Error("claiming deliveries failed; retrying", "error", err, "retry_in", backoff)
 			backoff = min(backoff*2, 30*time.Second)
 			if !sleep(ctx, backoff) {
@@ -326,42 +362,92 @@ func (p *Pool) Run(ctx context.Context) error {
 			// only this loop adds to it.
 			queue <- queued{ctx: claimCtx, claim: c, at: at}
 		}
-		if len(claims) < n && !sleep(ctx, p.cfg.PollInterval) {
+		// A full claim may have left more behind: claim again at once. A
+		// short one drained what was due, but for what the fair share
+		// kept back: wait for a wake-up, the end of a claim when the share
+		// kept some back, or the poll. Each brings one claim, so however
+		// many arrive the claimer never spins.
+		if len(claims) >= n {
+			continue
+		}
+		if p.share.waiting(capped, ended) {
+			// A claim ended while this one read the rooms from before.
+			continue
+		}
+		if !p.idle(ctx, wake, claimStart, at.Sub(claimStart)) {
 			return nil
 		}
 	}
+}
+
+// minClaimGap is the least time between the starts of two claims that a
+// wake-up brings. Under a stream of submissions each would otherwise claim
+// a delivery or two, every claim a write transaction that, on SQLite,
+// takes the one writer from the creates and completions; waiting this
+// long lets a few gather per claim, and adds at most this much latency.
+const minClaimGap = 5 * time.Millisecond
+
+// claimGapFactor keeps the claims a wake-up brings to at most about a
+// third of the time: the gap after a claim is at least this many times
+// as long as that claim took, so on SQLite, whose one writer also takes
+// the creates and completions, a slow claim is followed by a longer wait.
+const claimGapFactor = 3
+
+// idle waits, after a claim that found less than it asked for and started
+// at last, until something may be due: a wake-up from the store, the end of
+// a claim when the fair share kept some back, or the poll interval
+// passing; then at least until minClaimGap, or claimGapFactor times took
+// (how long that claim took), after last. It returns false when ctx ends.
+func (p *Pool) idle(ctx context.Context, wake <-chan struct{}, last time.Time, took time.Duration) bool {
+	poll := time.NewTimer(p.cfg.PollInterval)
+	defer poll.Stop()
+	select {
+	case <-wake:
+	case <-p.freed:
+	case <-poll.C:
+	case <-ctx.Done():
+		return false
+	}
+	if gap := max(minClaimGap, claimGapFactor*took) - p.now().Sub(last); gap > 0 {
+		return sleep(ctx, gap)
+	}
+	return true
 }
 
 // claim claims up to n deliveries within the endpoints' fair share, then,
 // when that left the claim short, tops it up from the trusted endpoints
 // that filled their room: with nothing else due, one endpoint may use every
 // sender. The claims count as held from here until process is done with
-// them.
-func (p *Pool) claim(ctx context.Context, n int) ([]storage.Claim, error) {
+// them. capped reports whether the share may have left due deliveries
+// behind: an endpoint had no room, or filled what it was given.
+func (p *Pool) claim(ctx context.Context, n int) (claims []storage.Claim, capped bool, err error) {
 	if p.cfg.EndpointShare >= 1 {
 		// The share is off: the oldest due, whoever they go to.
-		return p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+		claims, err = p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
+		return claims, false, err
 	}
-	claims, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: p.share.rooms()})
+	rooms := p.share.rooms()
+	claims, err = p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: rooms})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	p.share.claimed(claims)
 	if len(claims) == n {
-		return claims, nil
+		return claims, false, nil
 	}
+	capped = filled(rooms, claims)
 	more := p.share.topUp()
 	if more == nil {
-		return claims, nil
+		return claims, capped, nil
 	}
 	extra, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n - len(claims), Lease: p.cfg.Lease, Share: more})
 	if err != nil {
 		// What the first statement claimed is this process's to send.
 		p.log.Warn("topping up a claim failed; sending what was claimed", "error", err)
-		return claims, nil
+		return claims, capped, nil
 	}
 	p.share.claimed(extra)
-	return append(claims, extra...), nil
+	return append(claims, extra...), capped || filled(more, extra), nil
 }
 
 // recorder records outcomes off the senders' path: a sender hands its
@@ -419,6 +505,10 @@ func (p *Pool) completeLoop(ctx context.Context, done <-chan completion) {
 			params = append(params, c.params)
 		}
 		res, err := p.store.DeliveryCompleteBatch(ctx, params)
+		// A batch that failed for want of space is retried by each of its
+		// senders (see finish), like any outage; one that wrote shows
+		// there is room again.
+		p.observe(err)
 		for i, c := range batch {
 			if err != nil {
 				c.reply <- storage.DeliveryCompleteResult{Err: err}
@@ -436,6 +526,13 @@ func complete(done chan<- completion, params storage.DeliveryCompleteParams) (st
 	done <- completion{params: params, reply: reply}
 	r := <-reply
 	return r.Delivery, r.Attempt, r.Err
+}
+
+// observe tells the configured StoreObserver how a write ended.
+func (p *Pool) observe(err error) {
+	if p.cfg.StoreHealth != nil {
+		p.cfg.StoreHealth.Observe(err)
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -527,7 +624,14 @@ func (p *Pool) startAttempt(ctx context.Context, c storage.Claim, ep storage.End
 func (p *Pool) process(run, record context.Context, c storage.Claim, claimed time.Time, rec *recorder) {
 	log := deliveryLog{l: p.log, c: &c}
 	ep := c.Endpoint
-	defer p.share.done(c.Delivery.EndpointID)
+	defer func() {
+		if p.share.done(c.Delivery.EndpointID) {
+			select {
+			case p.freed <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	if run.Err() != nil {
 		p.release(record, log, c, 0)
 		return

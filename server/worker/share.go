@@ -45,6 +45,13 @@ type fairShare struct {
 
 	mu        sync.Mutex
 	endpoints map[string]*endpointLoad
+	// ended counts the claims that ended (done), so the claimer can tell
+	// whether one ended while it claimed with rooms read before.
+	ended uint64
+	// capped is set while the claimer waits after a claim that the share
+	// may have left due deliveries behind in (see Pool.claim): then the
+	// end of any claim may make room for them, and wakes it.
+	capped bool
 }
 
 // endpointLoad is what this process knows of one endpoint.
@@ -203,16 +210,60 @@ func (f *fairShare) sent(endpoint string, start time.Time, took time.Duration, r
 
 // done ends one claim of endpoint: sent, given back or failed before a
 // send. An endpoint none of whose sends has finished is forgotten once it
-// holds nothing; the others are kept, for their pace.
-func (f *fairShare) done(endpoint string) {
+// holds nothing; the others are kept, for their pace. It reports whether
+// the claimer waits after a claim the share may have left due deliveries
+// behind in: then it should look again, now that there is room.
+func (f *fairShare) done(endpoint string) (wake bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.ended++
+	wake = f.capped
 	l := f.endpoints[endpoint]
 	if l == nil {
-		return
+		return wake
 	}
 	l.held--
 	if l.held <= 0 && l.lastTook == 0 {
 		delete(f.endpoints, endpoint)
 	}
+	return wake
+}
+
+// endedCount is how many claims have ended so far.
+func (f *fairShare) endedCount() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ended
+}
+
+// waiting notes whether the claimer now waits after a claim the share may
+// have left due deliveries behind in, and reports whether a claim ended
+// since ended was read: its room was not seen by that claim, so the
+// claimer should claim again rather than wait.
+func (f *fairShare) waiting(capped bool, ended uint64) (missed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.capped = capped
+	return capped && f.ended != ended
+}
+
+// filled reports whether a claim made with share s left an endpoint at or
+// past its room, so that due deliveries of it may have been left behind:
+// an endpoint given no room, or one that took all it was given.
+func filled(s *storage.ClaimShare, claims []storage.Claim) bool {
+	for _, r := range s.Room {
+		if r == 0 {
+			return true
+		}
+	}
+	taken := map[string]int{}
+	for _, c := range claims {
+		taken[c.Delivery.EndpointID]++
+	}
+	for id, n := range taken {
+		if n >= s.RoomOf(id) {
+			return true
+		}
+	}
+	return false
 }

@@ -82,7 +82,7 @@ func shareConfig() worker.Config {
 
 // A receiver that accepts and never answers holds no more than its share
 // of the senders, so a healthy endpoint's deliveries submitted behind 200
-// of its own go out at once: all 20 within 2 s, where without the share
+// of its own go out at once: all 20 within 5 s, where without the share
 // they waited for the hung ones to time out, batch after batch.
 func TestFairShareAHungReceiverDoesNotStallTheOthers(t *testing.T) {
 	t.Parallel()
@@ -116,8 +116,10 @@ func TestFairShareAHungReceiverDoesNotStallTheOthers(t *testing.T) {
 			})
 			took := time.Since(start)
 			t.Logf("healthy endpoint: 20/20 in %s; the hung receiver held at most %d requests at once", took.Round(time.Millisecond), hung.peak.Load())
-			if took > 2*time.Second {
-				t.Errorf("the healthy endpoint's 20 deliveries took %s, want at most 2s", took)
+			// Without the share they wait for hung sends to time out (10 s
+			// and more); 5 s leaves room for a loaded machine and still tells.
+			if took > 5*time.Second {
+				t.Errorf("the healthy endpoint's 20 deliveries took %s, want at most 5s", took)
 			}
 			// Concurrency 16 × share 0.25: one endpoint's room is 4.
 			if p := hung.peak.Load(); p > 4 {

@@ -62,21 +62,51 @@ func requeued(ctx context.Context, tx pgx.Tx, ids []string) error {
 // Holding reads the endpoint's deliveries through its index of all of
 // them; an operator's change is rare enough to afford it, and no index of
 // every pending row is kept for it, which every delivery would pay for.
-func refreshHolds(ctx context.Context, tx pgx.Tx, endpointID string, c control) error {
+//
+// When it lets deliveries go (the endpoint is enabled, or no longer
+// ordered, or an ordered one's turn passes), it sends the wake-up, as
+// wakeID, and reports that it did.
+func refreshHolds(ctx context.Context, tx pgx.Tx, endpointID string, c control, wakeID string) (bool, error) {
 	if !c.disabled && !c.ordered {
-		_, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = false
+		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = false
 			WHERE endpoint_id = $1 AND held`, endpointID)
-		return err
+		if err != nil || tag.RowsAffected() == 0 {
+			return false, err
+		}
+		_, err = tx.Exec(ctx, notifySQL, wakeID)
+		return err == nil, err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET held = true
 		WHERE endpoint_id = $1 AND state = 'pending' AND NOT held`, endpointID); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET turn_delivery_id = NULL WHERE id = $1`, endpointID); err != nil {
-		return err
+		return false, err
 	}
-	_, err := tx.Exec(ctx, promoteSQL, []string{endpointID})
-	return err
+	if _, err := tx.Exec(ctx, promoteSQL, []string{endpointID}); err != nil || c.disabled {
+		return false, err
+	}
+	return notifyTurn(ctx, tx, []string{endpointID}, true, wakeID)
+}
+
+// notifyTurn runs notifyTurnSQL for ids, the endpoints when byEndpoint,
+// else the deliveries whose endpoints are looked at, and reports whether
+// it sent the wake-up.
+func notifyTurn(ctx context.Context, tx pgx.Tx, ids []string, byEndpoint bool, wakeID string) (bool, error) {
+	q := notifyTurnSQL
+	if byEndpoint {
+		q = notifyTurnOfEndpointsSQL
+	}
+	rows, err := tx.Query(ctx, q, ids, wakeID)
+	if err != nil {
+		return false, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	return n > 0, rows.Err()
 }
 
 // needsAdmission reports whether any claim is subject to its endpoint's
@@ -94,8 +124,9 @@ func needsAdmission(claims []storage.Claim) bool {
 // a delivery of an endpoint disabled meanwhile goes back held, those over
 // an endpoint's rate or in-flight budget go back pending, due when the
 // budget allows. Neither spends an attempt. It returns the claims that may
-// be sent, in order.
-func admitClaims(ctx context.Context, tx pgx.Tx, claims []storage.Claim, at time.Time) ([]storage.Claim, error) {
+// be sent, in order, and how long after the admission's now each delivery
+// it put back is due, for the store's timed wake-ups.
+func admitClaims(ctx context.Context, tx pgx.Tx, claims []storage.Claim, at time.Time) ([]storage.Claim, []time.Duration, error) {
 	keep := make([]bool, len(claims))
 	var putBack putBack
 	byEndpoint := map[string][]int{}
@@ -116,6 +147,7 @@ func admitClaims(ctx context.Context, tx pgx.Tx, claims []storage.Claim, at time
 	// In id order, so two admissions take the limiter rows in one order
 	// and never wait on each other in turn.
 	sort.Strings(limited)
+	var later []time.Duration
 	err := func() error {
 		throttles := map[string]storage.Throttle{}
 		inFlight := map[string]int{}
@@ -164,6 +196,7 @@ func admitClaims(ctx context.Context, tx pgx.Tx, claims []storage.Claim, at time
 			// they are in the count: take them out again.
 			adm := storage.Admit(claims[idx[0]].Endpoint, throttles[id], max(0, inFlight[id]-len(idx)), len(idx), now)
 			for j, due := range adm.Due {
+				later = append(later, due.Sub(now))
 				i := idx[adm.Admitted+j]
 				keep[i] = false
 				putBack.add(claims[i], due, false)
@@ -189,9 +222,9 @@ func admitClaims(ctx context.Context, tx pgx.Tx, claims []storage.Claim, at time
 		return tx.SendBatch(ctx, b).Close()
 	}()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return storage.Admitted(claims, keep), nil
+	return storage.Admitted(claims, keep), later, nil
 }
 
 // putBack is the claims an admission gives back, as the arrays its update

@@ -171,16 +171,22 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	// has taken but not yet admitted are invisible to this one's count of
 	// sends under way, rather than counted against the cap.
 	var claims []storage.Claim
+	var later []time.Duration
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		if claims, err = claimIn(ctx, tx, p, s.secrets); err != nil || !needsAdmission(claims) {
 			return err
 		}
-		claims, err = admitClaims(ctx, tx, claims, p.Now)
+		claims, later, err = admitClaims(ctx, tx, claims, p.Now)
 		return err
 	})
 	if err != nil {
 		return nil, mapErr(op, err)
+	}
+	// What the endpoints' budgets put back is due later: this process
+	// wakes up for it then rather than find it by polling.
+	for _, d := range later {
+		s.wake.hub.SignalAfter(d)
 	}
 	if claims == nil {
 		claims = []storage.Claim{}
@@ -357,8 +363,12 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 	b.Queue(completeBatchSQL, in.ids, in.tokens, in.outcomes, in.allowances, in.nows, in.delays,
 		in.statuses, in.errors, in.started, in.finished, in.traces)
 	b.Queue(promoteOfSQL, in.ids)
+	// Sent on commit when an ordered endpoint's turn passed to a delivery
+	// that is due; in the pipeline's one implicit transaction.
+	b.Queue(notifyTurnSQL, in.ids, s.wake.id)
 	br := s.pool.SendBatch(ctx, b)
 	done := map[string]bool{}
+	notified := false
 	err = func() error {
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -381,14 +391,33 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		if err != nil {
 			return err
 		}
-		_, err = br.Exec()
-		return err
+		if _, err = br.Exec(); err != nil {
+			return err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			notified = true
+		}
+		rows.Close()
+		return rows.Err()
 	}()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, mapErr(op, err)
+	}
+	if notified {
+		s.notified()
+	}
+	// A retry is due after its delay: this process wakes up for it then.
+	for i, r := range out {
+		if r.Err == nil && r.Delivery.ID != "" && r.Delivery.State == storage.StatePending && !r.Delivery.Held {
+			s.wake.hub.SignalAfter(ps[i].RetryDelay)
+		}
 	}
 	if len(done) == len(in.ids) {
 		return out, nil
@@ -511,7 +540,16 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 	if err := p.Validate(); err != nil {
 		return storage.Delivery{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	return s.deliveryFenced(ctx, op, p.DeliveryID, `
+	// Due now, every process may take it: the wake-up goes out on commit.
+	// Due later, this process wakes up for it then.
+	notify := func(tx pgx.Tx, d storage.Delivery) error {
+		if d.Held || p.Delay > 0 {
+			return nil
+		}
+		_, err := tx.Exec(ctx, notifySQL, s.wake.id)
+		return err
+	}
+	d, err := s.deliveryFenced(ctx, op, p.DeliveryID, `
 			UPDATE webhook_deliveries AS d
 			SET state = 'pending',
 				next_attempt_at = coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond',
@@ -521,8 +559,16 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 					WHERE ep.id = d.endpoint_id AND ep.disabled_at IS NOT NULL),
 				unsent_reason = CASE WHEN $5 = '' THEN d.unsent_reason ELSE $5 END
 			WHERE d.id = $1 AND d.claim_token = $2
-			RETURNING `+deliveryColumns, nil,
+			RETURNING `+deliveryColumns, notify,
 		p.DeliveryID, p.Token, dbNow(p.Now), p.Delay.Microseconds(), storage.BoundError(p.Reason))
+	if err == nil && !d.Held {
+		if p.Delay > 0 {
+			s.wake.hub.SignalAfter(p.Delay)
+		} else {
+			s.notified()
+		}
+	}
+	return d, err
 }
 
 // DeliveryFail ends a claim as failed without a request: no attempt, no
@@ -534,11 +580,16 @@ func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) 
 		return storage.Delivery{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	// An ordered endpoint's next delivery may go, as after any failure.
+	released := false
 	promote := func(tx pgx.Tx, d storage.Delivery) error {
-		_, err := tx.Exec(ctx, promoteSQL, []string{d.EndpointID})
+		if _, err := tx.Exec(ctx, promoteSQL, []string{d.EndpointID}); err != nil {
+			return err
+		}
+		var err error
+		released, err = notifyTurn(ctx, tx, []string{d.EndpointID}, true, s.wake.id)
 		return err
 	}
-	return s.deliveryFenced(ctx, op, p.DeliveryID, `
+	d, err := s.deliveryFenced(ctx, op, p.DeliveryID, `
 			UPDATE webhook_deliveries AS d
 			SET state = 'failed',
 				completed_at = coalesce($3::timestamptz, now()),
@@ -549,6 +600,10 @@ func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) 
 			WHERE d.id = $1 AND d.claim_token = $2
 			RETURNING `+deliveryColumns, promote,
 		p.DeliveryID, p.Token, dbNow(p.Now), storage.BoundError(p.Reason))
+	if err == nil && released {
+		s.notified()
+	}
+	return d, err
 }
 
 // deliveryFenced runs update, an UPDATE of one delivery fenced on its claim
@@ -598,13 +653,26 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 		// Lock first, so two operators replaying at once cannot both see
 		// the terminal state: the second waits and then sees pending.
 		ids := []string{p.DeliveryID}
+		// A replay makes a delivery pending, as a fan-out does: it must not
+		// pass a delete of its endpoint (fanOutLockKey).
+		if err := lockFanOut(ctx, tx); err != nil {
+			return err
+		}
 		var prev storage.DeliveryState
-		err := tx.QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, p.DeliveryID).Scan(&prev)
+		var endpointID string
+		var deleted *time.Time
+		err := tx.QueryRow(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
+			FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+			WHERE d.id = $1 FOR UPDATE OF d`, p.DeliveryID).Scan(&prev, &endpointID, &deleted)
 		if err != nil {
 			return err
 		}
 		if !prev.Terminal() {
 			return fmt.Errorf("%w (it is %s)", storage.ErrNotTerminal, prev)
+		}
+		if deleted != nil {
+			return fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
+				storage.ErrDeleted, endpointID, deleted.UTC().Format(time.RFC3339))
 		}
 		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries AS d`+replaySet+` WHERE d.id = $1`,
 			p.DeliveryID, dbNow(p.Now)); err != nil {
@@ -619,6 +687,11 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 			p.DeliveryID, p.Actor, string(prev), dbNow(p.Now)); err != nil {
 			return err
 		}
+		// Due now, or, held at an ordered endpoint, another of its
+		// deliveries may have been let go in its place.
+		if _, err = tx.Exec(ctx, notifySQL, s.wake.id); err != nil {
+			return err
+		}
 		d, err = scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
 			WHERE d.id = $1`, p.DeliveryID))
 		return err
@@ -626,6 +699,7 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	if err != nil {
 		return storage.Delivery{}, mapErr(op, err)
 	}
+	s.notified()
 	return d, nil
 }
 
@@ -640,6 +714,8 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 	// $1 actor, $2 now, $3 limit; the filter's arguments follow.
 	w := newWhere(p.Actor, dbNow(p.Now), p.BatchSize())
 	w.filter(p.Filter)
+	// A deleted endpoint's deliveries are history, not work.
+	w.conds = append(w.conds, "NOT EXISTS (SELECT 1 FROM webhook_endpoints AS de WHERE de.id = d.endpoint_id AND de.deleted_at IS NOT NULL)")
 	sql := `
 WITH picked AS (
 	SELECT d.id, d.state FROM webhook_deliveries AS d
@@ -659,6 +735,9 @@ WITH picked AS (
 SELECT id FROM replayed`
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockFanOut(ctx, tx); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, sql, w.args...)
 		if err != nil {
 			return err
@@ -668,10 +747,17 @@ SELECT id FROM replayed`
 			return err
 		}
 		n = len(ids)
-		return requeued(ctx, tx, ids)
+		if err := requeued(ctx, tx, ids); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, notifySQL, s.wake.id)
+		return err
 	})
 	if err != nil {
 		return 0, mapErr(op, err)
+	}
+	if n > 0 {
+		s.notified()
 	}
 	return n, nil
 }

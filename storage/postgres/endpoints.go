@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hymical/hymical/storage"
 )
@@ -18,15 +19,31 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 	if err := e.Validate(); err != nil {
 		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
+	out, err := s.insertEndpoint(ctx, s.pool, e)
+	if errors.Is(err, storage.ErrDeleted) {
+		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if err != nil {
+		return storage.Endpoint{}, mapErr(op, err)
+	}
+	return out, nil
+}
+
+// queryRower is a pool or a transaction.
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) insertEndpoint(ctx context.Context, q queryRower, e storage.Endpoint) (storage.Endpoint, error) {
 	if e.ID == "" {
 		e.ID = storage.NewID("ep")
 	}
 	e = normalizeEndpoint(e)
 	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
 	if err != nil {
-		return storage.Endpoint{}, fmt.Errorf("postgres: %s: encode secrets: %w", op, err)
+		return storage.Endpoint{}, fmt.Errorf("encode secrets: %w", err)
 	}
-	row := s.pool.QueryRow(ctx, `
+	return scanEndpoint(q.QueryRow(ctx, `
 		INSERT INTO webhook_endpoints (id, transport, url, config, event_types, form_ids, secrets,
 			description, disabled_at, created_at, updated_at, disabled_reason, rate_limit, rate_burst,
 			max_in_flight, ordered, retry_schedule)
@@ -36,12 +53,74 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 		RETURNING `+endpointColumns,
 		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
 		e.Description, e.DisabledAt, dbNow(e.CreatedAt), dbNow(e.UpdatedAt), e.DisabledReason,
-		e.RateLimit, e.RateBurst, e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule))
-	out, err := scanEndpoint(row, s.secrets)
-	if err != nil {
-		return storage.Endpoint{}, mapErr(op, err)
+		e.RateLimit, e.RateBurst, e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule)), s.secrets)
+}
+
+// errKeyTaken rolls back a keyed create that found its key already held.
+var errKeyTaken = errors.New("idempotency key taken")
+
+// EndpointCreateOnce creates the endpoint unless p.IdempotencyKey was used
+// within its window. The endpoint and the key are inserted in one
+// transaction; the key's insert is ON CONFLICT, which waits for a
+// concurrent transaction holding the same key and then sees its row, so of
+// two creates racing with one key exactly one endpoint is made. A key
+// whose window is over is taken over by the update arm.
+func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
+	const op = "endpoint create once"
+	if err := p.Validate(); err != nil {
+		return storage.EndpointCreateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	return out, nil
+	window := p.KeyWindow().Microseconds()
+	var res storage.EndpointCreateResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		out, err := s.insertEndpoint(ctx, tx, p.Endpoint)
+		if err != nil {
+			return err
+		}
+		var owner string
+		err = tx.QueryRow(ctx, `
+			INSERT INTO webhook_idempotency_keys AS k (key, endpoint_id, request_hash, created_at)
+			VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))
+			ON CONFLICT (key) DO UPDATE SET endpoint_id = excluded.endpoint_id,
+				request_hash = excluded.request_hash, created_at = excluded.created_at
+			WHERE k.created_at <= excluded.created_at - $5::bigint * interval '1 microsecond'
+			RETURNING k.endpoint_id`,
+			p.IdempotencyKey, out.ID, p.RequestHash, dbNow(p.Now), window).Scan(&owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errKeyTaken // rolls the endpoint back
+		}
+		res = storage.EndpointCreateResult{Endpoint: out}
+		return err
+	})
+	if errors.Is(err, errKeyTaken) {
+		return s.keyedEndpoint(ctx, p)
+	}
+	if err != nil {
+		return storage.EndpointCreateResult{}, mapErr(op, err)
+	}
+	return res, nil
+}
+
+// keyedEndpoint answers a create whose key was taken within its window:
+// with the endpoint the key made, or ErrKeyReused.
+func (s *Store) keyedEndpoint(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
+	const op = "endpoint create once"
+	var id, hash string
+	if err := s.pool.QueryRow(ctx, `SELECT endpoint_id, request_hash FROM webhook_idempotency_keys WHERE key = $1`,
+		p.IdempotencyKey).Scan(&id, &hash); err != nil {
+		return storage.EndpointCreateResult{}, mapErr(op, err)
+	}
+	if hash != p.RequestHash {
+		return storage.EndpointCreateResult{}, fmt.Errorf("postgres: %s: %w", op, storage.ErrKeyReused)
+	}
+	e, err := s.EndpointGet(ctx, id)
+	if err != nil {
+		return storage.EndpointCreateResult{}, err
+	}
+	if e.DeletedAt != nil {
+		return storage.EndpointCreateResult{}, fmt.Errorf("postgres: %s: %w: the idempotency key created endpoint %s, deleted since", op, storage.ErrDeleted, id)
+	}
+	return storage.EndpointCreateResult{Endpoint: e, Duplicate: true}, nil
 }
 
 // EndpointGet returns the endpoint with this id, or storage.ErrNotFound.
@@ -54,9 +133,21 @@ func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, e
 	return e, nil
 }
 
-// EndpointList returns every endpoint, ordered by id.
+// EndpointList returns every endpoint that is not deleted, ordered by id.
 func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints ORDER BY id`)
+	return s.endpoints(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE deleted_at IS NULL ORDER BY id`)
+}
+
+// EndpointListPage returns a page of the endpoints that are not deleted,
+// newest (highest id) first, starting after the cursor p.Before.
+func (s *Store) EndpointListPage(ctx context.Context, p storage.EndpointListParams) ([]storage.Endpoint, error) {
+	return s.endpoints(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE deleted_at IS NULL AND ($1 = '' OR id < $1)
+		ORDER BY id DESC LIMIT $2`, p.Before, p.PageSize())
+}
+
+func (s *Store) endpoints(ctx context.Context, sql string, args ...any) ([]storage.Endpoint, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, mapErr("endpoint list", err)
 	}
@@ -68,6 +159,113 @@ func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 		out = []storage.Endpoint{}
 	}
 	return out, nil
+}
+
+// fanOutLockKey names the advisory lock that keeps deliveries from being
+// made for an endpoint being deleted. Every transaction that can make a
+// delivery pending (a fan-out, a replay) holds it shared; a delete holds it
+// exclusive, so it waits for those under way and the next ones wait for
+// it, and then see the endpoint deleted. A lock of one key, not one per
+// endpoint, so a fan-out to many endpoints takes one lock, not hundreds
+// of the shared lock table's slots; deletes are rare, and hold it only for
+// their own short transaction. (Two-key advisory locks are a separate
+// space; this one only has to differ from migrateLockKey.)
+const fanOutLockKey int64 = 0x68796d6963616d // migrateLockKey + 1
+
+// lockFanOut takes the fan-out lock shared, for the rest of tx.
+func lockFanOut(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, fanOutLockKey)
+	return err
+}
+
+// deleteRetries bounds how often a delete that lost a deadlock runs again.
+const deleteRetries = 3
+
+// EndpointDelete soft-deletes the endpoint p.ID. It takes the fan-out lock
+// exclusive first (see fanOutLockKey), then the endpoint's pending and
+// processing deliveries in id order, as completions do, and the endpoint
+// row last, as completions do when they move failing_since. An
+// EndpointUpdate of the same endpoint locks the other way round; if the two
+// deadlock, PostgreSQL ends one, and a delete that was ended runs again.
+func (s *Store) EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error) {
+	op := "endpoint delete " + p.ID
+	if err := p.Validate(); err != nil {
+		return storage.EndpointDeleteResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	var (
+		res storage.EndpointDeleteResult
+		err error
+	)
+	for range deleteRetries {
+		res, err = s.endpointDelete(ctx, p)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" { // deadlock_detected
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, storage.ErrEndpointBusy) && !errors.Is(err, storage.ErrDeleted) {
+		return res, mapErr(op, err)
+	}
+	if err != nil {
+		return res, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	return res, nil
+}
+
+func (s *Store) endpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error) {
+	var res storage.EndpointDeleteResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, fanOutLockKey); err != nil {
+			return err
+		}
+		var deleted *time.Time
+		if err := tx.QueryRow(ctx, `SELECT deleted_at FROM webhook_endpoints WHERE id = $1`, p.ID).Scan(&deleted); err != nil {
+			return err
+		}
+		if deleted != nil {
+			return fmt.Errorf("%w at %s", storage.ErrDeleted, deleted.UTC().Format(time.RFC3339))
+		}
+		// Locked, a row's state is read again after any transaction that
+		// held it (a completion, a claim) has committed.
+		rows, err := tx.Query(ctx, `SELECT id, state FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND state IN ('pending', 'processing')
+			ORDER BY id FOR UPDATE`, p.ID)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		var id string
+		var state storage.DeliveryState
+		_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+			ids = append(ids, id)
+			if state == storage.StatePending {
+				res.Pending++
+			} else {
+				res.Processing++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(ids) > 0 && !p.Force {
+			return fmt.Errorf("%w: %d pending, %d processing", storage.ErrEndpointBusy, res.Pending, res.Processing)
+		}
+		// A processing delivery loses its token here, so its worker's
+		// completion is fenced out and can only record a late attempt.
+		if _, err := tx.Exec(ctx, `
+			UPDATE webhook_deliveries
+			SET state = 'failed', completed_at = coalesce($2::timestamptz, now()), held = false,
+				claim_token = NULL, claim_expires_at = NULL, unsent_reason = $3
+			WHERE id = ANY($1::text[])`, ids, dbNow(p.Now), storage.EndpointDeletedReason); err != nil {
+			return err
+		}
+		res.Endpoint, err = scanEndpoint(tx.QueryRow(ctx, `
+			UPDATE webhook_endpoints SET deleted_at = coalesce($2::timestamptz, now()), turn_delivery_id = NULL
+			WHERE id = $1 RETURNING `+endpointColumns, p.ID, dbNow(p.Now)), s.secrets)
+		return err
+	})
+	return res, err
 }
 
 // EndpointUpdate replaces every mutable field of the endpoint e.ID with e's
@@ -90,12 +288,17 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		readAt = &e.UpdatedAt
 	}
 	var out storage.Endpoint
+	released := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var before control
-		err := tx.QueryRow(ctx, `SELECT disabled_at IS NOT NULL, ordered FROM webhook_endpoints
-			WHERE id = $1 FOR NO KEY UPDATE`, e.ID).Scan(&before.disabled, &before.ordered)
+		var deleted *time.Time
+		err := tx.QueryRow(ctx, `SELECT disabled_at IS NOT NULL, ordered, deleted_at FROM webhook_endpoints
+			WHERE id = $1 FOR NO KEY UPDATE`, e.ID).Scan(&before.disabled, &before.ordered, &deleted)
 		if err != nil {
 			return err
+		}
+		if deleted != nil {
+			return fmt.Errorf("%w at %s", storage.ErrDeleted, deleted.UTC().Format(time.RFC3339))
 		}
 		// updated_at is the version the optimistic check compares, so every
 		// update moves it forward, even two within one clock tick.
@@ -124,7 +327,8 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 			out.FailingSince = nil
 		}
 		if after != before {
-			return refreshHolds(ctx, tx, e.ID, after)
+			released, err = refreshHolds(ctx, tx, e.ID, after, s.wake.id)
+			return err
 		}
 		return nil
 	})
@@ -134,8 +338,14 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 				op, storage.ErrConflict, readAt.UTC().Format(time.RFC3339Nano))
 		}
 	}
+	if errors.Is(err, storage.ErrDeleted) {
+		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
+	}
 	if err != nil {
 		return storage.Endpoint{}, mapErr(op, err)
+	}
+	if released {
+		s.notified()
 	}
 	return out, nil
 }

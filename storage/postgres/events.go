@@ -74,7 +74,14 @@ func (s *Store) createEvents(batch eventBatch) {
 	if len(live) == 0 {
 		return
 	}
+	due := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Taken before the endpoints are read, so the read is of a
+		// snapshot no delete can pass: a delete that committed is seen,
+		// and one under way waits for this transaction (fanOutLockKey).
+		if err := lockFanOut(ctx, tx); err != nil {
+			return err
+		}
 		endpoints, err := fanOutEndpoints(ctx, tx)
 		if err != nil {
 			return err
@@ -84,8 +91,15 @@ func (s *Store) createEvents(batch eventBatch) {
 				return err
 			}
 		}
-		return nil
+		// One wake-up for the whole batch, sent on commit.
+		if due = madeDue(live); due {
+			_, err = tx.Exec(ctx, notifySQL, s.wake.id)
+		}
+		return err
 	})
+	if err == nil && due {
+		s.notified()
+	}
 	if err != nil {
 		err = mapErr(createEventOp, err)
 		for _, c := range live {
@@ -99,6 +113,22 @@ func (s *Store) createEvents(batch eventBatch) {
 			}
 		}
 	}
+}
+
+// madeDue reports whether a batch of creates made a delivery that is due
+// now: one not held, of a create that was not a duplicate.
+func madeDue(batch eventBatch) bool {
+	for _, c := range batch {
+		if c.Err != nil || c.Out.Duplicate {
+			continue
+		}
+		for _, d := range c.Out.Deliveries {
+			if !d.Held {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // eventRounds splits calls into rounds in which no two share an id or an
@@ -310,7 +340,8 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 
 // fanOutEndpoints reads every endpoint with what storage.FanOut looks at.
 func fanOutEndpoints(ctx context.Context, tx pgx.Tx) ([]storage.Endpoint, error) {
-	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`)
+	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
+		WHERE deleted_at IS NULL ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}

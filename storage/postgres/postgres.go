@@ -20,7 +20,8 @@ import (
 )
 
 // Store is a storage.Store on one PostgreSQL database. It is safe for
-// concurrent use; it holds a connection pool and nothing else.
+// concurrent use; it holds a connection pool and, once asked for
+// wake-ups, one more connection that listens for them (see wakeups.go).
 type Store struct {
 	pool *pgxpool.Pool
 	// events batches this process's concurrent EventCreates into shared
@@ -29,6 +30,8 @@ type Store struct {
 	// secrets seals endpoint secrets on every write and opens them on
 	// every read, when it has a box.
 	secrets storage.SecretsCodec
+	// wake signals this process's claimers and, through NOTIFY, the others.
+	wake *wakeups
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -60,7 +63,7 @@ func Open(ctx context.Context, dsn string, opts ...storage.OpenOption) (*Store, 
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %w (check the DSN, that the server is running and that it accepts this user)", err)
 	}
-	s := &Store{pool: pool, secrets: storage.SecretsCodec{Box: open.SecretBox}}
+	s := &Store{pool: pool, secrets: storage.SecretsCodec{Box: open.SecretBox}, wake: newWakeups()}
 	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 	return s, nil
 }
@@ -68,6 +71,7 @@ func Open(ctx context.Context, dsn string, opts ...storage.OpenOption) (*Store, 
 // Close closes every connection of the pool, waiting for those in use to be
 // returned.
 func (s *Store) Close() error {
+	s.closeWakeups()
 	s.pool.Close()
 	return nil
 }
@@ -90,6 +94,11 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrInvalid, err)
 		case "42P01": // undefined_table
 			return fmt.Errorf("postgres: %s: %w (is the database migrated? run `hymical migrate`)", op, err)
+		case "53100": // disk_full
+			return fmt.Errorf("postgres: %s: %w: the database server's disk is full; free space on its volume or grow the volume: %w", op, storage.ErrNoSpace, err)
+		}
+		if strings.HasPrefix(pgErr.Code, "53") { // insufficient_resources: memory, connections, a configured limit
+			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrResources, err)
 		}
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)

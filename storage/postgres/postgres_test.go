@@ -15,8 +15,9 @@ import (
 )
 
 var backend = storagetest.Backend{
-	Name:        "postgres",
-	NewDatabase: newDatabase,
+	Name:                "postgres",
+	NewDatabase:         newDatabase,
+	WakeupsAcrossStores: true,
 }
 
 type database struct {

@@ -97,13 +97,14 @@ func scanAttempt(row pgx.Row) (storage.Attempt, error) {
 
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
 	disabled_at, created_at, updated_at, disabled_reason, failing_since, rate_limit, rate_burst,
-	max_in_flight, ordered, retry_schedule`
+	max_in_flight, ordered, retry_schedule, deleted_at`
 
 // epEndpointColumns is endpointColumns read through the alias ep, for
 // queries that read an endpoint beside other tables.
 const epEndpointColumns = `ep.id, ep.transport, ep.url, ep.config, ep.event_types, ep.form_ids,
 	ep.secrets, ep.description, ep.disabled_at, ep.created_at, ep.updated_at, ep.disabled_reason,
-	ep.failing_since, ep.rate_limit, ep.rate_burst, ep.max_in_flight, ep.ordered, ep.retry_schedule`
+	ep.failing_since, ep.rate_limit, ep.rate_burst, ep.max_in_flight, ep.ordered, ep.retry_schedule,
+	ep.deleted_at`
 
 // endpointScan holds the columns that need converting after the scan.
 type endpointScan struct {
@@ -115,7 +116,7 @@ func (s *endpointScan) dest() []any {
 	e := &s.e
 	return []any{&e.ID, &e.Transport, &e.URL, &e.Config, &e.EventTypes, &e.FormIDs, &s.secrets,
 		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt, &e.DisabledReason, &e.FailingSince,
-		&e.RateLimit, &e.RateBurst, &e.MaxInFlight, &e.Ordered, &s.retrySchedule}
+		&e.RateLimit, &e.RateBurst, &e.MaxInFlight, &e.Ordered, &s.retrySchedule, &e.DeletedAt}
 }
 
 // endpoint is the scanned endpoint, its secrets opened by codec.
@@ -165,6 +166,10 @@ func normalizeEndpoint(e storage.Endpoint) storage.Endpoint {
 	if e.FailingSince != nil {
 		t := e.FailingSince.UTC()
 		e.FailingSince = &t
+	}
+	if e.DeletedAt != nil {
+		t := e.DeletedAt.UTC()
+		e.DeletedAt = &t
 	}
 	e.NormalizeControls()
 	return e

@@ -13,10 +13,6 @@ import (
 
 var _ storage.SecretsAtRest = (*Store)(nil)
 
-type queryRower interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 func secretsKeyID(ctx context.Context, q queryRower) (string, error) {
 	var id string
 	err := q.QueryRow(ctx, `SELECT key_id FROM hymical_secrets_key`).Scan(&id)

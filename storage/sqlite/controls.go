@@ -50,30 +50,32 @@ func endpointControls(ctx context.Context, tx *sql.Tx, ids []string) (map[string
 
 // promote lets the next delivery of an ordered, enabled endpoint go when
 // nothing of it is under way or due: its oldest held delivery, in queue
-// order, which then has the turn. Each look goes through a partial index
-// (of processing rows, of held rows), named because SQLite's planner,
-// without statistics, would rather read the endpoint's whole history.
-func promote(ctx context.Context, tx *sql.Tx, endpointID string) error {
+// order, which then has the turn. It reports whether it let one go, which
+// is then due: the store wakes the claimers for it. Each look goes through
+// a partial index (of processing rows, of held rows), named because
+// SQLite's planner, without statistics, would rather read the endpoint's
+// whole history.
+func promote(ctx context.Context, tx *sql.Tx, endpointID string) (bool, error) {
 	var disabled, ordered int
 	var turn sql.NullString
 	if err := tx.QueryRowContext(ctx, `SELECT disabled_at IS NOT NULL, ordered, turn_delivery_id
 		FROM webhook_endpoints WHERE id = ?`, endpointID).Scan(&disabled, &ordered, &turn); err != nil {
-		return err
+		return false, err
 	}
 	if ordered == 0 || disabled != 0 {
-		return nil
+		return false, nil
 	}
 	busy, err := rowExists(tx.QueryRowContext(ctx, `SELECT 1 FROM webhook_deliveries
 		INDEXED BY webhook_deliveries_processing_order
 		WHERE state = 'processing' AND endpoint_id = ? LIMIT 1`, endpointID))
 	if err != nil || busy {
-		return err
+		return false, err
 	}
 	if turn.Valid {
 		due, err := rowExists(tx.QueryRowContext(ctx, `SELECT 1 FROM webhook_deliveries
 			WHERE id = ? AND state = 'pending' AND held = 0`, turn.String))
 		if err != nil || due {
-			return err
+			return false, err
 		}
 	}
 	var head sql.NullString
@@ -81,19 +83,20 @@ func promote(ctx context.Context, tx *sql.Tx, endpointID string) error {
 		WHERE endpoint_id = ? AND held = 1 AND state = 'pending'
 		ORDER BY created_at, id LIMIT 1`, endpointID).Scan(&head)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
+		return false, err
 	}
 	if head.Valid {
 		if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET held = 0 WHERE id = ?`, head.String); err != nil {
-			return err
+			return false, err
 		}
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET turn_delivery_id = ? WHERE id = ?`, head, endpointID)
-	return err
+	return head.Valid, err
 }
 
-// promoteAll promotes every ordered, enabled endpoint among ids.
-func promoteAll(ctx context.Context, tx *sql.Tx, controls map[string]endpointControl) error {
+// promoteAll promotes every ordered, enabled endpoint among ids, and
+// reports whether any let a delivery go.
+func promoteAll(ctx context.Context, tx *sql.Tx, controls map[string]endpointControl) (bool, error) {
 	ids := make([]string, 0, len(controls))
 	for id, c := range controls {
 		if c.ordered && !c.disabled {
@@ -101,32 +104,40 @@ func promoteAll(ctx context.Context, tx *sql.Tx, controls map[string]endpointCon
 		}
 	}
 	sort.Strings(ids)
+	released := false
 	for _, id := range ids {
-		if err := promote(ctx, tx, id); err != nil {
-			return err
+		r, err := promote(ctx, tx, id)
+		if err != nil {
+			return false, err
 		}
+		released = released || r
 	}
-	return nil
+	return released, nil
 }
 
 // refreshHolds makes an endpoint's pending deliveries agree with its
 // controls after an operator changed them: all held while it is disabled,
 // none while it is enabled and unordered, and one at a time when ordered.
+// It reports whether any delivery stopped being held, and so may be due.
 // Holding reads the endpoint's deliveries through its index of all of
 // them; an operator's change is rare enough to afford it, and no index of
 // every pending row is kept for it, which every delivery would pay for.
-func refreshHolds(ctx context.Context, tx *sql.Tx, endpointID string, c endpointControl) error {
+func refreshHolds(ctx context.Context, tx *sql.Tx, endpointID string, c endpointControl) (bool, error) {
 	if !c.holdable() {
-		_, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries INDEXED BY webhook_deliveries_held SET held = 0
+		res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries INDEXED BY webhook_deliveries_held SET held = 0
 			WHERE endpoint_id = ? AND held = 1`, endpointID)
-		return err
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		return n > 0, err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET held = 1
 		WHERE endpoint_id = ? AND state = 'pending' AND held = 0`, endpointID); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET turn_delivery_id = NULL WHERE id = ?`, endpointID); err != nil {
-		return err
+		return false, err
 	}
 	return promote(ctx, tx, endpointID)
 }
@@ -135,8 +146,9 @@ func refreshHolds(ctx context.Context, tx *sql.Tx, endpointID string, c endpoint
 // just took: deliveries of an endpoint disabled meanwhile go back held, and
 // those over an endpoint's rate or in-flight budget go back pending, due
 // when the budget allows. Neither spends an attempt. It returns the claims
-// that may be sent, in their order.
-func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now time.Time) ([]storage.Claim, error) {
+// that may be sent, in their order, and how long after now each delivery
+// it put back is due, for the store's timed wake-ups.
+func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now time.Time) ([]storage.Claim, []time.Duration, error) {
 	byEndpoint := map[string][]int{}
 	var limited []string
 	keep := make([]bool, len(claims))
@@ -149,7 +161,7 @@ func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now ti
 			if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries
 				SET state = 'pending', held = 1, claim_token = NULL, claim_expires_at = NULL
 				WHERE id = ?`, c.Delivery.ID); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case ep.Limited():
 			if _, seen := byEndpoint[ep.ID]; !seen {
@@ -159,6 +171,7 @@ func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now ti
 		}
 	}
 	sort.Strings(limited)
+	var later []time.Duration
 	for _, id := range limited {
 		idx := byEndpoint[id]
 		ep := claims[idx[0]].Endpoint
@@ -170,7 +183,7 @@ func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now ti
 		case err == nil:
 			st = storage.Throttle{TAT: fromMicros(tat), DeferredUntil: fromMicros(deferred)}
 		case !errors.Is(err, sql.ErrNoRows):
-			return nil, err
+			return nil, nil, err
 		}
 		// The claims just taken are processing with a fresh lease, so they
 		// are in the count: take them out again. Processing rows are never
@@ -181,26 +194,27 @@ func admitClaims(ctx context.Context, tx *sql.Tx, claims []storage.Claim, now ti
 			INDEXED BY webhook_deliveries_processing_order
 			WHERE state = 'processing' AND endpoint_id = ? AND claim_expires_at >= ?`,
 			id, micros(now)).Scan(&inFlight); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		adm := storage.Admit(ep, st, max(0, inFlight-len(idx)), len(idx), now)
 		for j, due := range adm.Due {
+			later = append(later, due.Sub(now))
 			i := idx[adm.Admitted+j]
 			keep[i] = false
 			if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries
 				SET state = 'pending', next_attempt_at = ?, claim_token = NULL, claim_expires_at = NULL
 				WHERE id = ?`, micros(due), claims[i].Delivery.ID); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO webhook_endpoint_throttles (endpoint_id, tat, deferred_until) VALUES (?, ?, ?)
 			ON CONFLICT (endpoint_id) DO UPDATE SET tat = excluded.tat, deferred_until = excluded.deferred_until`,
 			id, micros(adm.Next.TAT), micros(adm.Next.DeferredUntil)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return storage.Admitted(claims, keep), nil
+	return storage.Admitted(claims, keep), later, nil
 }
 
 // failingUpdate is what a batch of outcomes says about one endpoint's run

@@ -289,6 +289,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	nowTime := s.now(p.Now)
 	now := micros(nowTime)
 	claims := []storage.Claim{}
+	var later []time.Duration
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		args := []any{sql.Named("now", now), sql.Named("lease", p.Lease.Microseconds()), sql.Named("limit", p.Limit)}
 		if p.Share != nil {
@@ -349,11 +350,16 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 				return fmt.Errorf("endpoint %s of delivery %s is missing", c.Delivery.EndpointID, c.Delivery.ID)
 			}
 		}
-		claims, err = admitClaims(ctx, tx, claims, nowTime)
+		claims, later, err = admitClaims(ctx, tx, claims, nowTime)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	// What the endpoints' budgets put back is due later: wake up for it
+	// then rather than find it by polling.
+	for _, d := range later {
+		s.wake.SignalAfter(d)
 	}
 	return claims, nil
 }
@@ -442,6 +448,7 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		return nil, s.mapErr(op, err)
 	}
 	var out []storage.DeliveryCompleteResult
+	released := false
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		out = make([]storage.DeliveryCompleteResult, len(ps))
 		update, insert, exists := tx.StmtContext(ctx, st[0]), tx.StmtContext(ctx, st[1]), tx.StmtContext(ctx, st[2])
@@ -481,10 +488,19 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		if err := recordFailing(ctx, tx, failing, controls); err != nil {
 			return err
 		}
-		return promoteAll(ctx, tx, controls)
+		released, err = promoteAll(ctx, tx, controls)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if released {
+		s.wake.Signal()
+	}
+	for i, r := range out {
+		if r.Err == nil && r.Delivery.State == storage.StatePending && !r.Delivery.Held {
+			s.wake.SignalAfter(ps[i].RetryDelay)
+		}
 	}
 	return out, nil
 }
@@ -596,7 +612,7 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	now := micros(s.now(p.Now))
-	return s.deliveryFenced(ctx, op, p.DeliveryID, `
+	d, err := s.deliveryFenced(ctx, op, p.DeliveryID, `
 			UPDATE webhook_deliveries
 			SET state = 'pending', next_attempt_at = :next, claim_token = NULL, claim_expires_at = NULL,
 				held = (SELECT disabled_at IS NOT NULL FROM webhook_endpoints AS ep WHERE ep.id = endpoint_id),
@@ -605,6 +621,10 @@ func (s *Store) DeliveryRelease(ctx context.Context, p storage.DeliveryReleasePa
 			RETURNING `+deliveryColumns, nil,
 		sql.Named("next", now+p.Delay.Microseconds()), sql.Named("reason", storage.BoundError(p.Reason)),
 		sql.Named("id", p.DeliveryID), sql.Named("token", p.Token))
+	if err == nil && !d.Held {
+		s.wake.SignalAfter(p.Delay)
+	}
+	return d, err
 }
 
 // DeliveryFail ends a claim as failed without a request: no attempt, no
@@ -617,20 +637,26 @@ func (s *Store) DeliveryFail(ctx context.Context, p storage.DeliveryFailParams) 
 	}
 	now := micros(s.now(p.Now))
 	// An ordered endpoint's next delivery may go, as after any failure.
+	released := false
 	promote := func(tx *sql.Tx, d storage.Delivery) error {
 		controls, err := endpointControls(ctx, tx, []string{d.EndpointID})
 		if err != nil {
 			return err
 		}
-		return promoteAll(ctx, tx, controls)
+		released, err = promoteAll(ctx, tx, controls)
+		return err
 	}
-	return s.deliveryFenced(ctx, op, p.DeliveryID, `
+	d, err := s.deliveryFenced(ctx, op, p.DeliveryID, `
 			UPDATE webhook_deliveries
 			SET state = 'failed', completed_at = ?, claim_token = NULL, claim_expires_at = NULL,
 				held = 0, unsent_reason = ?
 			WHERE id = ? AND claim_token = ?
 			RETURNING `+deliveryColumns, promote,
 		now, storage.BoundError(p.Reason), p.DeliveryID, p.Token)
+	if err == nil && released {
+		s.wake.Signal()
+	}
+	return d, err
 }
 
 // deliveryFenced runs update, an UPDATE of one delivery fenced on its claim
@@ -705,7 +731,8 @@ func requeued(ctx context.Context, tx *sql.Tx, ids []string) error {
 		jsonList(ids), jsonList(holdable)); err != nil {
 		return err
 	}
-	return promoteAll(ctx, tx, controls)
+	_, err = promoteAll(ctx, tx, controls)
+	return err
 }
 
 // DeliveryReplay puts one terminal delivery back in the queue and writes the
@@ -720,12 +747,19 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
 		// Read then write is safe here: the IMMEDIATE transaction holds the
 		// write lock, so the state cannot change in between.
-		var prev string
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM webhook_deliveries WHERE id = ?`, p.DeliveryID).Scan(&prev); err != nil {
+		var prev, endpointID string
+		var deleted sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
+			FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+			WHERE d.id = ?`, p.DeliveryID).Scan(&prev, &endpointID, &deleted); err != nil {
 			return err // sql.ErrNoRows becomes ErrNotFound
 		}
 		if !storage.DeliveryState(prev).Terminal() {
 			return fmt.Errorf("%w: it is %s", storage.ErrNotTerminal, prev)
+		}
+		if deleted.Valid {
+			return fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
+				storage.ErrDeleted, endpointID, fromMicros(deleted.Int64).Format(time.RFC3339))
 		}
 		var err error
 		if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries `+replaySet+` WHERE id = :id`,
@@ -746,6 +780,9 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 	if err != nil {
 		return storage.Delivery{}, err
 	}
+	// Due now, or, held at an ordered endpoint, another of its deliveries
+	// may have been let go in its place.
+	s.wake.Signal()
 	return d, nil
 }
 
@@ -765,6 +802,7 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 		rows, err := tx.QueryContext(ctx, `
 			SELECT id FROM webhook_deliveries
 			WHERE `+where+`
+				AND endpoint_id NOT IN (SELECT id FROM webhook_endpoints WHERE deleted_at IS NOT NULL)
 			ORDER BY id
 			LIMIT :limit`,
 			append(args, sql.Named("limit", p.BatchSize()))...)
@@ -802,6 +840,9 @@ func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplay
 	})
 	if err != nil {
 		return 0, err
+	}
+	if n > 0 {
+		s.wake.Signal()
 	}
 	return n, nil
 }

@@ -13,7 +13,7 @@ import (
 
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
 	disabled_at, created_at, updated_at, disabled_reason, failing_since, rate_limit, rate_burst,
-	max_in_flight, ordered, retry_schedule`
+	max_in_flight, ordered, retry_schedule, deleted_at`
 
 // endpointRow is an endpoint in its column encoding.
 type endpointRow struct {
@@ -66,12 +66,13 @@ func scanEndpoint(r rowScanner, codec storage.SecretsCodec) (storage.Endpoint, e
 		e                 storage.Endpoint
 		row               endpointRow
 		disabled, failing sql.NullInt64
+		deleted           sql.NullInt64
 		created, updated  int64
 		ordered           int64
 	)
 	if err := r.Scan(&e.ID, &e.Transport, &e.URL, &row.config, &row.eventTypes, &row.formIDs, &row.secrets,
 		&e.Description, &disabled, &created, &updated, &e.DisabledReason, &failing, &e.RateLimit, &e.RateBurst,
-		&e.MaxInFlight, &ordered, &row.retrySchedule); err != nil {
+		&e.MaxInFlight, &ordered, &row.retrySchedule, &deleted); err != nil {
 		return storage.Endpoint{}, err
 	}
 	e.Ordered = ordered != 0
@@ -110,13 +111,14 @@ func scanEndpoint(r rowScanner, codec storage.SecretsCodec) (storage.Endpoint, e
 		e.FormIDs = []string{}
 	}
 	e.DisabledAt = fromNullMicros(disabled)
+	e.DeletedAt = fromNullMicros(deleted)
 	e.CreatedAt = fromMicros(created)
 	e.UpdatedAt = fromMicros(updated)
 	return e, nil
 }
 
 func listEndpoints(ctx context.Context, q querier, codec storage.SecretsCodec) ([]storage.Endpoint, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints ORDER BY id`)
+	rows, err := q.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE deleted_at IS NULL ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +141,24 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 	if err := e.Validate(); err != nil {
 		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	e, row, err := s.prepareEndpoint(e)
+	if err != nil {
+		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var out storage.Endpoint
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		out, err = s.insertEndpoint(ctx, tx, e, row)
+		return err
+	})
+	if err != nil {
+		return storage.Endpoint{}, err
+	}
+	return out, nil
+}
+
+// prepareEndpoint fills in what a new endpoint leaves empty and encodes it.
+func (s *Store) prepareEndpoint(e storage.Endpoint) (storage.Endpoint, endpointRow, error) {
 	if e.ID == "" {
 		e.ID = storage.NewID("ep")
 	}
@@ -146,27 +166,81 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 	if e.UpdatedAt.IsZero() {
 		e.UpdatedAt = e.CreatedAt
 	}
+	e.UpdatedAt = s.now(e.UpdatedAt)
 	e.NormalizeControls()
 	row, err := encodeEndpoint(e, s.secrets)
-	if err != nil {
-		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	return e, row, err
+}
+
+func (s *Store) insertEndpoint(ctx context.Context, tx *sql.Tx, e storage.Endpoint, row endpointRow) (storage.Endpoint, error) {
+	return scanEndpoint(tx.QueryRowContext(ctx, `
+		INSERT INTO webhook_endpoints (`+endpointColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL)
+		RETURNING `+endpointColumns,
+		e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
+		nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(e.UpdatedAt), e.DisabledReason,
+		e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule), s.secrets)
+}
+
+// EndpointCreateOnce creates the endpoint unless p.IdempotencyKey was used
+// within its window. The writer's IMMEDIATE transaction holds the write
+// lock from its first statement, so the key cannot be taken between the
+// look and the insert, by this process or another on the same file.
+func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
+	const op = "create endpoint once"
+	if err := p.Validate(); err != nil {
+		return storage.EndpointCreateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	var out storage.Endpoint
+	now := s.now(p.Now)
+	if p.Endpoint.CreatedAt.IsZero() {
+		p.Endpoint.CreatedAt = now
+	}
+	e, row, err := s.prepareEndpoint(p.Endpoint)
+	if err != nil {
+		return storage.EndpointCreateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var res storage.EndpointCreateResult
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
-		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
-			INSERT INTO webhook_endpoints (`+endpointColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)
-			RETURNING `+endpointColumns,
-			e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
-			nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(s.now(e.UpdatedAt)), e.DisabledReason,
-			e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule), s.secrets)
-		return err
+		var firstID, firstHash string
+		var at int64
+		err := tx.QueryRowContext(ctx, `SELECT endpoint_id, request_hash, created_at FROM webhook_idempotency_keys WHERE key = ?`,
+			p.IdempotencyKey).Scan(&firstID, &firstHash, &at)
+		switch {
+		case err == nil && at > micros(now.Add(-p.KeyWindow())):
+			if firstHash != p.RequestHash {
+				return storage.ErrKeyReused
+			}
+			first, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, firstID), s.secrets)
+			if err != nil {
+				return err
+			}
+			if first.DeletedAt != nil {
+				return fmt.Errorf("%w: the idempotency key created endpoint %s, deleted since", storage.ErrDeleted, firstID)
+			}
+			res = storage.EndpointCreateResult{Endpoint: first, Duplicate: true}
+			return nil
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		// A new key, or one whose window is over: it is this create's now.
+		out, err := s.insertEndpoint(ctx, tx, e, row)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO webhook_idempotency_keys (key, endpoint_id, request_hash, created_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (key) DO UPDATE SET endpoint_id = excluded.endpoint_id,
+				request_hash = excluded.request_hash, created_at = excluded.created_at`,
+			p.IdempotencyKey, out.ID, p.RequestHash, micros(now)); err != nil {
+			return err
+		}
+		res = storage.EndpointCreateResult{Endpoint: out}
+		return nil
 	})
 	if err != nil {
-		return storage.Endpoint{}, err
+		return storage.EndpointCreateResult{}, err
 	}
-	return out, nil
+	return res, nil
 }
 
 // EndpointGet reads one endpoint.
@@ -179,13 +253,87 @@ func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, e
 	return e, nil
 }
 
-// EndpointList returns every endpoint, ordered by id.
+// EndpointList returns every endpoint that is not deleted, ordered by id.
 func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 	out, err := listEndpoints(ctx, s.reader, s.secrets)
 	if err != nil {
 		return nil, s.mapErr("list endpoints", err)
 	}
 	return out, nil
+}
+
+// EndpointListPage returns a page of the endpoints that are not deleted,
+// newest (highest id) first, starting after the cursor p.Before.
+func (s *Store) EndpointListPage(ctx context.Context, p storage.EndpointListParams) ([]storage.Endpoint, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE deleted_at IS NULL AND (? = '' OR id < ?)
+		ORDER BY id DESC LIMIT ?`, p.Before, p.Before, p.PageSize())
+	if err != nil {
+		return nil, s.mapErr("list endpoints", err)
+	}
+	defer rows.Close()
+	out := []storage.Endpoint{}
+	for rows.Next() {
+		e, err := scanEndpoint(rows, s.secrets)
+		if err != nil {
+			return nil, s.mapErr("list endpoints", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.mapErr("list endpoints", err)
+	}
+	return out, nil
+}
+
+// EndpointDelete soft-deletes the endpoint p.ID. Fan-out and replay run in
+// the writer's IMMEDIATE transactions too, so none of them can be between
+// reading the endpoint and writing a delivery while the delete runs: what
+// they write before it, the delete sees; after it, they see the delete.
+func (s *Store) EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error) {
+	op := "delete endpoint " + p.ID
+	if err := p.Validate(); err != nil {
+		return storage.EndpointDeleteResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	var res storage.EndpointDeleteResult
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var deleted sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT deleted_at FROM webhook_endpoints WHERE id = ?`, p.ID).Scan(&deleted); err != nil {
+			return err // sql.ErrNoRows becomes ErrNotFound
+		}
+		if deleted.Valid {
+			return fmt.Errorf("%w at %s", storage.ErrDeleted, fromMicros(deleted.Int64).Format(time.RFC3339))
+		}
+		if err := tx.QueryRowContext(ctx, `
+			SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'processing')
+			FROM webhook_deliveries WHERE endpoint_id = ? AND state IN ('pending', 'processing')`, p.ID).
+			Scan(&res.Pending, &res.Processing); err != nil {
+			return err
+		}
+		if (res.Pending > 0 || res.Processing > 0) && !p.Force {
+			return fmt.Errorf("%w: %d pending, %d processing", storage.ErrEndpointBusy, res.Pending, res.Processing)
+		}
+		// A processing delivery loses its token here, so its worker's
+		// completion is fenced out and can only record a late attempt.
+		if _, err := tx.ExecContext(ctx, `
+			UPDATE webhook_deliveries
+			SET state = 'failed', completed_at = ?, held = 0, claim_token = NULL, claim_expires_at = NULL,
+				unsent_reason = ?
+			WHERE endpoint_id = ? AND state IN ('pending', 'processing')`,
+			now, storage.EndpointDeletedReason, p.ID); err != nil {
+			return err
+		}
+		var err error
+		res.Endpoint, err = scanEndpoint(tx.QueryRowContext(ctx, `
+			UPDATE webhook_endpoints SET deleted_at = ?, turn_delivery_id = NULL WHERE id = ?
+			RETURNING `+endpointColumns, now, p.ID), s.secrets)
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	return res, nil
 }
 
 // EndpointUpdate replaces every mutable field of endpoint e.ID and sets
@@ -211,6 +359,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		readAt = micros(e.UpdatedAt)
 	}
 	var out storage.Endpoint
+	released := false
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		before, err := endpointControls(ctx, tx, []string{e.ID})
 		if err != nil {
@@ -224,7 +373,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 				description = ?, disabled_at = ?, updated_at = max(?, updated_at + 1),
 				disabled_reason = ?, rate_limit = ?, rate_burst = ?, max_in_flight = ?, ordered = ?,
 				retry_schedule = ?
-			WHERE id = ? AND (? IS NULL OR updated_at = ?)
+			WHERE id = ? AND deleted_at IS NULL AND (? IS NULL OR updated_at = ?)
 			RETURNING `+endpointColumns,
 			e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
 			e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})),
@@ -242,13 +391,18 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 				out.FailingSince = nil
 			}
 			if after.disabled != was.disabled || after.ordered != was.ordered {
-				return refreshHolds(ctx, tx, e.ID, after)
+				released, err = refreshHolds(ctx, tx, e.ID, after)
+				return err
 			}
 			return nil
 		}
-		if errors.Is(err, sql.ErrNoRows) && readAt != nil {
-			var n int
-			if cerr := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE id = ?`, e.ID).Scan(&n); cerr == nil && n == 1 {
+		if errors.Is(err, sql.ErrNoRows) {
+			var deleted sql.NullInt64
+			switch cerr := tx.QueryRowContext(ctx, `SELECT deleted_at FROM webhook_endpoints WHERE id = ?`, e.ID).Scan(&deleted); {
+			case cerr != nil:
+			case deleted.Valid:
+				return fmt.Errorf("%w at %s", storage.ErrDeleted, fromMicros(deleted.Int64).Format(time.RFC3339))
+			case readAt != nil:
 				return fmt.Errorf("%w: it changed since it was read at %s; read it again and reapply the change",
 					storage.ErrConflict, e.UpdatedAt.UTC().Format(time.RFC3339Nano))
 			}
@@ -257,6 +411,10 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	})
 	if err != nil {
 		return storage.Endpoint{}, err
+	}
+	if released {
+		// Enabled again, or no longer ordered: what it held is due.
+		s.wake.Signal()
 	}
 	return out, nil
 }

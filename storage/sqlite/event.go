@@ -71,7 +71,10 @@ const insertDeliverySQL = `
 
 // fanOutEndpointsSQL reads only what matching needs: decoding every
 // endpoint's config and secrets for every event cost more than the insert.
-const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints ORDER BY id`
+// A deleted endpoint gets nothing; it runs in the writer's transaction, so
+// no delete can come between it and the delivery insert.
+const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
+	WHERE deleted_at IS NULL ORDER BY id`
 
 // fanOutEndpoints reads the endpoints with what Endpoint.Matches looks at.
 func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, error) {
@@ -173,10 +176,14 @@ func (s *Store) createEvents(batch eventBatch) {
 					return err
 				}
 				c.Out, c.Err = createEvent(ctx, tx, insertEvent, insertDelivery, endpoints, c.In)
-				if c.Err != nil {
-					c.Err = s.mapErr(createEventOp, c.Err)
+				if cause := c.Err; cause != nil {
+					c.Err = s.mapErr(createEventOp, cause)
 					if _, err := tx.ExecContext(ctx, `ROLLBACK TO event_create`); err != nil {
-						return err
+						// SQLite rolls the whole transaction back on some
+						// errors (SQLITE_FULL among them), savepoint and all:
+						// the batch then fails for the reason this create
+						// did, not for the savepoint that is gone.
+						return cause
 					}
 				}
 				if _, err := release.ExecContext(ctx); err != nil {
@@ -195,7 +202,27 @@ func (s *Store) createEvents(batch eventBatch) {
 				c.Out, c.Err = storage.EventCreateResult{}, err
 			}
 		}
+		return
 	}
+	if madeDue(batch) {
+		s.wake.Signal()
+	}
+}
+
+// madeDue reports whether a committed batch of creates made a delivery
+// that is due now: one not held, of a create that was not a duplicate.
+func madeDue(batch eventBatch) bool {
+	for _, c := range batch {
+		if c.Err != nil || c.Out.Duplicate {
+			continue
+		}
+		for _, d := range c.Out.Deliveries {
+			if !d.Held {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // createEvent is one create inside a batch's transaction, with the batch's
@@ -249,7 +276,7 @@ func createEvent(ctx context.Context, tx *sql.Tx, insertEvent, insertDelivery *s
 		ds = append(ds, d)
 	}
 	if len(ordered) > 0 {
-		if err := promoteAll(ctx, tx, ordered); err != nil {
+		if _, err := promoteAll(ctx, tx, ordered); err != nil {
 			return storage.EventCreateResult{}, err
 		}
 		for i, d := range ds {

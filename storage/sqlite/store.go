@@ -18,6 +18,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/hymical/hymical/internal/groupcommit"
+	"github.com/hymical/hymical/internal/wakeup"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -41,6 +42,11 @@ type Store struct {
 	// secrets seals endpoint secrets on every write and opens them on
 	// every read, when it has a box.
 	secrets storage.SecretsCodec
+	// wake wakes this process's claimers once a write that made a
+	// delivery due has committed. SQLite serves one process, so nothing
+	// crosses a process boundary: the claimers of another process on the
+	// same file find such deliveries by polling.
+	wake wakeup.Hub
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -177,8 +183,16 @@ func dsn(path string, busyTimeout time.Duration, writer bool) string {
 	return path + q + "&_pragma=query_only(1)"
 }
 
+// Wakeups returns a channel that receives a value, coalesced, after each
+// write of this Store that made a delivery due commits, and when a
+// delivery it made due later comes due; until ctx ends.
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
+	return s.wake.Subscribe(ctx)
+}
+
 // Close closes both connection pools.
 func (s *Store) Close() error {
+	s.wake.Close()
 	var errs []error
 	if s.reader != nil {
 		errs = append(errs, s.reader.Close())
@@ -207,6 +221,13 @@ func (s *Store) mapErr(op string, err error) error {
 			return fmt.Errorf("sqlite: %s: %w: %w", op, storage.ErrConflict, err)
 		case sqlite3.SQLITE_CONSTRAINT_CHECK:
 			return fmt.Errorf("sqlite: %s: %w: %w", op, storage.ErrInvalid, err)
+		}
+		if se.Code()&0xff == sqlite3.SQLITE_FULL {
+			// The file could not grow: its disk is full, or (in tests) the
+			// connection's max_page_count is reached. SQLite rolled back the
+			// statement, or the whole transaction, so nothing was kept.
+			return fmt.Errorf("sqlite: %s: %w: the database %s cannot grow; free space on its volume or grow the volume: %w",
+				op, storage.ErrNoSpace, s.path, err)
 		}
 		if se.Code() == sqlite3.SQLITE_BUSY_SNAPSHOT {
 			// Not a wait that ran out: a read snapshot went stale before

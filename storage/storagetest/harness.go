@@ -29,6 +29,11 @@ type Backend struct {
 	// tb ends. Bench uses it, since a benchmark has no *testing.T to hand
 	// NewDatabase; nil makes Bench skip.
 	NewBenchStore func(tb testing.TB) storage.Store
+	// WakeupsAcrossStores says that a write through one Store wakes the
+	// claimers of another Store opened on the same database, as a backend
+	// that serves several processes must; false, that a Store wakes only
+	// its own (SQLite: one process).
+	WakeupsAcrossStores bool
 }
 
 // Database is one isolated database under test.

@@ -32,6 +32,9 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Controls", func(t *testing.T) { t.Parallel(); testControls(t, b) })
 	t.Run("Share", func(t *testing.T) { t.Parallel(); testShare(t, b) })
 	t.Run("Secrets", func(t *testing.T) { t.Parallel(); testSecrets(t, b) })
+	t.Run("Wakeups", func(t *testing.T) { t.Parallel(); testWakeups(t, b) })
+	t.Run("EndpointDelete", func(t *testing.T) { t.Parallel(); testEndpointDelete(t, b) })
+	t.Run("EndpointCreateOnce", func(t *testing.T) { t.Parallel(); testEndpointCreateOnce(t, b) })
 }
 
 // lease is the lease every test claims with unless it says otherwise.

@@ -25,17 +25,28 @@
 //     documentation, benchmarking, and the NAT64, 6to4 and IPv4-compatible
 //     forms of those) are refused when dialing, after DNS resolution,
 //     unless the operator's allowed_networks contains the address;
+//   - with a proxy setting, every send goes through that proxy in a
+//     CONNECT tunnel, http:// receivers too; the plugin still resolves
+//     the receiver's name and checks each address with the guard, and
+//     asks the proxy for the checked IP:port, so nothing the guard refuses
+//     is ever asked for and the proxy's DNS cannot differ. The proxy's
+//     own address is trusted, not checked: the operator configured it;
 //   - an outcome says no request went out (NoRequest) only when the plugin
 //     itself stopped before any connection was made: its guard refused
 //     every address the name resolved to, or the endpoint's URL or the
-//     headers could not make a request at all. A failed DNS lookup or a
-//     refused connection is an attempt, retryable as before: the retry
-//     allowance is what bounds a receiver that cannot be reached.
+//     headers could not make a request at all; or when the proxy asked
+//     for credentials (407), which it does before forwarding anything, so
+//     the delivery waits (Deferred) until the operator fixes them. A
+//     failed DNS lookup, a refused connection and any other proxy failure
+//     are attempts, retryable as before (a proxy's 403 permanent): the
+//     retry allowance is what bounds a receiver that cannot be reached.
 package httptransport
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +93,13 @@ const (
 	SettingConnectTimeout  = "connect_timeout"
 	SettingReadTimeout     = "read_timeout"
 	SettingAllowedNetworks = netguard.SettingAllowedNetworks
+	// SettingProxy is the egress proxy's URL, http://HOST:PORT or
+	// https://HOST:PORT, without credentials; empty sends directly.
+	SettingProxy = "proxy"
+	// SettingProxyUsername and SettingProxyPassword are the proxy's basic
+	// authentication credentials, sent only to the proxy.
+	SettingProxyUsername = "proxy_username"
+	SettingProxyPassword = "proxy_password"
 )
 
 // Options are what the embedding program decides, as opposed to the
@@ -96,6 +114,9 @@ type Options struct {
 // Configure may be called again at any time.
 type Transport struct {
 	userAgent string
+	// roots, when set, replaces the system's roots for TLS to receivers
+	// and to the proxy; the tests trust their own servers with it.
+	roots *x509.CertPool
 
 	mu  sync.RWMutex
 	cur *configured
@@ -109,6 +130,8 @@ type configured struct {
 	connectTimeout time.Duration
 	readTimeout    time.Duration
 	guard          *netguard.Guard
+	proxy          *proxy // nil: send directly
+	roots          *x509.CertPool
 	client         *http.Client
 }
 
@@ -120,22 +143,32 @@ func New(opts Options) *Transport {
 		ua = DefaultUserAgent
 	}
 	t := &Transport{userAgent: ua}
-	t.cur = newConfigured(DefaultConnectTimeout, DefaultReadTimeout, nil)
+	t.cur = newConfigured(DefaultConnectTimeout, DefaultReadTimeout, nil, nil, nil)
 	return t
 }
 
-func newConfigured(connect, read time.Duration, allowed []netip.Prefix) *configured {
-	c := &configured{connectTimeout: connect, readTimeout: read, guard: newGuard(allowed)}
+func newConfigured(connect, read time.Duration, allowed []netip.Prefix, px *proxy, roots *x509.CertPool) *configured {
+	c := &configured{connectTimeout: connect, readTimeout: read, guard: newGuard(allowed), proxy: px, roots: roots}
 	// The guard checks each address the dialer connects to, after DNS
 	// resolution, so a name that resolves (or re-resolves, as in DNS
 	// rebinding) to a refused address is caught.
-	dialer := c.guard.Dialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second})
+	dial := c.guard.Dialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
+	if px != nil {
+		// Through the proxy, the same check happens before the CONNECT.
+		dial = c.dialViaProxy
+	}
+	var tlsConfig *tls.Config
+	if roots != nil {
+		tlsConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	c.client = &http.Client{
 		Transport: &http.Transport{
-			// No proxy: through a proxy the guard would check the proxy's
-			// address, not the receiver's.
+			// Never net/http's own proxying (nor HTTPS_PROXY and the like):
+			// through it the guard would check the proxy's address, not
+			// the receiver's. dialViaProxy tunnels after the check.
 			Proxy:                  nil,
-			DialContext:            dialer.DialContext,
+			DialContext:            dial,
+			TLSClientConfig:        tlsConfig,
 			ForceAttemptHTTP2:      true,
 			TLSHandshakeTimeout:    connect,
 			ResponseHeaderTimeout:  read,
@@ -171,6 +204,7 @@ func (t *Transport) current() *configured {
 func (t *Transport) Configure(_ context.Context, settings transport.Settings) error {
 	connect, read := DefaultConnectTimeout, DefaultReadTimeout
 	var allowed []netip.Prefix
+	var proxyURL, proxyUser, proxyPassword string
 	var errs []error
 	for key, value := range settings {
 		var err error
@@ -181,16 +215,25 @@ func (t *Transport) Configure(_ context.Context, settings transport.Settings) er
 			read, err = parseTimeout(key, value)
 		case SettingAllowedNetworks:
 			allowed, err = netguard.ParseNetworks(SettingAllowedNetworks, value)
+		case SettingProxy:
+			proxyURL = value
+		case SettingProxyUsername:
+			proxyUser = value
+		case SettingProxyPassword:
+			proxyPassword = value
 		default:
-			err = fmt.Errorf("unknown setting %q: the http plugin takes %s, %s and %s",
-				key, SettingConnectTimeout, SettingReadTimeout, SettingAllowedNetworks)
+			err = fmt.Errorf("unknown setting %q: the http plugin takes %s", key, strings.Join([]string{
+				SettingConnectTimeout, SettingReadTimeout, SettingAllowedNetworks,
+				SettingProxy, SettingProxyUsername, SettingProxyPassword}, ", "))
 		}
 		errs = append(errs, err)
 	}
+	px, err := parseProxy(proxyURL, proxyUser, proxyPassword)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	next := newConfigured(connect, read, allowed)
+	next := newConfigured(connect, read, allowed, px, t.roots)
 	t.mu.Lock()
 	prev := t.cur
 	t.cur = next
@@ -368,6 +411,10 @@ func (c *configured) classifyError(ctx context.Context, host string, err error, 
 		}
 		return transport.Permanent(0, refused.Error())
 	}
+	var perr *ProxyError
+	if errors.As(err, &perr) {
+		return c.proxyOutcome(ctx, perr)
+	}
 	// url.Error's text repeats the URL, which may carry a token in its
 	// query; the host and the cause are what an operator needs.
 	var uerr *url.Error
@@ -387,6 +434,39 @@ func (c *configured) classifyError(ctx context.Context, host string, err error, 
 			host, c.connectTimeout, c.readTimeout, err))
 	}
 	return transport.Retryable(0, fmt.Sprintf("could not reach %s: %v", host, err))
+}
+
+// proxyOutcome says what a proxy that opened no tunnel means. Nothing
+// reached the receiver, but the proxy was asked, so it is an attempt,
+// except for missing or wrong credentials: those are the operator's to fix
+// and say nothing about the delivery, so it waits (Deferred) without using
+// up its retries until the proxy takes them.
+func (c *configured) proxyOutcome(ctx context.Context, e *ProxyError) transport.Outcome {
+	switch {
+	case e.Status == http.StatusForbidden:
+		// A filtering proxy's verdict on the destination: every retry
+		// would get the same answer.
+		return transport.Permanent(0, fmt.Sprintf("the webhook proxy %s refused to open a tunnel to %s (%s) with HTTP 403 Forbidden: its policy does not allow this destination; allow it at the proxy if the receiver is meant to be reached",
+			e.Proxy, e.Target, e.Addr))
+	case e.Status == http.StatusProxyAuthRequired:
+		what := "asked for credentials, and none are set: set webhook.proxy_username and webhook.proxy_password (FORMS_WEBHOOK_PROXY_USERNAME, FORMS_WEBHOOK_PROXY_PASSWORD)"
+		if c.proxy.auth != "" {
+			what = "did not accept the credentials: check webhook.proxy_username and webhook.proxy_password (FORMS_WEBHOOK_PROXY_USERNAME, FORMS_WEBHOOK_PROXY_PASSWORD)"
+		}
+		return transport.Deferred(fmt.Sprintf("the webhook proxy %s %s (HTTP 407 Proxy Authentication Required); the delivery waits, without using up its retries, until the proxy accepts them",
+			e.Proxy, what))
+	case e.Status != 0:
+		// 502, 503, 504: the proxy could not reach the receiver, or is
+		// overloaded; anything else is a proxy that may be fixed.
+		return transport.Retryable(0, e.Error())
+	case ctx.Err() != nil:
+		return transport.Retryable(0, fmt.Sprintf("no tunnel to %s from the webhook proxy %s before the attempt's deadline", e.Target, e.Proxy))
+	}
+	var netErr net.Error
+	if errors.As(e.Err, &netErr) && netErr.Timeout() {
+		return transport.Retryable(0, fmt.Sprintf("timed out getting a tunnel to %s from the webhook proxy %s (connect_timeout %s)", e.Target, e.Proxy, c.connectTimeout))
+	}
+	return transport.Retryable(0, e.Error())
 }
 
 func classifyResponse(resp *http.Response, now time.Time) transport.Outcome {

@@ -72,9 +72,24 @@ type EndpointCreated struct {
 	PreviousSecretsExpireAt *time.Time `json:"previous_secrets_expire_at,omitempty"`
 }
 
-// EndpointList answers GET /v1/endpoints.
+// EndpointList answers GET /v1/endpoints: a page of the endpoints that are
+// not deleted, newest first.
 type EndpointList struct {
 	Endpoints []Endpoint `json:"endpoints"`
+	// NextCursor is passed as ?cursor= for the next page; null on the last.
+	NextCursor *string `json:"next_cursor"`
+}
+
+// EndpointDeleted answers DELETE /v1/endpoints/{id}.
+type EndpointDeleted struct {
+	ID        string    `json:"id"`
+	DeletedAt time.Time `json:"deleted_at"`
+	// FailedPending and FailedProcessing count the deliveries a forced
+	// delete ended as failed, with the reason "endpoint deleted: …" on
+	// each; a processing one's worker can still record its request as a
+	// late attempt. Both are 0 for a delete that was not forced.
+	FailedPending    int `json:"failed_pending"`
+	FailedProcessing int `json:"failed_processing"`
 }
 
 // EndpointControls are the per-endpoint controls a create or a PATCH may

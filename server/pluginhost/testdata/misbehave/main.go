@@ -20,6 +20,21 @@
 //	plain_fail  permanent, NoRequest left unset, as a plugin from before
 //	            the field answers
 //
+//	spawn       starts a child (this binary again, sleeping ten minutes)
+//	            that inherits the process's own stdout and stderr, the
+//	            pipes go-plugin reads, then delivered with the child's pid
+//	            as the error text; "setsid" in the endpoint config puts the
+//	            child in a session of its own, out of the plugin's process
+//	            group; "quiet" gives the child no stdout or stderr at
+//	            all, so it holds none of the plugin's pipes
+//	spew        writes a line of "bytes" bytes (the endpoint config) to
+//	            stderr, without its newline when "newline" is "no", then
+//	            "spew done for ID" on a line of its own, then delivered;
+//	            "to" says which stderr: "sync" (the default) is os.Stderr
+//	            once serving, which go-plugin carries over gRPC; "raw" is
+//	            the process's own stderr, which go-plugin reads from a pipe;
+//	            "stdout" is the process's own stdout, the handshake's pipe
+//
 // A "validate" config of "hang" makes Validate never answer. A
 // "fail_configure" setting makes Configure refuse with its value.
 //
@@ -38,10 +53,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -52,6 +71,10 @@ import (
 type misbehave struct {
 	mu       sync.Mutex
 	settings transport.Settings
+	// rawStdout and rawStderr are the process's own stdout and stderr, the
+	// pipes to the host, kept before go-plugin points os.Stdout and
+	// os.Stderr at its gRPC stream.
+	rawStdout, rawStderr *os.File
 }
 
 func (m *misbehave) Configure(_ context.Context, s transport.Settings) error {
@@ -68,7 +91,7 @@ func (m *misbehave) Validate(_ context.Context, e transport.Endpoint) error {
 	if e.Config["validate"] == "hang" {
 		select {}
 	}
-	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic", "refuse", "defer", "plain_fail"}
+	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic", "refuse", "defer", "plain_fail", "spawn", "spew"}
 	for _, mode := range modes {
 		if e.Config["mode"] == mode {
 			return nil
@@ -123,6 +146,10 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 		select {}
 	case "panic":
 		panic("misbehave: asked to panic")
+	case "spawn":
+		return m.spawn(msg.Endpoint.Config["setsid"] == "true", msg.Endpoint.Config["quiet"] == "true")
+	case "spew":
+		return m.spew(msg)
 	case "refuse":
 		return transport.Refused("misbehave refuses the target before connecting")
 	case "defer":
@@ -135,7 +162,66 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 	return transport.Outcome{}
 }
 
+// spawn starts a child that lives ten minutes, holding the process's
+// stdout and stderr open unless quiet, as a plugin's helper process or a
+// forgotten grandchild would.
+func (m *misbehave) spawn(setsid, quiet bool) transport.Outcome {
+	self, err := os.Executable()
+	if err != nil {
+		return transport.Permanent(0, err.Error())
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), childEnv+"=sleep")
+	if !quiet {
+		cmd.Stdout, cmd.Stderr = m.rawStdout, m.rawStderr
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
+	if err := cmd.Start(); err != nil {
+		return transport.Permanent(0, err.Error())
+	}
+	// Reaped in the background while the plugin lives; once it is gone,
+	// the child is an orphan holding the pipes.
+	go func() { _ = cmd.Wait() }()
+	return transport.Outcome{Kind: transport.OutcomeDelivered, StatusCode: 200, Error: strconv.Itoa(cmd.Process.Pid)}
+}
+
+// spew writes one long line to stderr, then a short one that says it is
+// done.
+func (m *misbehave) spew(msg transport.Message) transport.Outcome {
+	cfg := msg.Endpoint.Config
+	n, err := strconv.Atoi(cfg["bytes"])
+	if err != nil {
+		return transport.Permanent(0, "bytes: "+err.Error())
+	}
+	w := os.Stderr
+	switch cfg["to"] {
+	case "raw":
+		w = m.rawStderr
+	case "stdout":
+		w = m.rawStdout
+	}
+	line := strings.Repeat("y", n)
+	if cfg["newline"] != "no" {
+		line += "\n"
+	}
+	if _, err := io.WriteString(w, line); err != nil {
+		return transport.Permanent(0, err.Error())
+	}
+	// After a line without its newline this one is a continuation of the
+	// long one; it is still written.
+	fmt.Fprintln(w, "spew done for", msg.DeliveryID)
+	return transport.Delivered(200)
+}
+
+// childEnv, set to "sleep", makes the binary the child spawn starts.
+const childEnv = "MISBEHAVE_CHILD"
+
 func main() {
+	if os.Getenv(childEnv) == "sleep" {
+		time.Sleep(10 * time.Minute)
+		return
+	}
+	impl := &misbehave{rawStdout: os.Stdout, rawStderr: os.Stderr}
 	if path := os.Getenv("MISBEHAVE_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -148,10 +234,10 @@ func main() {
 		}
 	}
 	if os.Getenv("MISBEHAVE_PROTOCOL") == "1" {
-		serveV1(&misbehave{})
+		serveV1(impl)
 		return
 	}
-	transport.Serve(&misbehave{})
+	transport.Serve(impl)
 }
 
 // serveV1 serves protocol 1 only, as transport.Serve did before protocol 2:

@@ -1,0 +1,168 @@
+package main_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/harness/rabbitmqtest"
+	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/storage"
+)
+
+// End to end: a real store, the real plugin host launching the real
+// hymical-plugin-amqp process, the real worker pool, and a real RabbitMQ
+// that is killed mid-run and started again.
+
+// pluginDir holds the plugin binary, built once in TestMain.
+var pluginDir string
+
+func TestMain(m *testing.M) {
+	e2etest.PluginMain(m, map[string]string{"amqp": "github.com/hymical/hymical/plugins/amqp"}, &pluginDir)
+}
+
+// fastConfig retries quickly, and often enough to outlast the broker's
+// outage in these tests (RabbitMQ takes tens of seconds to boot here).
+func fastConfig() worker.Config {
+	return worker.Config{
+		Concurrency:      4,
+		BatchSize:        4,
+		Lease:            8 * time.Second,
+		SendTimeout:      2 * time.Second,
+		PollInterval:     20 * time.Millisecond,
+		MaxCycleAttempts: 200,
+		Retry: worker.RetrySchedule{Delays: []time.Duration{
+			50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		}},
+	}
+}
+
+func TestDeliveryThroughTheRealPlugin(t *testing.T) {
+	// One broker for both backends, one after the other: it boots slowly.
+	const password = "e2e-PASSWORD-MUST-NOT-LEAK"
+	broker := rabbitmqtest.Start(t, rabbitmqtest.Options{Password: password})
+	for name, open := range e2etest.Backends() {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			store := open(t)
+			queue := "forms." + name
+
+			// The topology is the operator's: a durable exchange and queue.
+			ac, err := amqp.Dial(broker.AdminURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ac.Close()
+			ch, err := ac.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.ExchangeDeclare("forms", "direct", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.QueueBind(queue, queue, "forms", false, nil); err != nil {
+				t.Fatal(err)
+			}
+			ac.Close()
+
+			// The password is in the plugin's settings, not the endpoint.
+			host, err := pluginhost.New(ctx, pluginhost.Config{
+				Dir: pluginDir,
+				Plugins: []pluginhost.PluginConfig{{Name: "amqp", Settings: map[string]string{
+					"url":                broker.AdminURL(),
+					"connect_timeout":    "1s",
+					"reconnect_wait":     "100ms",
+					"reconnect_wait_max": "500ms",
+					// The broker listens on loopback, which the guard refuses
+					// unless it is allowed.
+					"allowed_networks": "127.0.0.1",
+				}}},
+			}, e2etest.Logger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(host.Close)
+
+			// Endpoint creation asks the plugin process; a config it could
+			// never send to is refused there, before any delivery is made.
+			err = host.Validate(ctx, "amqp", transport.Endpoint{Config: map[string]string{"exchange": "forms"}})
+			if !errors.Is(err, transport.ErrRejected) || !strings.Contains(err.Error(), "routing_key") {
+				t.Fatalf("Validate without a routing key = %v, want a refusal naming routing_key", err)
+			}
+			epCfg := map[string]string{"exchange": "forms", "routing_key": queue}
+			if err := host.Validate(ctx, "amqp", transport.Endpoint{Config: epCfg}); err != nil {
+				t.Fatalf("Validate of a good endpoint: %v", err)
+			}
+			secret, err := webhook.NewSecret()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.EndpointCreate(ctx, storage.Endpoint{
+				Transport: "amqp", Config: epCfg, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			e2etest.RunPool(t, store, host, fastConfig())
+
+			all, retried := e2etest.DeliverAcrossOutage(t, store, broker, broker.Addr(), password)
+
+			// Read everything back from the queue and verify each message
+			// as a consumer would: the three headers and the body.
+			ac, err = amqp.Dial(broker.AdminURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ac.Close()
+			ch, err = ac.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int{}
+			for {
+				d, ok, err := ch.Get(queue, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+				ev, known := all[d.MessageId]
+				if !known {
+					t.Errorf("message carries id %q, which is no delivery of this test", d.MessageId)
+					continue
+				}
+				got[d.MessageId]++
+				h := http.Header{}
+				for _, name := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+					v, _ := d.Headers[strings.ToLower(name)].(string)
+					h.Set(name, v)
+				}
+				if err := webhook.Verify(h, d.Body, secret); err != nil {
+					t.Errorf("delivery %s: signature does not verify: %v", d.MessageId, err)
+				}
+				if string(d.Body) != string(ev.Payload) {
+					t.Errorf("delivery %s: body %s, want %s", d.MessageId, d.Body, ev.Payload)
+				}
+			}
+			repeats := 0
+			for id := range all {
+				if got[id] == 0 {
+					t.Errorf("delivery %s never reached the queue", id)
+				}
+				repeats += max(got[id]-1, 0)
+			}
+			t.Logf("%d deliveries, %d retried across the outage, all in the queue, %d stored more than once (deduped on the message id)", len(all), retried, repeats)
+		})
+	}
+}

@@ -1,0 +1,26 @@
+// Command hymical-plugin-kafka is the Kafka transport plugin of the Hymical
+// delivery server: it produces each signed message to the endpoint's topic
+// with acks=all and the idempotent producer, and reports delivered once
+// the brokers have acknowledged it. The host starts it; run by hand it
+// only says so.
+//
+// Install it as hymical-plugin-kafka in the server's plugin directory. The
+// logic lives in package kafkatransport.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/hymical/hymical/plugins/kafka/kafkatransport"
+	"github.com/hymical/hymical/sdk/transport"
+)
+
+func main() {
+	// The host reads the plugin's standard error line by line and logs it
+	// under the plugin's name.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	t := kafkatransport.New(kafkatransport.Options{Logger: logger})
+	defer t.Close()
+	transport.Serve(t)
+}

@@ -1,0 +1,118 @@
+package server_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/harness/proctest"
+	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/config"
+	"github.com/hymical/hymical/server/pluginhost"
+	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/sqlite"
+)
+
+// TestAPluginWhoseChildHoldsItsOutputCannotHoldUpTheServer runs a server
+// with a transport plugin that starts a child holding the plugin's stdout
+// and stderr open, then has the plugin hang on a send so the host kills
+// and restarts it: the delivery is released with its attempt recorded and
+// sent again, not left processing; and the shutdown that follows ends
+// within its bound, the plugin and its child gone.
+func TestAPluginWhoseChildHoldsItsOutputCannotHoldUpTheServer(t *testing.T) {
+	t.Parallel()
+	binDir := t.TempDir()
+	if err := e2etest.BuildPlugins(binDir, map[string]string{"misbehave": "github.com/hymical/hymical/server/pluginhost/testdata/misbehave"}); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, pluginhost.BinaryPrefix+"misbehave")
+	t.Cleanup(func() { _, _ = proctest.KillExecutable(bin) })
+
+	dbPath := filepath.Join(t.TempDir(), "hymical.db")
+	direct, err := sqlite.Open(t.Context(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	if _, err := direct.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := func(form, mode string) string {
+		secret, err := webhook.NewSecret()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := direct.EndpointCreate(t.Context(), storage.Endpoint{Transport: "misbehave", URL: "https://hooks.example.com/" + form,
+			FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{"mode": mode}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	spawner, hanger := endpoint("form_spawn", "spawn"), endpoint("form_hang", "hang")
+
+	cfg := testConfig("sqlite:" + dbPath)
+	cfg.Console.Enabled = false
+	cfg.Plugins.List = append(cfg.Plugins.List, config.PluginConfig{Name: "misbehave", Path: bin})
+	cfg.Plugins.SendGrace = 300 * time.Millisecond
+	cfg.Webhook.ConnectTimeoutSeconds, cfg.Webhook.ReadTimeoutSeconds = 1, 1
+	cfg.Workers.LeaseSeconds = 10
+	lease := time.Duration(cfg.Workers.LeaseSeconds) * time.Second
+	r := start(t, cfg)
+
+	only := func(endpointID string) storage.Delivery {
+		ds, err := direct.DeliveryList(t.Context(), storage.DeliveryListParams{Filter: storage.DeliveryFilter{EndpointID: endpointID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1 {
+			return storage.Delivery{}
+		}
+		return ds[0]
+	}
+	spawn := func(n int) {
+		t.Helper()
+		submitTo(t, direct, "form_spawn", 1)
+		e2etest.WaitUntil(t, 20*time.Second, "the spawning delivery delivered", func() (bool, string) {
+			ds, err := direct.DeliveryList(t.Context(), storage.DeliveryListParams{Filter: storage.DeliveryFilter{EndpointID: spawner, State: storage.StateDelivered}})
+			return err == nil && len(ds) == n, fmt.Sprintf("%d delivered (%v)", len(ds), err)
+		})
+		if procs, err := proctest.Alive(bin); err != nil || len(procs) != 2 {
+			t.Fatalf("processes of %s: %v (%v), want the plugin and its child", bin, procs, err)
+		}
+	}
+	spawn(1)
+
+	// The send hangs; past its deadline and the grace the host kills the
+	// plugin, and the attempt is recorded and the delivery released well
+	// before its lease would have run out.
+	hungAt := time.Now()
+	submitTo(t, direct, "form_hang", 1)
+	e2etest.WaitUntil(t, lease, "the hung delivery released with its attempt", func() (bool, string) {
+		d := only(hanger)
+		return d.Attempts >= 1 && d.State == storage.StatePending, fmt.Sprintf("%+v", d)
+	})
+	t.Logf("the hung delivery was released %s after it was submitted", time.Since(hungAt).Round(time.Millisecond))
+	// The restart took the child with the plugin; the new plugin starts
+	// one of its own, to hold its pipes through the shutdown.
+	spawn(2)
+
+	began := time.Now()
+	r.stop()
+	bound := pluginhost.KillBound + 3*time.Second
+	select {
+	case <-r.done:
+	case <-time.After(2 * bound):
+		t.Fatalf("Run had not returned %s after the shutdown began", 2*bound)
+	}
+	took := time.Since(began)
+	t.Logf("Run returned %s after the shutdown began: %v", took.Round(time.Millisecond), r.err)
+	if took > bound {
+		t.Errorf("the shutdown took %s, more than pluginhost.KillBound plus 3s (%s)", took, bound)
+	}
+	if left, err := proctest.Alive(bin); err != nil || len(left) != 0 {
+		t.Errorf("processes of %s left after Run returned: %v (%v)", bin, left, err)
+	}
+}

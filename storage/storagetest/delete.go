@@ -1,0 +1,407 @@
+package storagetest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// testEndpointDelete holds the rules of deleting an endpoint: nothing of
+// its history goes, nothing new reaches it, and no open delivery of it ends
+// without a state and a reason.
+func testEndpointDelete(t *testing.T, b Backend) {
+	t.Run("a deleted endpoint leaves lists and fan-out, keeps its history, and takes no change", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		gone, kept := f.endpoint(), f.endpoint()
+		old := f.event("form_1")
+		for _, c := range f.claim(f.store, f.now, 10) {
+			f.complete(f.store, c, storage.OutcomeDelivered, f.at(time.Second), 0)
+		}
+		res, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: gone.ID, Now: f.at(2 * time.Second)})
+		if err != nil {
+			t.Fatalf("delete of an endpoint with nothing open: %v", err)
+		}
+		if res.Pending != 0 || res.Processing != 0 || res.Endpoint.DeletedAt == nil || !res.Endpoint.DeletedAt.Equal(f.at(2*time.Second)) {
+			t.Fatalf("delete result: pending %d processing %d deleted_at %v, want 0, 0, %s", res.Pending, res.Processing, res.Endpoint.DeletedAt, f.at(2*time.Second))
+		}
+
+		got, err := f.store.EndpointGet(f.ctx, gone.ID)
+		if err != nil || got.DeletedAt == nil {
+			t.Fatalf("a deleted endpoint reads back with deleted_at: got %v, %v", got.DeletedAt, err)
+		}
+		all, err := f.store.EndpointList(f.ctx)
+		if err != nil || len(all) != 1 || all[0].ID != kept.ID {
+			t.Fatalf("EndpointList after delete: %v, %v; want only %s", endpointIDs(all), err, kept.ID)
+		}
+		page, err := f.store.EndpointListPage(f.ctx, storage.EndpointListParams{})
+		if err != nil || len(page) != 1 || page[0].ID != kept.ID {
+			t.Fatalf("EndpointListPage after delete: %v, %v; want only %s", endpointIDs(page), err, kept.ID)
+		}
+		if next := f.event("form_1"); len(next.Deliveries) != 1 || next.Deliveries[0].EndpointID != kept.ID {
+			t.Fatalf("an event after the delete fanned out to %v, want only %s", deliveryEndpoints(next.Deliveries), kept.ID)
+		}
+		_, err = f.store.EventCreate(f.ctx, storage.Event{Type: "hymical.endpoint.disabled", Payload: []byte(`{}`), EndpointID: gone.ID})
+		wantErr(t, err, storage.ErrInvalid, "an event addressed to a deleted endpoint")
+
+		for _, d := range old.Deliveries {
+			if d.EndpointID != gone.ID {
+				continue
+			}
+			if got := f.get(d.ID); got.State != storage.StateDelivered || len(f.attempts(d.ID)) != 1 {
+				t.Fatalf("the deleted endpoint's delivery %s: state %s with %d attempts, want delivered with its 1 attempt", d.ID, got.State, len(f.attempts(d.ID)))
+			}
+			_, err := f.store.DeliveryReplay(f.ctx, storage.DeliveryReplayParams{DeliveryID: d.ID, Actor: "test"})
+			wantErr(t, err, storage.ErrDeleted, "replay of a deleted endpoint's delivery")
+			if got := f.get(d.ID); got.State != storage.StateDelivered {
+				t.Fatalf("a refused replay moved the delivery to %s", got.State)
+			}
+		}
+		n, err := f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
+			Filter: storage.DeliveryFilter{State: storage.StateDelivered}, Actor: "test"})
+		if err != nil || n != 1 {
+			t.Fatalf("bulk replay of delivered: %d, %v; want 1 (only the kept endpoint's)", n, err)
+		}
+
+		_, err = f.store.EndpointUpdate(f.ctx, got)
+		wantErr(t, err, storage.ErrDeleted, "an update of a deleted endpoint")
+		_, err = f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: gone.ID, Force: true})
+		wantErr(t, err, storage.ErrDeleted, "a second delete")
+		_, err = f.store.EndpointCreate(f.ctx, storage.Endpoint{ID: gone.ID, Transport: "http", Secrets: got.Secrets})
+		wantErr(t, err, storage.ErrConflict, "a create reusing a deleted endpoint's id")
+		_, err = f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: "ep_missing"})
+		wantErr(t, err, storage.ErrNotFound, "a delete of an endpoint that never was")
+	})
+
+	t.Run("open deliveries refuse a delete without force, and nothing changes", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		e := f.endpoint()
+		pending := f.event("form_1").Deliveries[0]
+		claimed := f.event("form_1").Deliveries[0]
+		c := f.claim(f.store, f.now, 1)[0]
+		if c.Delivery.ID != pending.ID && c.Delivery.ID != claimed.ID {
+			t.Fatalf("claimed %s", c.Delivery.ID)
+		}
+		before := []storage.Delivery{f.get(pending.ID), f.get(claimed.ID)}
+		res, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: e.ID})
+		wantErr(t, err, storage.ErrEndpointBusy, "a delete with open deliveries")
+		if res.Pending != 1 || res.Processing != 1 {
+			t.Fatalf("a refused delete counted %d pending and %d processing, want 1 and 1", res.Pending, res.Processing)
+		}
+		for _, d := range before {
+			wantUnchanged(t, d, f.get(d.ID), "a refused delete")
+		}
+		if got, err := f.store.EndpointGet(f.ctx, e.ID); err != nil || got.DeletedAt != nil {
+			t.Fatalf("a refused delete deleted the endpoint: %v, %v", got.DeletedAt, err)
+		}
+	})
+
+	t.Run("a forced delete fails pending deliveries with a reason and fences processing ones, whose late outcome is still recorded", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		e := f.endpoint()
+		ids := []string{f.event("form_1").Deliveries[0].ID, f.event("form_1").Deliveries[0].ID, f.event("form_1").Deliveries[0].ID}
+		c := f.claim(f.store, f.now, 1)[0]
+		// One pending delivery is held: a disabled endpoint's work must not
+		// slip past the delete either.
+		f.setDisabled(e, true)
+		res, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: e.ID, Force: true, Now: f.at(time.Second)})
+		if err != nil {
+			t.Fatalf("forced delete: %v", err)
+		}
+		if res.Pending != 2 || res.Processing != 1 {
+			t.Fatalf("forced delete counted %d pending and %d processing, want 2 and 1", res.Pending, res.Processing)
+		}
+		for _, id := range ids {
+			d := f.get(id)
+			if d.State != storage.StateFailed || d.UnsentReason != storage.EndpointDeletedReason || d.Held ||
+				d.ClaimExpiresAt != nil || d.CompletedAt == nil || !f.tokenIs(id, "") {
+				t.Fatalf("delivery %s after a forced delete: %+v; want failed, the delete's reason, no claim, completed", id, d)
+			}
+		}
+		// The worker that held the claim finishes its request afterwards.
+		_, _, err = f.store.DeliveryComplete(f.ctx, completeParams(c, storage.OutcomeRetryable, f.at(2*time.Second), 0))
+		wantErr(t, err, storage.ErrClaimLost, "the fenced worker's completion")
+		if _, err := f.store.AttemptRecordLate(f.ctx, lateParams(c, storage.OutcomeRetryable, f.at(2*time.Second))); err != nil {
+			t.Fatalf("the fenced worker's late attempt: %v", err)
+		}
+		d := f.get(c.Delivery.ID)
+		wantState(t, d, storage.StateFailed, 1, 0)
+		wantNumbers(t, f.attempts(d.ID), 1)
+		if got := f.claim(f.store, f.at(time.Hour), 10); len(got) != 0 {
+			t.Fatalf("a claim after the delete took %v", claimIDs(got))
+		}
+	})
+
+	t.Run("a delete racing a claim of its endpoint's delivery on another connection leaves it failed, and the claim fenced", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		claimer, deleter := f.db.Open(t), f.db.Open(t)
+		const rounds = 12
+		claimedFirst := 0
+		for round := range rounds {
+			e := f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{fmt.Sprintf("form_%d", round)} })
+			d := f.event(fmt.Sprintf("form_%d", round)).Deliveries[0]
+			var (
+				claims []storage.Claim
+				res    storage.EndpointDeleteResult
+				cerr   error
+				derr   error
+				wg     sync.WaitGroup
+			)
+			begin := make(chan struct{})
+			wg.Go(func() {
+				<-begin
+				claims, cerr = claimer.DeliveryClaim(f.ctx, storage.DeliveryClaimParams{Limit: 10, Lease: lease, Now: f.now})
+			})
+			wg.Go(func() {
+				<-begin
+				res, derr = deleter.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: e.ID, Force: true})
+			})
+			close(begin)
+			wg.Wait()
+			if cerr != nil || derr != nil {
+				t.Fatalf("round %d: claim %v, delete %v", round, cerr, derr)
+			}
+			if res.Pending+res.Processing != 1 {
+				t.Fatalf("round %d: the delete found %d pending and %d processing, want the one delivery", round, res.Pending, res.Processing)
+			}
+			got := f.get(d.ID)
+			if got.State != storage.StateFailed || got.UnsentReason != storage.EndpointDeletedReason {
+				t.Fatalf("round %d: delivery is %s (%q), want failed by the delete", round, got.State, got.UnsentReason)
+			}
+			switch len(claims) {
+			case 0:
+				if res.Pending != 1 {
+					t.Fatalf("round %d: nothing was claimed, yet the delete found it processing", round)
+				}
+			case 1:
+				claimedFirst++
+				if res.Processing != 1 {
+					t.Fatalf("round %d: the claim took it, yet the delete found it pending", round)
+				}
+				_, _, err := claimer.DeliveryComplete(f.ctx, completeParams(claims[0], storage.OutcomeDelivered, f.at(time.Second), 0))
+				wantErr(t, err, storage.ErrClaimLost, "the completion of a claim the delete fenced")
+				if _, err := claimer.AttemptRecordLate(f.ctx, lateParams(claims[0], storage.OutcomeDelivered, f.at(time.Second))); err != nil {
+					t.Fatalf("round %d: late attempt: %v", round, err)
+				}
+				if got := f.get(d.ID); got.State != storage.StateFailed || got.Attempts != 1 {
+					t.Fatalf("round %d: after the late attempt: %s with %d attempts, want failed with 1", round, got.State, got.Attempts)
+				}
+			default:
+				t.Fatalf("round %d: claimed %v", round, claimIDs(claims))
+			}
+		}
+		t.Logf("%d of %d rounds claimed before the delete", claimedFirst, rounds)
+	})
+
+	t.Run("events racing a delete on other connections never leave an open delivery to the deleted endpoint", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		creators := []storage.Store{f.db.Open(t), f.db.Open(t), f.db.Open(t)}
+		deleter := f.db.Open(t)
+		const rounds, perCreator = 4, 30
+		for round := range rounds {
+			form := fmt.Sprintf("race_%d", round)
+			e := f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{form} })
+			var wg sync.WaitGroup
+			errs := make(chan error, len(creators)*perCreator+1)
+			begin := make(chan struct{})
+			for _, s := range creators {
+				for range perCreator {
+					wg.Go(func() {
+						<-begin
+						sub := storage.NewID("sub")
+						if _, err := s.EventCreate(f.ctx, storage.Event{Type: "submission.received", FormID: form,
+							SubmissionID: sub, Payload: submissionPayload(sub, form)}); err != nil {
+							errs <- err
+						}
+					})
+				}
+			}
+			wg.Go(func() {
+				<-begin
+				// Let some creates go first, so the delete lands among them.
+				time.Sleep(time.Duration(round) * time.Millisecond)
+				if _, err := deleter.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: e.ID, Force: true}); err != nil {
+					errs <- fmt.Errorf("delete: %w", err)
+				}
+			})
+			close(begin)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			open := f.count(fmt.Sprintf(`SELECT count(*) FROM webhook_deliveries
+				WHERE endpoint_id = '%s' AND state IN ('pending', 'processing')`, e.ID))
+			if open != 0 {
+				t.Fatalf("round %d: %d deliveries to the deleted endpoint are still open", round, open)
+			}
+			unexplained := f.count(fmt.Sprintf(`SELECT count(*) FROM webhook_deliveries
+				WHERE endpoint_id = '%s' AND unsent_reason <> '%s'`, e.ID, storage.EndpointDeletedReason))
+			if unexplained != 0 {
+				t.Fatalf("round %d: %d deliveries to the deleted endpoint ended without the delete's reason", round, unexplained)
+			}
+		}
+	})
+
+	t.Run("endpoints page newest first, by id, leaving out the deleted", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		var ids []string
+		for range 5 {
+			ids = append(ids, f.endpoint().ID)
+		}
+		if _, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: ids[2]}); err != nil {
+			t.Fatal(err)
+		}
+		live := slices.Delete(slices.Clone(ids), 2, 3)
+		slices.Sort(live)
+		slices.Reverse(live)
+		var got []string
+		cursor := ""
+		for range 10 {
+			page, err := f.store.EndpointListPage(f.ctx, storage.EndpointListParams{Before: cursor, Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > 2 {
+				t.Fatalf("a page of 2 has %d", len(page))
+			}
+			got = append(got, endpointIDs(page)...)
+			if len(page) < 2 {
+				break
+			}
+			cursor = page[len(page)-1].ID
+		}
+		if !slices.Equal(got, live) {
+			t.Fatalf("paged endpoints %v, want %v", got, live)
+		}
+	})
+}
+
+// testEndpointCreateOnce holds the rules of an idempotency key on an
+// endpoint create.
+func testEndpointCreateOnce(t *testing.T, b Backend) {
+	create := func(f *fixture, s storage.Store, key, hash string, now time.Time) (storage.EndpointCreateResult, error) {
+		return s.EndpointCreateOnce(f.ctx, storage.EndpointCreateParams{
+			Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
+				Secrets: []storage.Secret{storage.NewSecret("whsec_"+storage.NewID("s"), nil)}},
+			IdempotencyKey: key, RequestHash: hash, Now: now,
+		})
+	}
+	t.Run("a repeated key with the same request returns the first endpoint and writes nothing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		first, err := create(f, f.store, "endpoint:k1", "h1", f.now)
+		if err != nil || first.Duplicate {
+			t.Fatalf("first create: %+v, %v", first, err)
+		}
+		again, err := create(f, f.store, "endpoint:k1", "h1", f.at(time.Hour))
+		if err != nil || !again.Duplicate || again.Endpoint.ID != first.Endpoint.ID {
+			t.Fatalf("repeat: duplicate %v id %s, %v; want the first, %s", again.Duplicate, again.Endpoint.ID, err, first.Endpoint.ID)
+		}
+		if again.Endpoint.Secrets[0].Reveal() != first.Endpoint.Secrets[0].Reveal() {
+			t.Fatal("the repeat read back another secret than the first create stored")
+		}
+		_, err = create(f, f.store, "endpoint:k1", "h2", f.at(time.Hour))
+		wantErr(t, err, storage.ErrKeyReused, "the key with another request")
+		other, err := create(f, f.store, "endpoint:k2", "h1", f.at(time.Hour))
+		if err != nil || other.Duplicate || other.Endpoint.ID == first.Endpoint.ID {
+			t.Fatalf("another key: %+v, %v; want a new endpoint", other, err)
+		}
+		if all, _ := f.store.EndpointList(f.ctx); len(all) != 2 {
+			t.Fatalf("%d endpoints, want 2", len(all))
+		}
+	})
+
+	t.Run("a key past its window creates anew, and one whose endpoint was deleted says so", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		first, err := create(f, f.store, "endpoint:k", "h", f.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later, err := create(f, f.store, "endpoint:k", "other", f.at(storage.DefaultIdempotencyWindow+time.Second))
+		if err != nil || later.Duplicate || later.Endpoint.ID == first.Endpoint.ID {
+			t.Fatalf("after the window: %+v, %v; want a new endpoint", later, err)
+		}
+		if _, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: later.Endpoint.ID}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = create(f, f.store, "endpoint:k", "other", f.at(storage.DefaultIdempotencyWindow+time.Minute))
+		wantErr(t, err, storage.ErrDeleted, "a repeat of a key whose endpoint was deleted")
+	})
+
+	t.Run("concurrent creates with one key on independent connections make exactly one endpoint", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		stores := []storage.Store{f.db.Open(t), f.db.Open(t), f.db.Open(t), f.db.Open(t)}
+		const perStore = 4
+		var (
+			mu      sync.Mutex
+			results []storage.EndpointCreateResult
+			wg      sync.WaitGroup
+		)
+		errs := make(chan error, len(stores)*perStore)
+		begin := make(chan struct{})
+		for _, s := range stores {
+			for range perStore {
+				wg.Go(func() {
+					<-begin
+					res, err := create(f, s, "endpoint:race", "h", time.Time{})
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					results = append(results, res)
+					mu.Unlock()
+				})
+			}
+		}
+		close(begin)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		created := 0
+		for _, r := range results {
+			if !r.Duplicate {
+				created++
+			}
+			if r.Endpoint.ID != results[0].Endpoint.ID {
+				t.Fatalf("one key answered with two endpoints: %s and %s", r.Endpoint.ID, results[0].Endpoint.ID)
+			}
+		}
+		if created != 1 {
+			t.Fatalf("%d creates said they created, want exactly 1", created)
+		}
+		if n := f.count(`SELECT count(*) FROM webhook_endpoints`); n != 1 {
+			t.Fatalf("%d endpoint rows, want 1", n)
+		}
+	})
+}
+
+func endpointIDs(es []storage.Endpoint) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func deliveryEndpoints(ds []storage.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.EndpointID
+	}
+	return out
+}
