@@ -14,6 +14,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hymical/hymical/storage"
 )
 
 // requireTool finds a program the generated-client test needs. Outside CI
@@ -81,7 +84,9 @@ func tsToolchain(t *testing.T, npm string) string {
 // document a real server serves (openapi-typescript, used through
 // openapi-fetch), type-checks a program written against it with tsc
 // --strict, and runs it with node against that server: it creates an
-// endpoint and submits a form, and the store must hold what it did.
+// endpoint and submits a form, creates another once with an
+// Idempotency-Key, pages the endpoint list and deletes the first endpoint,
+// and the store must hold what it did.
 func TestOpenAPIGeneratedClient(t *testing.T) {
 	t.Parallel()
 	node := requireTool(t, "node")
@@ -136,6 +141,12 @@ func TestOpenAPIGeneratedClient(t *testing.T) {
 		Deliveries   []string `json:"deliveries"`
 		MissingCode  string   `json:"missing_code"`
 		States       []string `json:"states"`
+		KeyedID      string   `json:"keyed_id"`
+		Paged        []string `json:"paged"`
+		BusyCode     string   `json:"busy_code"`
+		DeletedAt    string   `json:"deleted_at"`
+		FailedPend   int      `json:"failed_pending"`
+		GoneCode     string   `json:"gone_code"`
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
@@ -148,12 +159,25 @@ func TestOpenAPIGeneratedClient(t *testing.T) {
 	if err != nil || ep.Description != "from the generated client" || ep.RateLimit != 10 {
 		t.Fatalf("the endpoint the client created: %+v, %v", ep, err)
 	}
+	// Paged newest first, one a page: the keyed endpoint, then the first.
+	if !slices.Equal(got.Paged, []string{got.KeyedID, got.EndpointID}) {
+		t.Errorf("the client paged %v, want [%s %s]: the keyed endpoint once, then the first", got.Paged, got.KeyedID, got.EndpointID)
+	}
+	if n := f.count("webhook_endpoints"); n != 2 {
+		t.Errorf("%d endpoints after two creates and a keyed repeat, want 2", n)
+	}
+	if got.BusyCode != "endpoint_busy" || got.FailedPend != 1 || got.GoneCode != "endpoint_deleted" {
+		t.Errorf("the client's delete: busy %q, failed_pending %d, then %q; want endpoint_busy, 1, endpoint_deleted", got.BusyCode, got.FailedPend, got.GoneCode)
+	}
+	if ep.DeletedAt == nil || ep.DeletedAt.UTC().Format(time.RFC3339Nano) != got.DeletedAt {
+		t.Errorf("the store has the endpoint deleted at %v, the client was told %s", ep.DeletedAt, got.DeletedAt)
+	}
 	if len(got.Deliveries) != 1 {
 		t.Fatalf("the submission fanned out to %v, want one delivery", got.Deliveries)
 	}
 	d, err := f.store.DeliveryGet(t.Context(), got.Deliveries[0])
-	if err != nil || d.EndpointID != got.EndpointID {
-		t.Fatalf("the delivery of the client's submission: %+v, %v", d, err)
+	if err != nil || d.EndpointID != got.EndpointID || d.State != storage.StateFailed || !strings.HasPrefix(d.UnsentReason, "endpoint deleted") {
+		t.Fatalf("the delivery of the client's submission, after its endpoint's forced delete: %+v, %v; want failed, endpoint deleted", d, err)
 	}
 	if n := f.count("webhook_events"); n != 1 {
 		t.Errorf("%d events after a submission and its idempotent repeat, want 1", n)
