@@ -3,7 +3,9 @@
 # check Hymical's signatures against (sdk/webhook/interop_v1a_test.go):
 # OpenSSL's command line and Node, from Debian's packages when they are
 # missing; and npm, with which the Node.js plugin example's tests install
-# its dependencies (examples/node-transport, npm ci from the npm registry).
+# its dependencies (examples/node-transport) and TestOpenAPIGeneratedClient
+# installs the pinned TypeScript client generator of
+# server/api/testdata/tsclient, each with npm ci from the npm registry.
 # Under CI=true those tests fail without them.
 #
 #   .ci/tools.sh

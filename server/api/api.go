@@ -136,7 +136,10 @@ type handler struct {
 	metrics     http.Handler
 	metricsWho  access
 	mux         *http.ServeMux
-	now         func() time.Time
+	// patterns are the routes registered, in order, for the test that
+	// holds server/api/openapi.json to them.
+	patterns []string
+	now      func() time.Time
 	// storeHealth knows whether the store has run out of space.
 	storeHealth *StoreHealth
 	// operatorEndpoint may not be deleted; keyWindow is every keyed route's
@@ -252,6 +255,7 @@ func (h *handler) routes() {
 	h.handle("GET /healthz", public, h.healthz)
 	h.handle("GET /readyz", public, h.readyz)
 	h.handle("GET /metrics", h.metricsWho, h.serveMetrics)
+	h.handle("GET /v1/openapi.json", public, h.openAPI)
 
 	h.handle("POST /v1/forms/{form_id}/submissions", ingest, h.createSubmission)
 	h.handle("POST /v1/events", ingest, h.createEvent)
@@ -278,6 +282,7 @@ func (h *handler) routes() {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (h *handler) handle(pattern string, who access, fn handlerFunc) {
+	h.patterns = append(h.patterns, pattern)
 	traced := strings.Contains(pattern, " /v1/")
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		if traced {
