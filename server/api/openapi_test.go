@@ -490,6 +490,19 @@ func (c *contract) exercise(t *testing.T, b backend) {
 		c.do(f, call{route: route, token: A, params: one, body: big, refused: true, want: 413})
 		c.do(f, call{route: route, token: A, params: one, body: `{}`, contentType: "text/plain", refused: true, want: 415})
 	}
+	// A keyed rotation answers a repeat with the secret it made, refuses
+	// the key on another endpoint, and says so once a later rotation has
+	// replaced that secret.
+	const rotate = "POST /v1/endpoints/{id}/rotate-secret"
+	rotKey := map[string]string{"Idempotency-Key": "rotate-1"}
+	rot := c.do(f, call{route: rotate, token: A, params: one, header: rotKey, want: 200})
+	rotAgain := c.do(f, call{route: rotate, token: A, params: one, header: rotKey, want: 200})
+	if rotAgain.header.Get("Idempotent-Replayed") != "true" || rotAgain.str("secret") != rot.str("secret") {
+		t.Errorf("a repeated keyed rotation answered %s (Idempotent-Replayed %q), want the first secret again", rotAgain.raw, rotAgain.header.Get("Idempotent-Replayed"))
+	}
+	c.do(f, call{route: rotate, token: A, params: map[string]string{"id": keyed}, header: rotKey, want: 422})
+	c.do(f, call{route: rotate, token: A, params: one, want: 200})
+	c.do(f, call{route: rotate, token: A, params: one, header: rotKey, want: 409})
 
 	// Ingest.
 	const submit = "POST /v1/forms/{form_id}/submissions"
@@ -545,7 +558,16 @@ func (c *contract) exercise(t *testing.T, b backend) {
 		c.do(f, call{route: route, token: A, params: one, want: 200})
 		c.do(f, call{route: route, token: A, want: 404})
 	}
-	c.do(f, call{route: replay, token: A, params: one, header: map[string]string{"Hymical-Operator": "alice"}, want: 200})
+	// A keyed replay is made once: a repeat answers with the delivery as
+	// it is now, without replaying it again (a plain replay of the pending
+	// delivery would be 409), and the key on another delivery is refused.
+	repKey := map[string]string{"Hymical-Operator": "alice", "Idempotency-Key": "replay-1"}
+	c.do(f, call{route: replay, token: A, params: one, header: repKey, want: 200})
+	if r := c.do(f, call{route: replay, token: A, params: one, header: repKey, want: 200}); r.header.Get("Idempotent-Replayed") != "true" || r.str("state") != "pending" {
+		t.Errorf("a repeated keyed replay answered %s (Idempotent-Replayed %q), want the pending delivery, marked replayed", r.raw, r.header.Get("Idempotent-Replayed"))
+	}
+	c.do(f, call{route: replay, token: A, params: one, want: 409})
+	c.do(f, call{route: replay, token: A, params: map[string]string{"id": "dlv_00000000000000000000000000000000"}, header: repKey, want: 422})
 	c.do(f, call{route: "GET /v1/deliveries/{id}/replays", token: A, params: one, want: 200})
 	c.do(f, call{route: replay, token: A, want: 404})
 	c.do(f, call{route: replay, token: A, params: one, body: map[string]any{"force": true}, refused: true, want: 400})
