@@ -343,8 +343,13 @@ func (s *serveProc) settled(ctx context.Context, checkFailed bool) (bool, error)
 }
 
 // viaHTTP is the HTTP mode's traffic phase.
-func (r *runner) viaHTTP(ctx context.Context) (p Phase, err error) {
-	name := PhaseHTTP
+func (r *runner) viaHTTP(ctx context.Context) (Phase, error) {
+	return r.withServe(ctx, PhaseHTTP, r.o.Endpoints, r.postAndMeasure)
+}
+
+// withServe runs phase against a serve process on a fresh store with
+// endpoints endpoints made, and stops and removes both after it.
+func (r *runner) withServe(ctx context.Context, name string, endpoints int, phase func(context.Context, served) (Phase, error)) (p Phase, err error) {
 	fs, err := openFresh(ctx, r.o)
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
@@ -359,7 +364,7 @@ func (r *runner) viaHTTP(ctx context.Context) (p Phase, err error) {
 			err = errors.Join(err, fmt.Errorf("%s: %w", name, serr))
 		}
 	}()
-	if err := srv.createEndpoints(ctx, r.recv, r.o.Endpoints); err != nil {
+	if err := srv.createEndpoints(ctx, r.recv, endpoints); err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	others, closeOthers, err := otherBackends(ctx, fs)
@@ -367,7 +372,22 @@ func (r *runner) viaHTTP(ctx context.Context) (p Phase, err error) {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer closeOthers()
+	return phase(ctx, served{srv: srv, where: fs.where, others: others})
+}
 
+// served is what a phase of the HTTP mode runs against: the serve
+// process, where its store is, and the PostgreSQL backends not its own.
+type served struct {
+	srv    *serveProc
+	where  string
+	others func() map[int]bool
+}
+
+// postAndMeasure is the traffic phase proper: it posts the submissions
+// and waits for every delivery to arrive.
+func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err error) {
+	name := PhaseHTTP
+	srv, others := sv.srv, sv.others
 	total := r.o.Deliveries()
 	r.recv.reset()
 	arr := r.recv.record(total)
@@ -407,7 +427,7 @@ func (r *runner) viaHTTP(ctx context.Context) (p Phase, err error) {
 		P50: percentile(lat, 50), P99: percentile(lat, 99), Max: percentile(lat, 100),
 		InsertWall: insertWall,
 		Received:   r.recv.ok.Load(),
-		where:      fs.where,
+		where:      sv.where,
 	}
 	p.setServerUsage(u, m.hwmReset)
 	r.progress("%s: %d deliveries in %s, %.0f/s", name, total, wall.Round(time.Millisecond), p.Rate)
@@ -539,30 +559,14 @@ func matchArrivals(sent []posted, arr *arrivals, total int) ([]time.Duration, ti
 
 // idle is the HTTP mode's idle phase: serve with one endpoint and no
 // traffic, measured for r.o.Idle after it settles.
-func (r *runner) idle(ctx context.Context) (p Phase, err error) {
+func (r *runner) idle(ctx context.Context) (Phase, error) {
+	return r.withServe(ctx, PhaseIdle, 1, r.measureIdle)
+}
+
+// measureIdle measures an idle serve for r.o.Idle.
+func (r *runner) measureIdle(ctx context.Context, sv served) (Phase, error) {
 	name := PhaseIdle
-	fs, err := openFresh(ctx, r.o)
-	if err != nil {
-		return Phase{}, fmt.Errorf("%s: %w", name, err)
-	}
-	defer fs.removeInto(ctx, name, &err)
-	srv, err := r.startServe(ctx, fs)
-	if err != nil {
-		return Phase{}, fmt.Errorf("%s: %w", name, err)
-	}
-	defer func() {
-		if serr := srv.stop(); serr != nil {
-			err = errors.Join(err, fmt.Errorf("%s: %w", name, serr))
-		}
-	}()
-	if err := srv.createEndpoints(ctx, r.recv, 1); err != nil {
-		return Phase{}, fmt.Errorf("%s: %w", name, err)
-	}
-	others, closeOthers, err := otherBackends(ctx, fs)
-	if err != nil {
-		return Phase{}, fmt.Errorf("%s: %w", name, err)
-	}
-	defer closeOthers()
+	srv, others := sv.srv, sv.others
 	r.recv.reset()
 	if !sleep(ctx, serveSettle) {
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
@@ -578,7 +582,7 @@ func (r *runner) idle(ctx context.Context) (p Phase, err error) {
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
 	u := m.stop()
-	p = Phase{Name: name, Kind: KindIdle, Wall: time.Since(start), Received: r.recv.ok.Load(), where: fs.where}
+	p := Phase{Name: name, Kind: KindIdle, Wall: time.Since(start), Received: r.recv.ok.Load(), where: sv.where}
 	if p.Received != 0 {
 		return Phase{}, fmt.Errorf("%s: the receiver got %d requests from a server with no submissions", name, p.Received)
 	}
