@@ -137,17 +137,28 @@ const claimFairSQL = `
 // The reads pickFair makes: the window of the oldest due rows, the enabled
 // endpoints, and one endpoint's oldest due rows.
 const (
-	dueWindowSQL = `SELECT id, endpoint_id, next_attempt_at
+	dueWindowSQL = `SELECT id, endpoint_id, next_attempt_at FROM (
+			SELECT id, endpoint_id, next_attempt_at
+			FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
+			WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
+			ORDER BY next_attempt_at, id LIMIT :bound)
+		WHERE endpoint_id NOT IN (SELECT value FROM json_each(:full))
+		ORDER BY next_attempt_at, id LIMIT :window`
+	// dueCountSQL counts the due rows, up to :bound: whether a bounded
+	// look saw them all.
+	dueCountSQL = `SELECT count(*) FROM (SELECT 1
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
 		WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
-			AND endpoint_id NOT IN (SELECT value FROM json_each(:full))
-		ORDER BY next_attempt_at, id LIMIT :window`
+		LIMIT :bound)`
 	enabledEndpointsSQL = `SELECT id FROM webhook_endpoints WHERE disabled_at IS NULL`
 	endpointDueSQL      = `SELECT id, next_attempt_at
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_endpoint_due
 		WHERE endpoint_id = :endpoint AND state = 'pending' AND held = 0 AND next_attempt_at <= :now
 		ORDER BY next_attempt_at, id LIMIT :room`
 )
+
+// skipScanFactor bounds the second look's scan, in windows (see pickFair).
+const skipScanFactor = 4
 
 // pickFair chooses which pending rows a claim with a share takes: from a
 // window of the oldest due rows, each endpoint's first ones up to its room;
@@ -159,6 +170,11 @@ const (
 // so the others are found however long the backlog ahead of them. Every
 // pick is a prefix of an endpoint's due rows, so every endpoint stays
 // within its room.
+//
+// The second look's scan is bounded at skipScanFactor windows: leaving out
+// the endpoints without room is a filter, so behind a backlog of theirs (a
+// drain, where every endpoint holds its room) it would step over every
+// due row; past the bound the probe per endpoint is cheaper.
 func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
 	type due struct {
 		id   string
@@ -179,8 +195,12 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 		}
 	}
 	window := storage.ClaimWindow(p.Limit)
-	for _, skip := range [][]string{{}, noRoom} {
-		rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window), sql.Named("full", jsonList(skip)))
+	for _, look := range []struct {
+		skip  []string
+		bound int
+	}{{[]string{}, window}, {noRoom, skipScanFactor * window}} {
+		rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window),
+			sql.Named("full", jsonList(look.skip)), sql.Named("bound", look.bound))
 		if err != nil {
 			return nil, err
 		}
@@ -204,7 +224,17 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 		if err := rows.Err(); err != nil {
 			return nil, err
 		}
-		if full = walked == window && len(picked) < p.Limit; !full {
+		if full = walked == window && len(picked) < p.Limit; !full && walked < window && look.bound > window {
+			// The walk ended short of the window: at the end of the due
+			// rows, or at the bound of its scan, behind which the probe
+			// per endpoint finds the rest.
+			var scanned int
+			if err := tx.QueryRowContext(ctx, dueCountSQL, sql.Named("now", now), sql.Named("bound", look.bound)).Scan(&scanned); err != nil {
+				return nil, err
+			}
+			full = scanned == look.bound && len(picked) < p.Limit
+		}
+		if !full {
 			break
 		}
 	}
