@@ -342,36 +342,9 @@ func testEndpointCreateOnce(t *testing.T, b Backend) {
 	t.Run("concurrent creates with one key on independent connections make exactly one endpoint", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
-		stores := []storage.Store{f.db.Open(t), f.db.Open(t), f.db.Open(t), f.db.Open(t)}
-		const perStore = 4
-		var (
-			mu      sync.Mutex
-			results []storage.EndpointCreateResult
-			wg      sync.WaitGroup
-		)
-		errs := make(chan error, len(stores)*perStore)
-		begin := make(chan struct{})
-		for _, s := range stores {
-			for range perStore {
-				wg.Go(func() {
-					<-begin
-					res, err := create(f, s, "endpoint:race", "h", time.Time{})
-					if err != nil {
-						errs <- err
-						return
-					}
-					mu.Lock()
-					results = append(results, res)
-					mu.Unlock()
-				})
-			}
-		}
-		close(begin)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		results := race(t, f, func(s storage.Store) (storage.EndpointCreateResult, error) {
+			return create(f, s, "endpoint:race", "h", time.Time{})
+		})
 		created := 0
 		for _, r := range results {
 			if !r.Duplicate {
