@@ -156,13 +156,12 @@ func (h *handler) replayDelivery(w http.ResponseWriter, r *http.Request) error {
 	if key == "" {
 		d, err = h.store.DeliveryReplay(r.Context(), p)
 	} else {
-		hash, herr := requestHash(map[string]string{"delivery_id": id})
-		if herr != nil {
-			return herr
+		once, oerr := h.once(replayScope(key), map[string]string{"delivery_id": id})
+		if oerr != nil {
+			return oerr
 		}
 		var res storage.DeliveryReplayResult
-		res, err = h.store.DeliveryReplayOnce(r.Context(), storage.DeliveryReplayOnceParams{DeliveryReplayParams: p,
-			Once: storage.Once{IdempotencyKey: replayScope(key), RequestHash: hash, Window: h.keyWindow}})
+		res, err = h.store.DeliveryReplayOnce(r.Context(), storage.DeliveryReplayOnceParams{DeliveryReplayParams: p, Once: once})
 		d = res.Delivery
 		if err == nil && res.Duplicate {
 			w.Header().Set(HeaderIdempotentReplayed, "true")
@@ -233,13 +232,12 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 	} else {
 		// The request as filled in: leaving out a default and naming it
 		// are the same request.
-		hash, herr := requestHash(req)
-		if herr != nil {
-			return herr
+		once, oerr := h.once(replayManyScope(key), req)
+		if oerr != nil {
+			return oerr
 		}
 		var res storage.DeliveryReplayManyResult
-		res, err = h.store.DeliveryReplayManyOnce(r.Context(), storage.DeliveryReplayManyOnceParams{DeliveryReplayManyParams: p,
-			Once: storage.Once{IdempotencyKey: replayManyScope(key), RequestHash: hash, Window: h.keyWindow}})
+		res, err = h.store.DeliveryReplayManyOnce(r.Context(), storage.DeliveryReplayManyOnceParams{DeliveryReplayManyParams: p, Once: once})
 		n = res.Count
 		if err == nil && res.Duplicate {
 			w.Header().Set(HeaderIdempotentReplayed, "true")

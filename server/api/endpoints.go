@@ -125,6 +125,16 @@ func requestHash(req any) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// once is the storage.Once of a keyed request: its key as scoped to its
+// route, the fingerprint of req, and the API's window.
+func (h *handler) once(scopedKey string, req any) (storage.Once, error) {
+	hash, err := requestHash(req)
+	if err != nil {
+		return storage.Once{}, err
+	}
+	return storage.Once{IdempotencyKey: scopedKey, RequestHash: hash, Window: h.keyWindow}, nil
+}
+
 // POST /v1/endpoints
 //
 // With an Idempotency-Key, a repeat of the request within the key's window
@@ -178,13 +188,12 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if key == "" {
 		created, err = h.store.EndpointCreate(r.Context(), ep)
 	} else {
-		hash, herr := requestHash(req)
-		if herr != nil {
-			return herr
+		once, oerr := h.once(endpointScope(key), req)
+		if oerr != nil {
+			return oerr
 		}
 		var res storage.EndpointCreateResult
-		res, err = h.store.EndpointCreateOnce(r.Context(), storage.EndpointCreateParams{
-			Endpoint: ep, Once: storage.Once{IdempotencyKey: endpointScope(key), RequestHash: hash, Window: h.keyWindow}})
+		res, err = h.store.EndpointCreateOnce(r.Context(), storage.EndpointCreateParams{Endpoint: ep, Once: once})
 		created = res.Endpoint
 		if errors.Is(err, storage.ErrDeleted) {
 			return &apiError{Status: http.StatusGone, Code: "endpoint_deleted", cause: err,
@@ -450,12 +459,11 @@ func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if key == "" {
 		rot, err = endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now)
 	} else {
-		hash, herr := requestHash(map[string]string{"endpoint_id": id})
-		if herr != nil {
-			return herr
+		once, oerr := h.once(rotateScope(key), map[string]string{"endpoint_id": id})
+		if oerr != nil {
+			return oerr
 		}
-		rot, err = endpoint.RotateSecretOnce(r.Context(), h.store, id, h.grace, now,
-			storage.Once{IdempotencyKey: rotateScope(key), RequestHash: hash, Window: h.keyWindow})
+		rot, err = endpoint.RotateSecretOnce(r.Context(), h.store, id, h.grace, now, once)
 		if errors.Is(err, endpoint.ErrSecretReplaced) {
 			return &apiError{Status: http.StatusConflict, Code: "secret_rotated", cause: err,
 				Message: fmt.Sprintf("the secret this %s's rotation of %s made was replaced by a later rotation, so it is not shown again (receivers given it would soon fail); rotate again with a new key to get a secret that signs",
