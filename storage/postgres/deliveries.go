@@ -122,13 +122,6 @@ WITH pending AS (
 )` + claimExpiredAndTake
 )
 
-// skipScanFactor bounds the second look's scan, in windows. Leaving out
-// the endpoints without room is a filter, not an index condition: behind
-// a backlog of theirs (a drain, where every endpoint holds its room) it
-// would read every due row, which cost 21 ms a claim at 100,000 due
-// rows. Past the bound the probe per endpoint is cheaper.
-const skipScanFactor = 4
-
 // pickFair chooses the pending rows a claim with a share takes: from the
 // window of the oldest due rows; while that window was full and still left
 // the claim short, from one of the same size that leaves out the endpoints
@@ -155,7 +148,7 @@ func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]
 	for _, look := range []struct {
 		skip  []string
 		bound int
-	}{{[]string{}, window}, {noRoom, skipScanFactor * window}} {
+	}{{[]string{}, window}, {noRoom, storage.ClaimSkipScan(p.Limit)}} {
 		var walked, scanned int
 		if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit, look.skip, look.bound).
 			Scan(&picked, &walked, &scanned); err != nil {

@@ -157,9 +157,6 @@ const (
 		ORDER BY next_attempt_at, id LIMIT :room`
 )
 
-// skipScanFactor bounds the second look's scan, in windows (see pickFair).
-const skipScanFactor = 4
-
 // pickFair chooses which pending rows a claim with a share takes: from a
 // window of the oldest due rows, each endpoint's first ones up to its room;
 // while that window was full and still left the claim short (the rows
@@ -171,10 +168,7 @@ const skipScanFactor = 4
 // pick is a prefix of an endpoint's due rows, so every endpoint stays
 // within its room.
 //
-// The second look's scan is bounded at skipScanFactor windows: leaving out
-// the endpoints without room is a filter, so behind a backlog of theirs (a
-// drain, where every endpoint holds its room) it would step over every
-// due row; past the bound the probe per endpoint is cheaper.
+// The second look's scan is bounded by storage.ClaimSkipScan.
 func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
 	type due struct {
 		id   string
@@ -198,7 +192,7 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 	for _, look := range []struct {
 		skip  []string
 		bound int
-	}{{[]string{}, window}, {noRoom, skipScanFactor * window}} {
+	}{{[]string{}, window}, {noRoom, storage.ClaimSkipScan(p.Limit)}} {
 		rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window),
 			sql.Named("full", jsonList(look.skip)), sql.Named("bound", look.bound))
 		if err != nil {

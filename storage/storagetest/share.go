@@ -81,6 +81,9 @@ func testShare(t *testing.T, b Backend) {
 	for _, c := range []struct{ backlog, room int }{
 		{storage.ClaimWindow(2) + 20, 0},
 		{16*storage.ClaimWindow(2) + 20, 0},
+		// Exactly as many as the second look scans (limit 3, below): the
+		// rest is behind the bound.
+		{storage.ClaimSkipScan(3), 0},
 		{storage.ClaimWindow(2) + 20, 1},
 	} {
 		t.Run(fmt.Sprintf("behind a backlog of %d of an endpoint with room %d, the other endpoints are still found", c.backlog, c.room), func(t *testing.T) {
