@@ -53,6 +53,11 @@ func (p DeliveryClaimParams) Validate() error {
 				return fmt.Errorf("%w: claim share room of endpoint %s must not be negative, got %d", ErrInvalid, id, r)
 			}
 		}
+		for id, r := range p.Share.TopUp {
+			if r < 0 {
+				return fmt.Errorf("%w: claim share top-up of endpoint %s must not be negative, got %d", ErrInvalid, id, r)
+			}
+		}
 	}
 	return nil
 }

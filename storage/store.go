@@ -364,6 +364,13 @@ type ClaimShare struct {
 	Default int
 	// Room gives the endpoints it names a room of their own; 0 takes none.
 	Room map[string]int
+	// TopUp lets the endpoints it names take this many more past their
+	// room, only for what of the limit the rooms leave: the claim first
+	// takes every endpoint's oldest due up to its room, then fills the
+	// rest with the next oldest due of these. So an endpoint that filled
+	// its room may use every sender when nothing else is due, in the same
+	// claim that looks for anything else due first.
+	TopUp map[string]int
 }
 
 // ClaimWindow is how many of the oldest due rows a claim with a share
@@ -385,6 +392,10 @@ func (s *ClaimShare) RoomOf(id string) int {
 	}
 	return s.Default
 }
+
+// Most is the most a claim with s takes of the endpoint with id: its room
+// and its top-up.
+func (s *ClaimShare) Most(id string) int { return s.RoomOf(id) + s.TopUp[id] }
 
 // DeliveryCompleteParams ends a claim with the outcome of the owner's request.
 type DeliveryCompleteParams struct {

@@ -65,15 +65,16 @@ ORDER BY d.next_attempt_at, d.id`
 // endpoint's first rows up to its room ($3, $4: endpoint ids and rooms;
 // $5: the room of the rest), at most $6; it also says how many rows it
 // walked and scanned, so the caller knows whether rows beyond the window
-// or the scan were left unseen. pickByEndpointSQL looks
-// endpoint by endpoint instead, one probe of webhook_deliveries_endpoint_due
-// for each enabled endpoint with room, for when even the window that
-// leaves out the full endpoints is filled by rows of endpoints with too
-// little room. Both pick a
-// prefix of each endpoint's due rows, so their union keeps each endpoint
-// within its room. claimPickedSQL then claims the picked rows that are
-// still claimable, skipping those another claim holds, with the oldest
-// expired leases, as claimSQL does.
+// or the scan were left unseen. pickByEndpointSQL looks endpoint by
+// endpoint instead, one probe of webhook_deliveries_endpoint_due for each
+// enabled endpoint with room or top-up ($5, $6: endpoint ids and top-ups;
+// $7: only those with a top-up), for when the window was filled by rows of
+// endpoints with too little room, or to find the top-ups; it returns the
+// rows within each endpoint's room and those past it apart, oldest due
+// first. Both pick a prefix of each endpoint's due rows, so their union
+// keeps each endpoint within its room. claimPickedSQL then claims the
+// picked rows that are still claimable, skipping those another claim
+// holds, with the oldest expired leases, as claimSQL does.
 const (
 	pickWindowSQL = `
 WITH room AS (
@@ -101,17 +102,25 @@ SELECT coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM picked),
 	pickByEndpointSQL = `
 WITH room AS (
 	SELECT * FROM unnest($2::text[], $3::integer[]) AS r(endpoint_id, room)
+), top AS (
+	SELECT * FROM unnest($5::text[], $6::integer[]) AS t(endpoint_id, extra)
+), found AS (
+	SELECT c.id, c.next_attempt_at, c.rn <= coalesce(r.room, $4) AS within
+	FROM webhook_endpoints AS ep
+	LEFT JOIN room AS r ON r.endpoint_id = ep.id
+	LEFT JOIN top AS t ON t.endpoint_id = ep.id
+	CROSS JOIN LATERAL (
+		SELECT d.id, d.next_attempt_at, row_number() OVER (ORDER BY d.next_attempt_at, d.id) AS rn
+		FROM webhook_deliveries AS d
+		WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND NOT d.held
+			AND d.next_attempt_at <= coalesce($1::timestamptz, now())
+		ORDER BY d.next_attempt_at, d.id
+		LIMIT coalesce(r.room, $4) + coalesce(t.extra, 0)) AS c
+	WHERE ep.disabled_at IS NULL AND coalesce(r.room, $4) + coalesce(t.extra, 0) > 0
+		AND (NOT $7::boolean OR t.endpoint_id IS NOT NULL)
 )
-SELECT coalesce(array_agg(c.id ORDER BY c.next_attempt_at, c.id), '{}')
-FROM webhook_endpoints AS ep
-LEFT JOIN room AS r ON r.endpoint_id = ep.id
-CROSS JOIN LATERAL (
-	SELECT d.id, d.next_attempt_at FROM webhook_deliveries AS d
-	WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND NOT d.held
-		AND d.next_attempt_at <= coalesce($1::timestamptz, now())
-	ORDER BY d.next_attempt_at, d.id
-	LIMIT coalesce(r.room, $4)) AS c
-WHERE ep.disabled_at IS NULL AND coalesce(r.room, $4) > 0`
+SELECT coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM found WHERE within), '{}'),
+	coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM found WHERE NOT within), '{}')`
 	claimPickedSQL = `
 WITH pending AS (
 	SELECT id, next_attempt_at FROM webhook_deliveries
@@ -122,52 +131,63 @@ WITH pending AS (
 )` + claimExpiredAndTake
 )
 
-// pickFair chooses the pending rows a claim with a share takes: from the
-// window of the oldest due rows; while that window was full and still left
-// the claim short, from one of the same size that leaves out the endpoints
-// without room as it walks (stepping over their rows piled up ahead); then,
-// if that too was full and short, endpoint by endpoint, which finds the
-// rest behind any backlog at one index probe per endpoint.
+// pickFair chooses the pending rows a claim with a share takes. It looks
+// first at a window of the oldest due rows, leaving out as it walks the
+// endpoints without room (stepping over their rows piled up ahead, within
+// a bounded scan). When that window was full, or its scan hit the bound,
+// and still left the claim short, it looks endpoint by endpoint, which
+// finds the rest behind any backlog at one index probe per endpoint. What
+// the rooms leave of the limit goes to the top-ups, found endpoint by
+// endpoint too, in the same statement when the rooms needed it.
 func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]string, error) {
 	sh := p.Share
 	ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
-	for id, r := range sh.Room {
-		ids, rooms = append(ids, id), append(rooms, int32(r))
-	}
-	// The second look leaves out, in the walk itself, the endpoints that
-	// have no room at all: their rows piled up ahead cost an index step
-	// each, not a row through the window function.
 	noRoom := []string{}
 	for id, r := range sh.Room {
+		ids, rooms = append(ids, id), append(rooms, int32(r))
 		if r == 0 {
 			noRoom = append(noRoom, id)
 		}
 	}
-	window := storage.ClaimWindow(p.Limit)
-	var picked []string
-	for _, look := range []struct {
-		skip  []string
-		bound int
-	}{{[]string{}, window}, {noRoom, storage.ClaimSkipScan(p.Limit)}} {
-		var walked, scanned int
-		if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit, look.skip, look.bound).
-			Scan(&picked, &walked, &scanned); err != nil {
-			return nil, err
-		}
-		// Complete when full, or when the walk saw every due row it
-		// could: fewer than the window passed the skip and the scan
-		// reached the end of the due rows before its bound.
-		if len(picked) == p.Limit || (walked < window && scanned < look.bound) {
-			return picked, nil
+	topIDs, tops := make([]string, 0, len(sh.TopUp)), make([]int32, 0, len(sh.TopUp))
+	for id, n := range sh.TopUp {
+		if n > 0 {
+			topIDs, tops = append(topIDs, id), append(tops, int32(n))
 		}
 	}
-	var found []string
-	if err := tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default).Scan(&found); err != nil {
+	window, bound := storage.ClaimWindow(p.Limit), storage.ClaimWindow(p.Limit)
+	if len(noRoom) > 0 {
+		bound = storage.ClaimSkipScan(p.Limit)
+	}
+	var (
+		picked          []string
+		walked, scanned int
+	)
+	if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit, noRoom, bound).
+		Scan(&picked, &walked, &scanned); err != nil {
 		return nil, err
 	}
-	// found holds every row picked from the window too: each is a prefix
-	// of its endpoint's due rows, in the same order.
-	return found, nil
+	// The window saw every due row it could when fewer than the window
+	// passed the skip and the scan reached the end of the due rows before
+	// its bound.
+	sawAll := walked < window && scanned < bound
+	if len(picked) == p.Limit || sawAll && len(topIDs) == 0 {
+		return picked, nil
+	}
+	var within, past []string
+	if err := tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, sawAll).
+		Scan(&within, &past); err != nil {
+		return nil, err
+	}
+	// Looked at endpoint by endpoint, every endpoint's rows within its
+	// room are found, the window's among them: each is a prefix of its
+	// endpoint's due rows. Looked at for the top-ups only, the window's
+	// are those within the rooms.
+	if !sawAll {
+		picked = within
+	}
+	picked = picked[:min(len(picked), p.Limit)]
+	return append(picked, past[:min(len(past), p.Limit-len(picked))]...), nil
 }
 
 // DeliveryClaim claims up to p.Limit claimable deliveries, oldest due first,

@@ -1,11 +1,13 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -154,138 +156,158 @@ const (
 	endpointDueSQL      = `SELECT id, next_attempt_at
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_endpoint_due
 		WHERE endpoint_id = :endpoint AND state = 'pending' AND held = 0 AND next_attempt_at <= :now
+			AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE id = :endpoint AND disabled_at IS NULL)
 		ORDER BY next_attempt_at, id LIMIT :room`
 )
 
 // pickFair chooses which pending rows a claim with a share takes: from a
-// window of the oldest due rows, each endpoint's first ones up to its room;
-// while that window was full and still left the claim short (the rows
-// ahead belong to endpoints without room), from a window of the same size
-// that leaves out the endpoints without room as it walks; and if that too
-// was full and short (endpoints with a little room and a long backlog),
-// endpoint by endpoint, one probe of webhook_deliveries_endpoint_due each,
-// so the others are found however long the backlog ahead of them. Every
-// pick is a prefix of an endpoint's due rows, so every endpoint stays
-// within its room.
-//
-// The second look's scan is bounded by storage.ClaimSkipScan.
+// window of the oldest due rows, each endpoint's first ones up to its room,
+// leaving out as it walks the endpoints without room (their rows piled up
+// ahead cost an index step each, not a row read into Go, within a scan
+// bounded by storage.ClaimSkipScan); and if that window was full, or its
+// scan hit the bound, and still left the claim short (endpoints with a
+// little room and a long backlog), endpoint by endpoint, one probe of
+// webhook_deliveries_endpoint_due each, so the others are found however
+// long the backlog ahead of them. What the rooms leave of the limit goes to
+// the top-ups, found endpoint by endpoint too. Every pick is a prefix of an
+// endpoint's due rows, so every endpoint stays within its room.
 func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
-	type due struct {
-		id   string
-		next int64
-	}
-	var (
-		picked []due
-		seen   = map[string]bool{}
-		full   bool
-	)
-	// The second look leaves out, in the walk itself, the endpoints that
-	// have no room at all: their rows piled up ahead cost an index step
-	// each, not a row read into Go.
 	noRoom := []string{}
 	for id, r := range p.Share.Room {
 		if r == 0 {
 			noRoom = append(noRoom, id)
 		}
 	}
-	window := storage.ClaimWindow(p.Limit)
-	for _, look := range []struct {
-		skip  []string
-		bound int
-	}{{[]string{}, window}, {noRoom, storage.ClaimSkipScan(p.Limit)}} {
-		rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window),
-			sql.Named("full", jsonList(look.skip)), sql.Named("bound", look.bound))
-		if err != nil {
+	window, bound := storage.ClaimWindow(p.Limit), storage.ClaimWindow(p.Limit)
+	if len(noRoom) > 0 {
+		bound = storage.ClaimSkipScan(p.Limit)
+	}
+	rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window),
+		sql.Named("full", jsonList(noRoom)), sql.Named("bound", bound))
+	if err != nil {
+		return nil, err
+	}
+	var picked []dueRow
+	taken := map[string]int{}
+	walked := 0
+	for rows.Next() {
+		var d dueRow
+		var endpoint string
+		if err := rows.Scan(&d.id, &endpoint, &d.next); err != nil {
+			rows.Close()
 			return nil, err
 		}
-		picked, seen = picked[:0], map[string]bool{}
-		taken := map[string]int{}
-		walked := 0
+		walked++
+		if len(picked) < p.Limit && taken[endpoint] < p.Share.RoomOf(endpoint) {
+			taken[endpoint]++
+			picked = append(picked, d)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// The window saw every due row it could when fewer than the window
+	// passed the skip and the scan reached the end of the due rows before
+	// its bound.
+	sawAll := walked < window
+	if sawAll && bound > window {
+		var scanned int
+		if err := tx.QueryRowContext(ctx, dueCountSQL, sql.Named("now", now), sql.Named("bound", bound)).Scan(&scanned); err != nil {
+			return nil, err
+		}
+		sawAll = scanned < bound
+	}
+	if len(picked) == p.Limit || sawAll && len(p.Share.TopUp) == 0 {
+		return dueIDs(picked), nil
+	}
+	within, past, err := pickByEndpoint(ctx, tx, p, now, sawAll)
+	if err != nil {
+		return nil, err
+	}
+	// Looked at endpoint by endpoint, every endpoint's rows within its
+	// room are found, the window's among them: each is a prefix of its
+	// endpoint's due rows. Looked at for the top-ups only, the window's
+	// are those within the rooms.
+	if !sawAll {
+		picked = within
+	}
+	sortDue(picked)
+	sortDue(past)
+	picked = picked[:min(len(picked), p.Limit)]
+	return dueIDs(append(picked, past[:min(len(past), p.Limit-len(picked))]...)), nil
+}
+
+// dueRow is a pending row pickFair may take, with when it is due.
+type dueRow struct {
+	id   string
+	next int64
+}
+
+func sortDue(rows []dueRow) {
+	slices.SortFunc(rows, func(a, b dueRow) int {
+		return cmp.Or(cmp.Compare(a.next, b.next), strings.Compare(a.id, b.id))
+	})
+}
+
+func dueIDs(rows []dueRow) []string {
+	out := make([]string, len(rows))
+	for i, d := range rows {
+		out[i] = d.id
+	}
+	return out
+}
+
+// pickByEndpoint probes each enabled endpoint's due rows (or, with
+// topUpsOnly, each of those with a top-up) up to the most the claim takes
+// of it, and returns those within its room and those past it apart.
+func pickByEndpoint(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64, topUpsOnly bool) (within, past []dueRow, err error) {
+	var ids []string
+	if topUpsOnly {
+		for id := range p.Share.TopUp {
+			ids = append(ids, id)
+		}
+	} else if ids, err = enabledEndpoints(ctx, tx); err != nil {
+		return nil, nil, err
+	}
+	for _, endpoint := range ids {
+		most := p.Share.Most(endpoint)
+		if most == 0 {
+			continue
+		}
+		// A top-up endpoint that was disabled has no due rows to give:
+		// the probe asks for enabled ones only.
+		rows, err := tx.QueryContext(ctx, endpointDueSQL, sql.Named("endpoint", endpoint), sql.Named("now", now), sql.Named("room", most))
+		if err != nil {
+			return nil, nil, err
+		}
+		rank := 0
 		for rows.Next() {
-			var d due
-			var endpoint string
-			if err := rows.Scan(&d.id, &endpoint, &d.next); err != nil {
+			var d dueRow
+			if err := rows.Scan(&d.id, &d.next); err != nil {
 				rows.Close()
-				return nil, err
+				return nil, nil, err
 			}
-			walked++
-			if len(picked) < p.Limit && taken[endpoint] < p.Share.RoomOf(endpoint) {
-				taken[endpoint]++
-				picked, seen[d.id] = append(picked, d), true
+			if rank++; rank <= p.Share.RoomOf(endpoint) {
+				within = append(within, d)
+			} else {
+				past = append(past, d)
 			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		if full = walked == window && len(picked) < p.Limit; !full && walked < window && look.bound > window {
-			// The walk ended short of the window: at the end of the due
-			// rows, or at the bound of its scan, behind which the probe
-			// per endpoint finds the rest.
-			var scanned int
-			if err := tx.QueryRowContext(ctx, dueCountSQL, sql.Named("now", now), sql.Named("bound", look.bound)).Scan(&scanned); err != nil {
-				return nil, err
-			}
-			full = scanned == look.bound && len(picked) < p.Limit
-		}
-		if !full {
-			break
+			return nil, nil, err
 		}
 	}
-	if full {
-		endpoints, err := tx.QueryContext(ctx, enabledEndpointsSQL)
-		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for endpoints.Next() {
-			var id string
-			if err := endpoints.Scan(&id); err != nil {
-				endpoints.Close()
-				return nil, err
-			}
-			ids = append(ids, id)
-		}
-		endpoints.Close()
-		if err := endpoints.Err(); err != nil {
-			return nil, err
-		}
-		for _, endpoint := range ids {
-			room := p.Share.RoomOf(endpoint)
-			if room == 0 {
-				continue
-			}
-			rows, err := tx.QueryContext(ctx, endpointDueSQL, sql.Named("endpoint", endpoint), sql.Named("now", now), sql.Named("room", room))
-			if err != nil {
-				return nil, err
-			}
-			for rows.Next() {
-				var d due
-				if err := rows.Scan(&d.id, &d.next); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				if !seen[d.id] {
-					picked, seen[d.id] = append(picked, d), true
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return nil, err
-			}
-		}
+	return within, past, nil
+}
+
+func enabledEndpoints(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, enabledEndpointsSQL)
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(picked, func(i, j int) bool {
-		if picked[i].next != picked[j].next {
-			return picked[i].next < picked[j].next
-		}
-		return picked[i].id < picked[j].id
-	})
-	out := make([]string, 0, min(len(picked), p.Limit))
-	for _, d := range picked[:min(len(picked), p.Limit)] {
-		out = append(out, d.id)
-	}
-	return out, nil
+	return collectStrings(rows)
 }
 
 const endpointsByIDSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints

@@ -106,6 +106,38 @@ func testShare(t *testing.T, b Backend) {
 		})
 	}
 
+	// A top-up takes only what the rooms leave of the claim, its
+	// endpoint's next oldest due, up to the top-up; whether the rooms were
+	// found in the window or, behind a backlog, endpoint by endpoint.
+	for _, c := range []struct {
+		name                   string
+		backlog, room, top     int
+		limit                  int
+		wantBacklog, wantOther int
+	}{
+		{"the top-up fills what the rooms leave", 10, 0, 5, 6, 3, 3},
+		{"the top-up is bounded", 10, 0, 5, 10, 5, 3},
+		{"a top-up adds to a room", 10, 1, 2, 5, 2, 3},
+		{"no top-up is taken while the rooms fill the claim", 10, 1, 5, 4, 1, 3},
+		{"behind a backlog the scan does not reach, the top-up fills what the rooms leave", storage.ClaimSkipScan(6) + 20, 0, 5, 6, 3, 3},
+		{"behind a backlog the scan does not reach, a top-up adds to a room", storage.ClaimSkipScan(5) + 20, 1, 2, 5, 2, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, b)
+			eps, want := forms(f, c.backlog, 3)
+			backlog, other := eps[0].ID, eps[1].ID
+			got := perEndpoint(claimShare(f, f.store, c.limit, storage.ClaimShare{
+				Default: 3, Room: map[string]int{backlog: c.room}, TopUp: map[string]int{backlog: c.top}}))
+			if !slices.Equal(got[other], want[other][:c.wantOther]) {
+				t.Errorf("the other endpoint got %v, want its oldest %d first: %v", got[other], c.wantOther, want[other][:c.wantOther])
+			}
+			if !slices.Equal(got[backlog], want[backlog][:c.wantBacklog]) {
+				t.Errorf("the endpoint with room %d and top-up %d got %v, want its oldest %d", c.room, c.top, got[backlog], c.wantBacklog)
+			}
+		})
+	}
+
 	t.Run("a disabled endpoint's deliveries are not claimed through a share", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
@@ -116,12 +148,16 @@ func testShare(t *testing.T, b Backend) {
 		if len(got) != 0 {
 			t.Errorf("claimed %v, want none: one endpoint has no room, the other is disabled (%v)", claimIDs(got), want[eps[1].ID])
 		}
+		got = claimShare(f, f.store, limit, storage.ClaimShare{Room: map[string]int{eps[0].ID: 0}, TopUp: map[string]int{eps[1].ID: limit}})
+		if len(got) != 0 {
+			t.Errorf("claimed %v, want none: one endpoint has no room, the other is disabled and topped up (%v)", claimIDs(got), want[eps[1].ID])
+		}
 	})
 
 	t.Run("a negative room is refused", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
-		for _, share := range []storage.ClaimShare{{Default: -1}, {Room: map[string]int{"ep_x": -2}}} {
+		for _, share := range []storage.ClaimShare{{Default: -1}, {Room: map[string]int{"ep_x": -2}}, {TopUp: map[string]int{"ep_x": -1}}} {
 			_, err := f.store.DeliveryClaim(f.ctx, storage.DeliveryClaimParams{Limit: 1, Lease: lease, Now: f.now, Share: &share})
 			if !errors.Is(err, storage.ErrInvalid) {
 				t.Errorf("share %+v: %v, want ErrInvalid", share, err)
