@@ -234,7 +234,7 @@ func New(store Store, sender Sender, cfg Config, log *slog.Logger) (*Pool, error
 	return &Pool{
 		store: store, sender: sender, cfg: cfg, log: log, now: time.Now,
 		tracer: cfg.TracerProvider.Tracer(telemetry.ScopeName), traced: !isNoop(cfg.TracerProvider), metrics: cfg.Metrics,
-		share: newFairShare(cfg.Concurrency, cfg.EndpointShare, time.Now),
+		share: newFairShare(cfg.Concurrency, cfg.BatchSize, cfg.EndpointShare, time.Now),
 		freed: make(chan struct{}, 1),
 	}, nil
 }
@@ -414,40 +414,26 @@ func (p *Pool) idle(ctx context.Context, wake <-chan struct{}, last time.Time, t
 	return true
 }
 
-// claim claims up to n deliveries within the endpoints' fair share, then,
-// when that left the claim short, tops it up from the trusted endpoints
-// that filled their room: with nothing else due, one endpoint may use every
-// sender. The claims count as held from here until process is done with
-// them. capped reports whether the share may have left due deliveries
-// behind: an endpoint had no room, or filled what it was given.
+// claim claims up to n deliveries within the endpoints' fair share, in
+// one claim that tops what the rooms leave of it up from the quick
+// endpoints that filled their room: with nothing else due, one endpoint
+// may use every sender. The claims count as held from here until process
+// is done with them. capped reports whether a short claim may have left
+// due deliveries behind: an endpoint had no room, or filled what it was
+// given.
 func (p *Pool) claim(ctx context.Context, n int) (claims []storage.Claim, capped bool, err error) {
 	if p.cfg.EndpointShare >= 1 {
 		// The share is off: the oldest due, whoever they go to.
 		claims, err = p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease})
 		return claims, false, err
 	}
-	rooms := p.share.rooms()
-	claims, err = p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: rooms})
+	share := p.share.claimShare()
+	claims, err = p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: share})
 	if err != nil {
 		return nil, false, err
 	}
 	p.share.claimed(claims)
-	if len(claims) == n {
-		return claims, false, nil
-	}
-	capped = filled(rooms, claims)
-	more := p.share.topUp()
-	if more == nil {
-		return claims, capped, nil
-	}
-	extra, err := p.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: n - len(claims), Lease: p.cfg.Lease, Share: more})
-	if err != nil {
-		// What the first statement claimed is this process's to send.
-		p.log.Warn("topping up a claim failed; sending what was claimed", "error", err)
-		return claims, capped, nil
-	}
-	p.share.claimed(extra)
-	return append(claims, extra...), capped || filled(more, extra), nil
+	return claims, len(claims) < n && filled(share, claims), nil
 }
 
 // recorder records outcomes off the senders' path: a sender hands its

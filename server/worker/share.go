@@ -27,9 +27,10 @@ const slowSend = time.Second
 //     senders with requests that may hang.
 //   - quick: its last send finished within slowSend and none under way has
 //     taken longer. It may hold its room, Concurrency × EndpointShare
-//     senders (at least one), while other endpoints have due work; when a
-//     claim finds too little else due, it is topped up from the quick
-//     endpoints that filled their room, so one alone uses every sender.
+//     senders (at least one), while other endpoints have due work; what a
+//     claim finds too little else due for is topped up from the quick
+//     endpoints that filled their room, up to every sender and a full
+//     queue in front of them, so one alone keeps every sender busy.
 //   - slow: its last send took slowSend or more, or one under way has. All
 //     slow endpoints together hold at most one room, so a handful that hang
 //     cannot take the senders from the rest.
@@ -38,10 +39,10 @@ const slowSend = time.Second
 // back) is over. Each process keeps its own account: with several
 // processes on one PostgreSQL, the rule holds for the senders of each.
 type fairShare struct {
-	senders int // the process's senders: Concurrency
-	room    int // one endpoint's room while others have due work
-	slow    int // the senders slow endpoints share: one room
-	now     func() time.Time
+	most int // what one quick endpoint may hold alone: senders and queue
+	room int // one endpoint's room while others have due work
+	slow int // the senders slow endpoints share: one room
+	now  func() time.Time
 
 	mu        sync.Mutex
 	endpoints map[string]*endpointLoad
@@ -89,10 +90,12 @@ func (l *endpointLoad) pace(now time.Time) endpointPace {
 	return paceQuick
 }
 
-func newFairShare(senders int, share float64, now func() time.Time) *fairShare {
+// newFairShare is the share of a process with senders senders and a queue
+// of claims waiting for them that holds queued.
+func newFairShare(senders, queued int, share float64, now func() time.Time) *fairShare {
 	room := max(1, int(math.Floor(float64(senders)*share)))
 	return &fairShare{
-		senders:   senders,
+		most:      senders + queued,
 		room:      room,
 		slow:      room,
 		now:       now,
@@ -100,10 +103,13 @@ func newFairShare(senders int, share float64, now func() time.Time) *fairShare {
 	}
 }
 
-// rooms is the share of a claim while other endpoints may have due work:
-// one sender for a new endpoint (and for one this process does not know),
-// each other endpoint up to its room, the slow ones within what they share.
-func (f *fairShare) rooms() *storage.ClaimShare {
+// claimShare is the share of the next claim. Its rooms are for while other
+// endpoints may have due work: one sender for a new endpoint (and for one
+// this process does not know), each other endpoint up to its room, the
+// slow ones within what they share. Its top-ups are for what the rooms
+// leave of the claim: the quick endpoints that filled their room may take
+// up to what one endpoint may hold alone.
+func (f *fairShare) claimShare() *storage.ClaimShare {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
@@ -126,6 +132,12 @@ func (f *fairShare) rooms() *storage.ClaimShare {
 			} else if f.room != 1 {
 				s.Room[id] = f.room
 			}
+			if l.held >= f.room && l.held < f.most {
+				if s.TopUp == nil {
+					s.TopUp = map[string]int{}
+				}
+				s.TopUp[id] = f.most - l.held
+			}
 		case paceSlow:
 			s.Room[id] = 0
 			slow = append(slow, id)
@@ -146,24 +158,6 @@ func (f *fairShare) rooms() *storage.ClaimShare {
 				slowLeft--
 				given = true
 			}
-		}
-	}
-	return s
-}
-
-// topUp is the share of a claim that rooms left short: the quick endpoints
-// that filled their room may take the rest; nil when none did.
-func (f *fairShare) topUp() *storage.ClaimShare {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := f.now()
-	var s *storage.ClaimShare
-	for id, l := range f.endpoints {
-		if l.held >= f.room && l.held < f.senders && l.pace(now) == paceQuick {
-			if s == nil {
-				s = &storage.ClaimShare{Room: map[string]int{}}
-			}
-			s.Room[id] = f.senders - l.held
 		}
 	}
 	return s
@@ -248,11 +242,12 @@ func (f *fairShare) waiting(capped bool, ended uint64) (missed bool) {
 }
 
 // filled reports whether a claim made with share s left an endpoint at or
-// past its room, so that due deliveries of it may have been left behind:
-// an endpoint given no room, or one that took all it was given.
+// past the most it could take, so that due deliveries of it may have been
+// left behind: an endpoint given nothing, or one that took all it was
+// given.
 func filled(s *storage.ClaimShare, claims []storage.Claim) bool {
-	for _, r := range s.Room {
-		if r == 0 {
+	for id := range s.Room {
+		if s.Most(id) == 0 {
 			return true
 		}
 	}
@@ -261,7 +256,7 @@ func filled(s *storage.ClaimShare, claims []storage.Claim) bool {
 		taken[c.Delivery.EndpointID]++
 	}
 	for id, n := range taken {
-		if n >= s.RoomOf(id) {
+		if n >= s.Most(id) {
 			return true
 		}
 	}
