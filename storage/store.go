@@ -385,6 +385,13 @@ func ClaimWindow(limit int) int { return 8 * limit }
 // on PostgreSQL). Past the bound the look endpoint by endpoint is cheaper.
 func ClaimSkipScan(limit int) int { return 4 * ClaimWindow(limit) }
 
+// ClaimProbeEndpoints is how many enabled endpoints there may be for a
+// claim with a share to look endpoint by endpoint first, one index probe
+// each, rather than at a window of the oldest due rows: up to about this
+// many, the probes cost less than the window's walk, which during a drain
+// steps over every endpoint's backlog that filled its room.
+const ClaimProbeEndpoints = 32
+
 // RoomOf is the room of the endpoint with id.
 func (s *ClaimShare) RoomOf(id string) int {
 	if r, ok := s.Room[id]; ok {

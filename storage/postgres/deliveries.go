@@ -68,10 +68,11 @@ ORDER BY d.next_attempt_at, d.id`
 // or the scan were left unseen. pickByEndpointSQL looks endpoint by
 // endpoint instead, one probe of webhook_deliveries_endpoint_due for each
 // enabled endpoint with room or top-up ($5, $6: endpoint ids and top-ups;
-// $7: only those with a top-up), for when the window was filled by rows of
-// endpoints with too little room, or to find the top-ups; it returns the
-// rows within each endpoint's room and those past it apart, oldest due
-// first. Both pick a prefix of each endpoint's due rows, so their union
+// $7: only those with a top-up), when there are at most $8 enabled
+// endpoints (0: however many), for when there are few, when the window was
+// filled by rows of endpoints with too little room, or to find the
+// top-ups; it returns the rows within each endpoint's room and those past
+// it apart, oldest due first, and whether it looked. Both pick a prefix of each endpoint's due rows, so their union
 // keeps each endpoint within its room. claimPickedSQL then claims the
 // picked rows that are still claimable, skipping those another claim
 // holds, with the oldest expired leases, as claimSQL does.
@@ -100,7 +101,10 @@ WITH room AS (
 SELECT coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM picked), '{}'),
 	(SELECT count(*) FROM walk), (SELECT count(*) FROM scanned)`
 	pickByEndpointSQL = `
-WITH room AS (
+WITH few AS (
+	SELECT $8::integer = 0 OR count(*) <= $8::integer AS ok
+	FROM (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL LIMIT $8::integer + 1) AS e
+), room AS (
 	SELECT * FROM unnest($2::text[], $3::integer[]) AS r(endpoint_id, room)
 ), top AS (
 	SELECT * FROM unnest($5::text[], $6::integer[]) AS t(endpoint_id, extra)
@@ -116,11 +120,12 @@ WITH room AS (
 			AND d.next_attempt_at <= coalesce($1::timestamptz, now())
 		ORDER BY d.next_attempt_at, d.id
 		LIMIT coalesce(r.room, $4) + coalesce(t.extra, 0)) AS c
-	WHERE ep.disabled_at IS NULL AND coalesce(r.room, $4) + coalesce(t.extra, 0) > 0
+	WHERE (SELECT ok FROM few) AND ep.disabled_at IS NULL AND coalesce(r.room, $4) + coalesce(t.extra, 0) > 0
 		AND (NOT $7::boolean OR t.endpoint_id IS NOT NULL)
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM found WHERE within), '{}'),
-	coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM found WHERE NOT within), '{}')`
+	coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM found WHERE NOT within), '{}'),
+	(SELECT ok FROM few)`
 	claimPickedSQL = `
 WITH pending AS (
 	SELECT id, next_attempt_at FROM webhook_deliveries
@@ -131,14 +136,15 @@ WITH pending AS (
 )` + claimExpiredAndTake
 )
 
-// pickFair chooses the pending rows a claim with a share takes. It looks
-// first at a window of the oldest due rows, leaving out as it walks the
-// endpoints without room (stepping over their rows piled up ahead, within
-// a bounded scan). When that window was full, or its scan hit the bound,
-// and still left the claim short, it looks endpoint by endpoint, which
-// finds the rest behind any backlog at one index probe per endpoint. What
-// the rooms leave of the limit goes to the top-ups, found endpoint by
-// endpoint too, in the same statement when the rooms needed it.
+// pickFair chooses the pending rows a claim with a share takes. With few
+// enabled endpoints (storage.ClaimProbeEndpoints) it looks endpoint by
+// endpoint, one index probe each. With more, it looks first at a window of
+// the oldest due rows, leaving out as it walks the endpoints without room
+// (stepping over their rows piled up ahead, within a bounded scan); when
+// that window was full, or its scan hit the bound, and still left the
+// claim short, endpoint by endpoint, which finds the rest behind any
+// backlog. What the rooms leave of the limit goes to the top-ups, found
+// endpoint by endpoint too, in the same statement when the rooms needed it.
 func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]string, error) {
 	sh := p.Share
 	ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
@@ -155,6 +161,19 @@ func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]
 			topIDs, tops = append(topIDs, id), append(tops, int32(n))
 		}
 	}
+	// byEndpoint looks endpoint by endpoint: at the top-ups only, or at
+	// every enabled endpoint when there are at most most of them (0: any
+	// number); looked reports whether it did.
+	byEndpoint := func(topUpsOnly bool, most int) (within, past []string, looked bool, err error) {
+		err = tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, topUpsOnly, most).
+			Scan(&within, &past, &looked)
+		return within, past, looked, err
+	}
+	within, past, looked, err := byEndpoint(false, storage.ClaimProbeEndpoints)
+	if err != nil || looked {
+		return fairPick(within, past, p.Limit), err
+	}
+
 	window, bound := storage.ClaimWindow(p.Limit), storage.ClaimWindow(p.Limit)
 	if len(noRoom) > 0 {
 		bound = storage.ClaimSkipScan(p.Limit)
@@ -174,20 +193,25 @@ func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]
 	if len(picked) == p.Limit || sawAll && len(topIDs) == 0 {
 		return picked, nil
 	}
-	var within, past []string
-	if err := tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, sawAll).
-		Scan(&within, &past); err != nil {
+	if within, past, _, err = byEndpoint(sawAll, 0); err != nil {
 		return nil, err
 	}
 	// Looked at endpoint by endpoint, every endpoint's rows within its
 	// room are found, the window's among them: each is a prefix of its
 	// endpoint's due rows. Looked at for the top-ups only, the window's
 	// are those within the rooms.
-	if !sawAll {
-		picked = within
+	if sawAll {
+		within = picked
 	}
-	picked = picked[:min(len(picked), p.Limit)]
-	return append(picked, past[:min(len(past), p.Limit-len(picked))]...), nil
+	return fairPick(within, past, p.Limit), nil
+}
+
+// fairPick is what a claim of limit takes of the rows within the rooms and
+// those past them, each oldest due first: the rooms' first, then the
+// top-ups' to the limit.
+func fairPick(within, past []string, limit int) []string {
+	within = within[:min(len(within), limit)]
+	return append(within, past[:min(len(past), limit-len(within))]...)
 }
 
 // DeliveryClaim claims up to p.Limit claimable deliveries, oldest due first,

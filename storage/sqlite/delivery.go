@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -152,7 +153,7 @@ const (
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
 		WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
 		LIMIT :bound)`
-	enabledEndpointsSQL = `SELECT id FROM webhook_endpoints WHERE disabled_at IS NULL`
+	enabledEndpointsSQL = `SELECT id FROM webhook_endpoints WHERE disabled_at IS NULL LIMIT :limit`
 	endpointDueSQL      = `SELECT id, next_attempt_at
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_endpoint_due
 		WHERE endpoint_id = :endpoint AND state = 'pending' AND held = 0 AND next_attempt_at <= :now
@@ -160,18 +161,31 @@ const (
 		ORDER BY next_attempt_at, id LIMIT :room`
 )
 
-// pickFair chooses which pending rows a claim with a share takes: from a
-// window of the oldest due rows, each endpoint's first ones up to its room,
-// leaving out as it walks the endpoints without room (their rows piled up
-// ahead cost an index step each, not a row read into Go, within a scan
-// bounded by storage.ClaimSkipScan); and if that window was full, or its
-// scan hit the bound, and still left the claim short (endpoints with a
-// little room and a long backlog), endpoint by endpoint, one probe of
-// webhook_deliveries_endpoint_due each, so the others are found however
-// long the backlog ahead of them. What the rooms leave of the limit goes to
-// the top-ups, found endpoint by endpoint too. Every pick is a prefix of an
-// endpoint's due rows, so every endpoint stays within its room.
+// pickFair chooses which pending rows a claim with a share takes. With few
+// enabled endpoints (storage.ClaimProbeEndpoints) it looks endpoint by
+// endpoint, one probe of webhook_deliveries_endpoint_due each. With more,
+// it looks first at a window of the oldest due rows, each endpoint's first
+// ones up to its room, leaving out as it walks the endpoints without room
+// (their rows piled up ahead cost an index step each, not a row read into
+// Go, within a scan bounded by storage.ClaimSkipScan); and if that window
+// was full, or its scan hit the bound, and still left the claim short
+// (endpoints with a little room and a long backlog), endpoint by endpoint,
+// so the others are found however long the backlog ahead of them. What the
+// rooms leave of the limit goes to the top-ups, found endpoint by endpoint
+// too. Every pick is a prefix of an endpoint's due rows, so every endpoint
+// stays within its room.
 func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
+	enabled, err := enabledEndpoints(ctx, tx, storage.ClaimProbeEndpoints+1)
+	if err != nil {
+		return nil, err
+	}
+	if len(enabled) <= storage.ClaimProbeEndpoints {
+		within, past, err := pickByEndpoint(ctx, tx, p, now, enabled)
+		if err != nil {
+			return nil, err
+		}
+		return fairPick(within, past, p.Limit), nil
+	}
 	noRoom := []string{}
 	for id, r := range p.Share.Room {
 		if r == 0 {
@@ -221,7 +235,13 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 	if len(picked) == p.Limit || sawAll && len(p.Share.TopUp) == 0 {
 		return dueIDs(picked), nil
 	}
-	within, past, err := pickByEndpoint(ctx, tx, p, now, sawAll)
+	probe := slices.Collect(maps.Keys(p.Share.TopUp))
+	if !sawAll {
+		if probe, err = enabledEndpoints(ctx, tx, 0); err != nil {
+			return nil, err
+		}
+	}
+	within, past, err := pickByEndpoint(ctx, tx, p, now, probe)
 	if err != nil {
 		return nil, err
 	}
@@ -229,13 +249,20 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 	// room are found, the window's among them: each is a prefix of its
 	// endpoint's due rows. Looked at for the top-ups only, the window's
 	// are those within the rooms.
-	if !sawAll {
-		picked = within
+	if sawAll {
+		within = picked
 	}
-	sortDue(picked)
+	return fairPick(within, past, p.Limit), nil
+}
+
+// fairPick is what a claim of limit takes of the rows within the rooms and
+// those past them: the rooms' first, oldest due first, then the top-ups'
+// to the limit.
+func fairPick(within, past []dueRow, limit int) []string {
+	sortDue(within)
 	sortDue(past)
-	picked = picked[:min(len(picked), p.Limit)]
-	return dueIDs(append(picked, past[:min(len(past), p.Limit-len(picked))]...)), nil
+	within = within[:min(len(within), limit)]
+	return dueIDs(append(within, past[:min(len(past), limit-len(within))]...))
 }
 
 // dueRow is a pending row pickFair may take, with when it is due.
@@ -258,18 +285,10 @@ func dueIDs(rows []dueRow) []string {
 	return out
 }
 
-// pickByEndpoint probes each enabled endpoint's due rows (or, with
-// topUpsOnly, each of those with a top-up) up to the most the claim takes
-// of it, and returns those within its room and those past it apart.
-func pickByEndpoint(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64, topUpsOnly bool) (within, past []dueRow, err error) {
-	var ids []string
-	if topUpsOnly {
-		for id := range p.Share.TopUp {
-			ids = append(ids, id)
-		}
-	} else if ids, err = enabledEndpoints(ctx, tx); err != nil {
-		return nil, nil, err
-	}
+// pickByEndpoint probes the due rows of each of the endpoints ids up to
+// the most the claim takes of it (none of a disabled one), and returns
+// those within its room and those past it apart.
+func pickByEndpoint(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64, ids []string) (within, past []dueRow, err error) {
 	for _, endpoint := range ids {
 		most := p.Share.Most(endpoint)
 		if most == 0 {
@@ -302,8 +321,13 @@ func pickByEndpoint(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimPara
 	return within, past, nil
 }
 
-func enabledEndpoints(ctx context.Context, tx *sql.Tx) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, enabledEndpointsSQL)
+// enabledEndpoints lists the enabled endpoints, at most limit of them (0:
+// all).
+func enabledEndpoints(ctx context.Context, tx *sql.Tx, limit int) ([]string, error) {
+	if limit == 0 {
+		limit = -1
+	}
+	rows, err := tx.QueryContext(ctx, enabledEndpointsSQL, sql.Named("limit", limit))
 	if err != nil {
 		return nil, err
 	}

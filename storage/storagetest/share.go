@@ -13,12 +13,27 @@ import (
 // testShare holds the claim's fair share between endpoints: a claim with a
 // share takes no endpoint past its room, still oldest due first, and finds
 // the other endpoints' deliveries however many of a full one's are due
-// ahead of them.
+// ahead of them. Every rule holds with few endpoints, which a store may
+// look at one by one, and with more than storage.ClaimProbeEndpoints,
+// where it looks at the oldest due first.
 func testShare(t *testing.T, b Backend) {
-	// forms creates an endpoint per form and n[i] deliveries to the i-th,
-	// one endpoint's after another, so the first endpoint's are due first.
+	for _, idle := range []int{0, storage.ClaimProbeEndpoints} {
+		t.Run(fmt.Sprintf("with %d more endpoints that have nothing due", idle), func(t *testing.T) {
+			t.Parallel()
+			testShareAmong(t, b, idle)
+		})
+	}
+}
+
+func testShareAmong(t *testing.T, b Backend, idle int) {
+	// forms creates idle endpoints for a form nothing is submitted to,
+	// then an endpoint per form and n[i] deliveries to the i-th, one
+	// endpoint's after another, so the first endpoint's are due first.
 	forms := func(f *fixture, n ...int) (eps []storage.Endpoint, byEndpoint map[string][]string) {
 		f.t.Helper()
+		for range idle {
+			f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{"form_idle"} })
+		}
 		byEndpoint = map[string][]string{}
 		for i := range n {
 			form := "form_" + string(rune('a'+i))
