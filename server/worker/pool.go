@@ -416,8 +416,7 @@ func (p *Pool) idle(ctx context.Context, wake <-chan struct{}, last time.Time, t
 
 // claim claims up to n deliveries within the endpoints' fair share, in
 // one claim that tops what the rooms leave of it up from the quick
-// endpoints that filled their room: with nothing else due, one endpoint
-// may use every sender. The claims count as held from here until process
+// endpoints: with nothing else due, one endpoint may use every sender. The claims count as held from here until process
 // is done with them. capped reports whether a short claim may have left
 // due deliveries behind: an endpoint had no room, or filled what it was
 // given.

@@ -29,8 +29,8 @@ const slowSend = time.Second
 //     taken longer. It may hold its room, Concurrency × EndpointShare
 //     senders (at least one), while other endpoints have due work; what a
 //     claim finds too little else due for is topped up from the quick
-//     endpoints that filled their room, up to every sender and a full
-//     queue in front of them, so one alone keeps every sender busy.
+//     endpoints, each up to every sender and a full queue in front of
+//     them, so one alone keeps every sender busy.
 //   - slow: its last send took slowSend or more, or one under way has. All
 //     slow endpoints together hold at most one room, so a handful that hang
 //     cannot take the senders from the rest.
@@ -107,8 +107,8 @@ func newFairShare(senders, queued int, share float64, now func() time.Time) *fai
 // endpoints may have due work: one sender for a new endpoint (and for one
 // this process does not know), each other endpoint up to its room, the
 // slow ones within what they share. Its top-ups are for what the rooms
-// leave of the claim: the quick endpoints that filled their room may take
-// up to what one endpoint may hold alone.
+// leave of the claim: past its room, a quick endpoint may take up to what
+// one endpoint may hold alone.
 func (f *fairShare) claimShare() *storage.ClaimShare {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -132,11 +132,11 @@ func (f *fairShare) claimShare() *storage.ClaimShare {
 			} else if f.room != 1 {
 				s.Room[id] = f.room
 			}
-			if l.held >= f.room && l.held < f.most {
+			if top := f.most - l.held - s.RoomOf(id); top > 0 {
 				if s.TopUp == nil {
 					s.TopUp = map[string]int{}
 				}
-				s.TopUp[id] = f.most - l.held
+				s.TopUp[id] = top
 			}
 		case paceSlow:
 			s.Room[id] = 0
