@@ -28,14 +28,21 @@ type endpointControl struct {
 // start held: it is paused, or they must wait their turn.
 func (c endpointControl) holdable() bool { return c.disabled || c.ordered }
 
+// endpointControlsSQL reads the controls of the endpoints in a JSON list.
+const endpointControlsSQL = `SELECT id, disabled_at IS NOT NULL, ordered, coalesce(failing_since, 0)
+	FROM webhook_endpoints WHERE id IN (SELECT value FROM json_each(?))`
+
 func endpointControls(ctx context.Context, tx *sql.Tx, ids []string) (map[string]endpointControl, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, disabled_at IS NOT NULL, ordered, coalesce(failing_since, 0)
-		FROM webhook_endpoints WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
+	return scanControls(tx.QueryContext(ctx, endpointControlsSQL, jsonList(ids)))
+}
+
+// scanControls reads what endpointControlsSQL returns.
+func scanControls(rows *sql.Rows, err error) (map[string]endpointControl, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := make(map[string]endpointControl, len(ids))
+	out := map[string]endpointControl{}
 	for rows.Next() {
 		var id string
 		var disabled, ordered int

@@ -174,13 +174,13 @@ const (
 // rooms leave of the limit goes to the top-ups, found endpoint by endpoint
 // too. Every pick is a prefix of an endpoint's due rows, so every endpoint
 // stays within its room.
-func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64) ([]string, error) {
-	enabled, err := enabledEndpoints(ctx, tx, storage.ClaimProbeEndpoints+1)
+func pickFair(ctx context.Context, st pickStmts, p storage.DeliveryClaimParams, now int64) ([]string, error) {
+	enabled, err := enabledEndpoints(ctx, st.enabled, storage.ClaimProbeEndpoints+1)
 	if err != nil {
 		return nil, err
 	}
 	if len(enabled) <= storage.ClaimProbeEndpoints {
-		within, past, err := pickByEndpoint(ctx, tx, p, now, enabled)
+		within, past, err := pickByEndpoint(ctx, st.due, p, now, enabled)
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +196,7 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 	if len(noRoom) > 0 {
 		bound = storage.ClaimSkipScan(p.Limit)
 	}
-	rows, err := tx.QueryContext(ctx, dueWindowSQL, sql.Named("now", now), sql.Named("window", window),
+	rows, err := st.window.QueryContext(ctx, sql.Named("now", now), sql.Named("window", window),
 		sql.Named("full", jsonList(noRoom)), sql.Named("bound", bound))
 	if err != nil {
 		return nil, err
@@ -227,7 +227,7 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 	sawAll := walked < window
 	if sawAll && bound > window {
 		var scanned int
-		if err := tx.QueryRowContext(ctx, dueCountSQL, sql.Named("now", now), sql.Named("bound", bound)).Scan(&scanned); err != nil {
+		if err := st.count.QueryRowContext(ctx, sql.Named("now", now), sql.Named("bound", bound)).Scan(&scanned); err != nil {
 			return nil, err
 		}
 		sawAll = scanned < bound
@@ -237,11 +237,11 @@ func pickFair(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, no
 	}
 	probe := slices.Collect(maps.Keys(p.Share.TopUp))
 	if !sawAll {
-		if probe, err = enabledEndpoints(ctx, tx, 0); err != nil {
+		if probe, err = enabledEndpoints(ctx, st.enabled, 0); err != nil {
 			return nil, err
 		}
 	}
-	within, past, err := pickByEndpoint(ctx, tx, p, now, probe)
+	within, past, err := pickByEndpoint(ctx, st.due, p, now, probe)
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +263,12 @@ func fairPick(within, past []dueRow, limit int) []string {
 	sortDue(past)
 	within = within[:min(len(within), limit)]
 	return dueIDs(append(within, past[:min(len(past), limit-len(within))]...))
+}
+
+// pickStmts are the statements pickFair runs, prepared in its transaction:
+// dueWindowSQL, dueCountSQL, enabledEndpointsSQL and endpointDueSQL.
+type pickStmts struct {
+	window, count, enabled, due *sql.Stmt
 }
 
 // dueRow is a pending row pickFair may take, with when it is due.
@@ -288,7 +294,7 @@ func dueIDs(rows []dueRow) []string {
 // pickByEndpoint probes the due rows of each of the endpoints ids up to
 // the most the claim takes of it (none of a disabled one), and returns
 // those within its room and those past it apart.
-func pickByEndpoint(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimParams, now int64, ids []string) (within, past []dueRow, err error) {
+func pickByEndpoint(ctx context.Context, due *sql.Stmt, p storage.DeliveryClaimParams, now int64, ids []string) (within, past []dueRow, err error) {
 	for _, endpoint := range ids {
 		most := p.Share.Most(endpoint)
 		if most == 0 {
@@ -296,7 +302,7 @@ func pickByEndpoint(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimPara
 		}
 		// A top-up endpoint that was disabled has no due rows to give:
 		// the probe asks for enabled ones only.
-		rows, err := tx.QueryContext(ctx, endpointDueSQL, sql.Named("endpoint", endpoint), sql.Named("now", now), sql.Named("room", most))
+		rows, err := due.QueryContext(ctx, sql.Named("endpoint", endpoint), sql.Named("now", now), sql.Named("room", most))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -323,11 +329,11 @@ func pickByEndpoint(ctx context.Context, tx *sql.Tx, p storage.DeliveryClaimPara
 
 // enabledEndpoints lists the enabled endpoints, at most limit of them (0:
 // all).
-func enabledEndpoints(ctx context.Context, tx *sql.Tx, limit int) ([]string, error) {
+func enabledEndpoints(ctx context.Context, enabled *sql.Stmt, limit int) ([]string, error) {
 	if limit == 0 {
 		limit = -1
 	}
-	rows, err := tx.QueryContext(ctx, enabledEndpointsSQL, sql.Named("limit", limit))
+	rows, err := enabled.QueryContext(ctx, sql.Named("limit", limit))
 	if err != nil {
 		return nil, err
 	}
@@ -348,11 +354,11 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	claim := claimSQL
+	queries := []string{claimSQL, eventsByIDSQL, endpointsByIDSQL}
 	if p.Share != nil {
-		claim = claimFairSQL
+		queries = []string{claimFairSQL, eventsByIDSQL, endpointsByIDSQL, dueWindowSQL, dueCountSQL, enabledEndpointsSQL, endpointDueSQL}
 	}
-	st, err := s.prepare(ctx, claim, eventsByIDSQL, endpointsByIDSQL)
+	st, err := s.prepare(ctx, queries...)
 	if err != nil {
 		return nil, s.mapErr(op, err)
 	}
@@ -363,7 +369,12 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		args := []any{sql.Named("now", now), sql.Named("lease", p.Lease.Microseconds()), sql.Named("limit", p.Limit)}
 		if p.Share != nil {
-			picked, err := pickFair(ctx, tx, p, now)
+			picked, err := pickFair(ctx, pickStmts{
+				window:  tx.StmtContext(ctx, st[3]),
+				count:   tx.StmtContext(ctx, st[4]),
+				enabled: tx.StmtContext(ctx, st[5]),
+				due:     tx.StmtContext(ctx, st[6]),
+			}, p, now)
 			if err != nil {
 				return err
 			}
@@ -513,7 +524,7 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	st, err := s.prepare(ctx, completeSQL, insertAttemptSQL, deliveryExistsSQL)
+	st, err := s.prepare(ctx, completeSQL, insertAttemptSQL, deliveryExistsSQL, endpointControlsSQL)
 	if err != nil {
 		return nil, s.mapErr(op, err)
 	}
@@ -551,7 +562,7 @@ func (s *Store) DeliveryCompleteBatch(ctx context.Context, ps []storage.Delivery
 		for id := range failing {
 			ids = append(ids, id)
 		}
-		controls, err := endpointControls(ctx, tx, ids)
+		controls, err := scanControls(tx.StmtContext(ctx, st[3]).QueryContext(ctx, jsonList(ids)))
 		if err != nil {
 			return err
 		}
