@@ -139,7 +139,10 @@ const createEventOp = "create event"
 // once: the event insert, the fan-out read, the delivery insert, and the
 // savepoint that keeps each create's writes its own.
 var createEventsSQL = []string{insertEventSQL, fanOutEndpointsSQL, insertDeliverySQL,
-	`SAVEPOINT event_create`, `RELEASE event_create`}
+	`SAVEPOINT event_create`, `RELEASE event_create`, eventByKeySQL}
+
+// eventByKeySQL finds the event an idempotency key made.
+const eventByKeySQL = `SELECT ` + eventColumns + ` FROM webhook_events WHERE idempotency_key = ?`
 
 // createEvents writes batch in one write transaction. SQLite has one
 // writer, so creates arriving together would each wait for the lock and
@@ -164,7 +167,7 @@ func (s *Store) createEvents(batch eventBatch) {
 				return err
 			}
 			// Bound to the transaction once for the whole batch.
-			insertEvent, insertDelivery := tx.StmtContext(ctx, st[0]), tx.StmtContext(ctx, st[2])
+			ins := createStmts{event: tx.StmtContext(ctx, st[0]), delivery: tx.StmtContext(ctx, st[2]), byKey: tx.StmtContext(ctx, st[5])}
 			savepoint, release := tx.StmtContext(ctx, st[3]), tx.StmtContext(ctx, st[4])
 			for _, c := range batch {
 				if err := c.Ctx.Err(); err != nil {
@@ -174,7 +177,7 @@ func (s *Store) createEvents(batch eventBatch) {
 				if _, err := savepoint.ExecContext(ctx); err != nil {
 					return err
 				}
-				c.Out, c.Err = createEvent(ctx, tx, insertEvent, insertDelivery, endpoints, c.In)
+				c.Out, c.Err = createEvent(ctx, tx, ins, endpoints, c.In)
 				if cause := c.Err; cause != nil {
 					c.Err = s.mapErr(createEventOp, cause)
 					if _, err := tx.ExecContext(ctx, `ROLLBACK TO event_create`); err != nil {
@@ -224,16 +227,21 @@ func madeDue(batch eventBatch) bool {
 	return false
 }
 
+// createStmts are a batch's statements, bound to its transaction:
+// insertEventSQL, insertDeliverySQL and eventByKeySQL.
+type createStmts struct {
+	event, delivery, byKey *sql.Stmt
+}
+
 // createEvent is one create inside a batch's transaction, with the batch's
-// insertEventSQL and insertDeliverySQL statements; endpoints are the
-// fan-out's view of every endpoint, read in the same transaction.
-func createEvent(ctx context.Context, tx *sql.Tx, insertEvent, insertDelivery *sql.Stmt, endpoints []storage.Endpoint, ev storage.Event) (storage.EventCreateResult, error) {
+// statements; endpoints are the fan-out's view of every endpoint, read in
+// the same transaction.
+func createEvent(ctx context.Context, tx *sql.Tx, st createStmts, endpoints []storage.Endpoint, ev storage.Event) (storage.EventCreateResult, error) {
 	if ev.IdempotencyKey != "" {
 		// Checked inside the IMMEDIATE transaction, so a concurrent create
 		// with the same key is either fully before or fully after, and an
 		// earlier create in the same batch is seen.
-		first, err := scanEvent(tx.QueryRowContext(ctx,
-			`SELECT `+eventColumns+` FROM webhook_events WHERE idempotency_key = ?`, ev.IdempotencyKey))
+		first, err := scanEvent(st.byKey.QueryRowContext(ctx, ev.IdempotencyKey))
 		switch {
 		case err == nil:
 			rows, err := tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
@@ -251,7 +259,7 @@ func createEvent(ctx context.Context, tx *sql.Tx, insertEvent, insertDelivery *s
 		}
 	}
 	now := micros(ev.CreatedAt)
-	if _, err := insertEvent.ExecContext(ctx,
+	if _, err := st.event.ExecContext(ctx,
 		ev.ID, ev.Type, ev.FormID, ev.SubmissionID, []byte(ev.Payload), nullString(ev.IdempotencyKey),
 		ev.TraceParent, now, ev.EndpointID); err != nil {
 		return storage.EventCreateResult{}, err
@@ -268,7 +276,7 @@ func createEvent(ctx context.Context, tx *sql.Tx, insertEvent, insertDelivery *s
 		// fifth of the insert.
 		d := storage.Delivery{ID: storage.NewID("dlv"), EndpointID: ep.ID, EventID: ev.ID, State: storage.StatePending,
 			NextAttemptAt: fromMicros(now), CreatedAt: fromMicros(now), Held: c.holdable()}
-		if _, err := insertDelivery.ExecContext(ctx, d.ID, d.EndpointID, d.EventID, now, now, boolInt(d.Held)); err != nil {
+		if _, err := st.delivery.ExecContext(ctx, d.ID, d.EndpointID, d.EventID, now, now, boolInt(d.Held)); err != nil {
 			return storage.EventCreateResult{}, err
 		}
 		if c.ordered {
