@@ -629,6 +629,14 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 		return
 	}
 
+	if !p.share.maySend(c.Delivery.EndpointID) {
+		// Claimed while its endpoint was quick, which it no longer is, and
+		// the slow endpoints have their share of the senders: back to the
+		// queue unsent, for a sender within that share to take later.
+		log.Info("its endpoint turned slow while the claim waited; giving it back unsent")
+		p.release(record, log, c, 0)
+		return
+	}
 	actx, span := p.startAttempt(record, c, ep, start)
 	finish := func(o transport.Outcome) {
 		end := p.now()

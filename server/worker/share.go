@@ -163,6 +163,27 @@ func (f *fairShare) claimShare() *storage.ClaimShare {
 	return s
 }
 
+// maySend reports whether a claim of endpoint that waited in the queue may
+// be sent now: not when the endpoint turned slow meanwhile and the slow
+// endpoints' sends under way already fill what they share. Such a claim is
+// given back unsent, so that the claims queued for an endpoint while it was
+// quick do not hold the senders, one timeout after another, when it hangs.
+func (f *fairShare) maySend(endpoint string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	if l := f.endpoints[endpoint]; l == nil || l.pace(now) != paceSlow {
+		return true
+	}
+	sending := 0
+	for _, l := range f.endpoints {
+		if l.pace(now) == paceSlow {
+			sending += len(l.sending)
+		}
+	}
+	return sending < f.slow
+}
+
 // claimed counts claims as held by their endpoints.
 func (f *fairShare) claimed(claims []storage.Claim) {
 	f.mu.Lock()

@@ -155,3 +155,65 @@ func TestFairShareAnEndpointAloneUsesEverySender(t *testing.T) {
 		})
 	}
 }
+
+// An endpoint that hangs after its sends were quick had claims queued for
+// it meanwhile, up to a queue's worth (64 here, four times the senders):
+// they are given back unsent once the slow endpoints' sends fill their
+// share, instead of each taking a sender for a timeout in turn, so another
+// endpoint's delivery goes out after the first round of hung sends, not
+// after every round the queue holds.
+func TestFairShareAnEndpointThatHangsGivesBackItsQueuedClaims(t *testing.T) {
+	t.Parallel()
+	const hang = 4 * time.Second
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			store, host := shareEnv(t, open)
+			var hanging atomic.Bool
+			var hungStarted atomic.Int64
+			a := endpointFor(t, store, "form_a", func(w http.ResponseWriter, r *http.Request) {
+				if hanging.Load() {
+					hungStarted.Add(1)
+					select {
+					case <-time.After(hang):
+					case <-r.Context().Done():
+					}
+				}
+				w.WriteHeader(http.StatusNoContent)
+			})
+			b := endpointFor(t, store, "form_b", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+
+			cfg := shareConfig()
+			cfg.BatchSize = 64
+			// A backlog, so that the endpoint holds every sender and a
+			// full queue when it hangs.
+			e2etest.Submit(t, store, "form_a", 1000)
+			e2etest.RunPool(t, store, host, cfg)
+			// Quick sends make it the endpoint that may hold every sender
+			// and a full queue.
+			e2etest.WaitUntil(t, 10*time.Second, "endpoint a's first 100 deliveries", func() (bool, string) {
+				n := a.total.Load()
+				return n >= 100, "got " + strconv.FormatInt(n, 10)
+			})
+			hanging.Store(true)
+			start := time.Now()
+			e2etest.Submit(t, store, "form_b", 1)
+			e2etest.WaitUntil(t, 3*hang, "endpoint b's delivery", func() (bool, string) {
+				return b.total.Load() >= 1, "none yet"
+			})
+			took := time.Since(start)
+			t.Logf("endpoint b's delivery arrived after %s; endpoint a got %d requests that hung meanwhile", took.Round(time.Millisecond), hungStarted.Load())
+			// One round of hung sends is unavoidable: they started while
+			// the endpoint was quick. A second round, from the queue,
+			// would take the wait to twice the hang.
+			if limit := hang + hang/2; took > limit {
+				t.Errorf("endpoint b's delivery took %s, want at most %s: one round of %s hung sends, not more", took.Round(time.Millisecond), limit, hang)
+			}
+			// The first round holds at most every sender; after it, the
+			// slow endpoints' share (4 of 16) is all endpoint a may use.
+			if n := hungStarted.Load(); n > 16+4 {
+				t.Errorf("endpoint a got %d requests that hung before b's delivery arrived, want at most 20: a round of 16, then its slow share of 4", n)
+			}
+		})
+	}
+}
