@@ -82,7 +82,8 @@ type Config struct {
 	// may hold while other endpoints have due work (at least one sender);
 	// 1 lets one endpoint hold them all. See fairShare for the policy.
 	EndpointShare float64
-	// BatchSize is the most deliveries claimed in one statement.
+	// BatchSize is the most deliveries claimed in one statement, and the
+	// most claims queued for the senders.
 	BatchSize int
 	// Lease is how long a claim holds. It must outlast SendTimeout.
 	Lease time.Duration
@@ -132,9 +133,12 @@ const DefaultPollInterval = 2 * time.Second
 // plugin hop).
 func DefaultConfig() Config {
 	return Config{
-		Concurrency:      16,
-		EndpointShare:    DefaultEndpointShare,
-		BatchSize:        16,
+		Concurrency:   16,
+		EndpointShare: DefaultEndpointShare,
+		// Four senders' worth: draining a backlog of 10,000 on PostgreSQL
+		// with 16 senders, 64 took 10-22 % more deliveries a second than
+		// 16, at 3-13 % less CPU a delivery (docs/performance.md).
+		BatchSize:        64,
 		Lease:            60 * time.Second,
 		SendTimeout:      17 * time.Second,
 		PollInterval:     DefaultPollInterval,
