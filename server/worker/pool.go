@@ -420,10 +420,10 @@ func (p *Pool) idle(ctx context.Context, wake <-chan struct{}, last time.Time, t
 
 // claim claims up to n deliveries within the endpoints' fair share, in
 // one claim that tops what the rooms leave of it up from the quick
-// endpoints: with nothing else due, one endpoint may use every sender. The claims count as held from here until process
-// is done with them. capped reports whether a short claim may have left
-// due deliveries behind: an endpoint had no room, or filled what it was
-// given.
+// endpoints: with nothing else due, one endpoint may use every sender.
+// The claims count as held from here until process is done with them.
+// capped reports whether a short claim may have left due deliveries
+// behind: an endpoint had no room, or filled what it was given.
 func (p *Pool) claim(ctx context.Context, n int) (claims []storage.Claim, capped bool, err error) {
 	if p.cfg.EndpointShare >= 1 {
 		// The share is off: the oldest due, whoever they go to.
