@@ -72,10 +72,11 @@ ORDER BY d.next_attempt_at, d.id`
 // endpoints (0: however many), for when there are few, when the window was
 // filled by rows of endpoints with too little room, or to find the
 // top-ups; it returns the rows within each endpoint's room and those past
-// it apart, oldest due first, and whether it looked. Both pick a prefix of each endpoint's due rows, so their union
-// keeps each endpoint within its room. claimPickedSQL then claims the
-// picked rows that are still claimable, skipping those another claim
-// holds, with the oldest expired leases, as claimSQL does.
+// it apart, oldest due first, and whether it looked. Both pick a prefix of
+// each endpoint's due rows, so their union keeps each endpoint within its
+// room. claimPickedSQL then claims the picked rows that are still
+// claimable, skipping those another claim holds, with the oldest expired
+// leases, as claimSQL does.
 const (
 	pickWindowSQL = `
 WITH room AS (
@@ -162,10 +163,10 @@ func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]
 		}
 	}
 	// byEndpoint looks endpoint by endpoint: at the top-ups only, or at
-	// every enabled endpoint when there are at most most of them (0: any
-	// number); looked reports whether it did.
-	byEndpoint := func(topUpsOnly bool, most int) (within, past []string, looked bool, err error) {
-		err = tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, topUpsOnly, most).
+	// every enabled endpoint when there are at most maxEndpoints of them
+	// (0: any number); looked reports whether it did.
+	byEndpoint := func(topUpsOnly bool, maxEndpoints int) (within, past []string, looked bool, err error) {
+		err = tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, topUpsOnly, maxEndpoints).
 			Scan(&within, &past, &looked)
 		return within, past, looked, err
 	}
