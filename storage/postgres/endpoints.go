@@ -158,9 +158,13 @@ func (s *Store) endpoints(ctx context.Context, sql string, args ...any) ([]stora
 // space; this one only has to differ from migrateLockKey.)
 const fanOutLockKey int64 = 0x68796d6963616d // migrateLockKey + 1
 
+// lockFanOutSQL takes the fan-out lock shared, for the rest of the
+// transaction.
+const lockFanOutSQL = `SELECT pg_advisory_xact_lock_shared($1)`
+
 // lockFanOut takes the fan-out lock shared, for the rest of tx.
 func lockFanOut(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, fanOutLockKey)
+	_, err := tx.Exec(ctx, lockFanOutSQL, fanOutLockKey)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hymical/hymical/internal/groupcommit"
 	"github.com/hymical/hymical/storage"
@@ -52,7 +53,7 @@ type eventBatch = []*groupcommit.Call[storage.Event, storage.EventCreateResult]
 
 // createEvents writes batch in one transaction: the endpoints are read
 // once, and the events and their deliveries are inserted with one
-// statement each instead of one transaction of four statements per create.
+// statement instead of one transaction of four statements per create.
 // A create that cannot be written on its own terms (an address that names
 // no endpoint, an id already taken, a key already used) is answered so
 // without writing and without failing the others; only a failure of the
@@ -74,29 +75,7 @@ func (s *Store) createEvents(batch eventBatch) {
 	if len(live) == 0 {
 		return
 	}
-	due := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Taken before the endpoints are read, so the read is of a
-		// snapshot no delete can pass: a delete that committed is seen,
-		// and one under way waits for this transaction (fanOutLockKey).
-		if err := lockFanOut(ctx, tx); err != nil {
-			return err
-		}
-		endpoints, err := fanOutEndpoints(ctx, tx)
-		if err != nil {
-			return err
-		}
-		for _, round := range eventRounds(live) {
-			if err := createRound(ctx, tx, endpoints, round); err != nil {
-				return err
-			}
-		}
-		// One wake-up for the whole batch, sent on commit.
-		if due = madeDue(live); due {
-			_, err = tx.Exec(ctx, notifySQL, s.wake.id)
-		}
-		return err
-	})
+	due, err := s.writeEvents(ctx, live)
 	if err == nil && due {
 		s.notified()
 	}
@@ -113,6 +92,74 @@ func (s *Store) createEvents(batch eventBatch) {
 			}
 		}
 	}
+}
+
+// writeEvents writes the creates live in one transaction and reports
+// whether it sent a wake-up. Its statements go out in three round trips:
+// BEGIN with the fan-out lock and the endpoints' read, the inserts, and
+// the wake-up with COMMIT. As separate calls on a pgx.Tx they were seven,
+// and on two cores every round trip costs both processes system calls and
+// a wait.
+func (s *Store) writeEvents(ctx context.Context, live eventBatch) (due bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	// A connection left inside the transaction by an error (one whose
+	// ROLLBACK below failed too) is closed, not reused.
+	defer conn.Release()
+	defer func() {
+		if err != nil {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+	}()
+
+	// Taken before the endpoints are read, so the read is of a snapshot no
+	// delete can pass: a delete that committed is seen, and one under way
+	// waits for this transaction (fanOutLockKey).
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(lockFanOutSQL, fanOutLockKey)
+	b.Queue(fanOutEndpointsSQL)
+	br := conn.SendBatch(ctx, b)
+	endpoints, err := func() ([]storage.Endpoint, error) {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return nil, err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		return collectFanOutEndpoints(rows)
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, round := range eventRounds(live) {
+		if err := createRound(ctx, conn, endpoints, round); err != nil {
+			return false, err
+		}
+	}
+	// One wake-up for the whole batch, sent on commit.
+	b = &pgx.Batch{}
+	if due = madeDue(live); due {
+		b.Queue(notifySQL, s.wake.id)
+	}
+	b.Queue("COMMIT")
+	return due, conn.SendBatch(ctx, b).Close()
+}
+
+// querier runs statements: a pgx.Tx, or a connection inside a transaction
+// it began itself.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // madeDue reports whether a batch of creates made a delivery that is due
@@ -161,10 +208,11 @@ func eventRounds(calls eventBatch) []eventBatch {
 }
 
 // createRound writes creates that share no id and no key.
-func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, calls eventBatch) error {
+func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, calls eventBatch) error {
 	type create struct {
 		c       *groupcommit.Call[storage.Event, storage.EventCreateResult]
 		targets []storage.Endpoint
+		ids     []string // of the deliveries to targets, in their order
 	}
 	// Rows go in in key order, then id order, so that two transactions
 	// writing some of the same keys (or ids) take them in the same order:
@@ -178,6 +226,8 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 		payloads                                          [][]byte
 		keys                                              []*string
 		createdAt                                         []*time.Time
+		dIDs, dEndpoints, dEvents, ordered                []string
+		dHeld                                             []bool
 	)
 	for _, c := range calls {
 		ev := c.In
@@ -198,7 +248,18 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 			c.Err = mapErr(createEventOp, err)
 			continue
 		}
-		creates = append(creates, create{c: c, targets: targets})
+		cr := create{c: c, targets: targets, ids: make([]string, len(targets))}
+		for i, t := range targets {
+			cr.ids[i] = storage.NewID("dlv")
+			dIDs = append(dIDs, cr.ids[i])
+			dEndpoints = append(dEndpoints, t.ID)
+			dEvents = append(dEvents, ev.ID)
+			dHeld = append(dHeld, t.DisabledAt != nil || t.Ordered)
+			if t.Ordered && !slices.Contains(ordered, t.ID) {
+				ordered = append(ordered, t.ID)
+			}
+		}
+		creates = append(creates, cr)
 		ids = append(ids, ev.ID)
 		types = append(types, ev.Type)
 		forms = append(forms, ev.FormID)
@@ -220,42 +281,54 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 	if len(creates) == 0 {
 		return nil
 	}
-	// No conflict target: a taken id or a used key skips the row instead
-	// of failing the statement, and which of the two it was is read below.
-	// ON CONFLICT waits for a concurrent transaction holding the same key
-	// and then sees its row.
+	// One statement for the events and their deliveries: a delivery is
+	// inserted only with an event this statement inserted. No conflict
+	// target: a taken id or a used key skips the event (and so its
+	// deliveries) instead of failing the statement, and which of the two
+	// it was is read below. ON CONFLICT waits for a concurrent transaction
+	// holding the same key and then sees its row. The rest of each row is
+	// what was written, so only the database's clock is read back.
 	rows, err := tx.Query(ctx, `
-		INSERT INTO webhook_events AS e (id, type, form_id, submission_id, payload,
-			idempotency_key, trace_parent, created_at, endpoint_id)
-		SELECT x.id, x.type, x.form_id, x.submission_id, x.payload, x.idempotency_key, x.trace_parent,
-			coalesce(x.created_at, now()), x.endpoint_id
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
-			$8::timestamptz[], $9::text[])
-			AS x (id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at, endpoint_id)
-		ON CONFLICT DO NOTHING
-		RETURNING `+eventColumns,
-		ids, types, forms, submissions, payloads, keys, traces, createdAt, addressed)
+		WITH made AS (
+			INSERT INTO webhook_events AS e (id, type, form_id, submission_id, payload,
+				idempotency_key, trace_parent, created_at, endpoint_id)
+			SELECT x.id, x.type, x.form_id, x.submission_id, x.payload, x.idempotency_key, x.trace_parent,
+				coalesce(x.created_at, now()), x.endpoint_id
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
+				$8::timestamptz[], $9::text[])
+				AS x (id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at, endpoint_id)
+			ON CONFLICT DO NOTHING
+			RETURNING e.id, e.created_at
+		), fanned AS (
+			INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, cycle_attempts,
+				next_attempt_at, created_at, held)
+			SELECT x.id, x.endpoint_id, x.event_id, 'pending', 0, 0, made.created_at, made.created_at, x.held
+			FROM unnest($10::text[], $11::text[], $12::text[], $13::boolean[]) AS x (id, endpoint_id, event_id, held)
+			JOIN made ON made.id = x.event_id
+		)
+		SELECT id, created_at FROM made`,
+		ids, types, forms, submissions, payloads, keys, traces, createdAt, addressed,
+		dIDs, dEndpoints, dEvents, dHeld)
 	if err != nil {
 		return err
 	}
-	inserted := map[string]storage.Event{}
-	for rows.Next() {
-		ev, err := scanEvent(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		inserted[ev.ID] = ev
-	}
-	if err := rows.Err(); err != nil {
+	inserted := map[string]time.Time{}
+	var (
+		id string
+		at time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		inserted[id] = at
+		return nil
+	}); err != nil {
 		return err
 	}
 
 	var made []create
 	for _, cr := range creates {
-		ev, ok := inserted[cr.c.In.ID]
+		at, ok := inserted[cr.c.In.ID]
 		if ok {
-			cr.c.In = ev
+			cr.c.In.CreatedAt = at
 			made = append(made, cr)
 			continue
 		}
@@ -276,31 +349,23 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 		return nil
 	}
 
-	var dIDs, dEndpoints, dEvents, ordered []string
-	var dDue []time.Time
-	var dHeld []bool
+	byEvent := map[string][]storage.Delivery{}
 	for _, cr := range made {
-		for _, t := range cr.targets {
-			dIDs = append(dIDs, storage.NewID("dlv"))
-			dEndpoints = append(dEndpoints, t.ID)
-			dEvents = append(dEvents, cr.c.In.ID)
-			dDue = append(dDue, cr.c.In.CreatedAt)
-			dHeld = append(dHeld, t.DisabledAt != nil || t.Ordered)
-			if t.Ordered && !slices.Contains(ordered, t.ID) {
-				ordered = append(ordered, t.ID)
-			}
+		ev := cr.c.In
+		for i, t := range cr.targets {
+			byEvent[ev.ID] = append(byEvent[ev.ID], storage.Delivery{ID: cr.ids[i], EndpointID: t.ID, EventID: ev.ID,
+				State: storage.StatePending, NextAttemptAt: ev.CreatedAt, CreatedAt: ev.CreatedAt,
+				Held: t.DisabledAt != nil || t.Ordered})
 		}
 	}
-	byEvent := map[string][]storage.Delivery{}
-	if len(dIDs) > 0 {
-		rows, err := tx.Query(ctx, `
-			INSERT INTO webhook_deliveries AS d (id, endpoint_id, event_id, state, attempts, cycle_attempts,
-				next_attempt_at, created_at, held)
-			SELECT x.id, x.endpoint_id, x.event_id, 'pending', 0, 0, x.due, x.due, x.held
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::boolean[])
-				AS x (id, endpoint_id, event_id, due, held)
-			RETURNING `+deliveryColumns,
-			dIDs, dEndpoints, dEvents, dDue, dHeld)
+	if len(ordered) > 0 {
+		// An ordered endpoint with nothing under way lets its next delivery
+		// go, which may be one of these.
+		if _, err := tx.Exec(ctx, promoteSQL, ordered); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
+			WHERE d.id = ANY($1::text[])`, dIDs)
 		if err != nil {
 			return err
 		}
@@ -308,20 +373,7 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 		if err != nil {
 			return err
 		}
-		if len(ordered) > 0 {
-			// An ordered endpoint with nothing under way lets its next
-			// delivery go, which may be one of these.
-			if _, err := tx.Exec(ctx, promoteSQL, ordered); err != nil {
-				return err
-			}
-			if rows, err = tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
-				WHERE d.id = ANY($1::text[])`, dIDs); err != nil {
-				return err
-			}
-			if ds, err = collectDeliveries(rows); err != nil {
-				return err
-			}
-		}
+		byEvent = map[string][]storage.Delivery{}
 		for _, d := range ds {
 			byEvent[d.EventID] = append(byEvent[d.EventID], d)
 		}
@@ -331,23 +383,23 @@ func createRound(ctx context.Context, tx pgx.Tx, endpoints []storage.Endpoint, c
 		if ds == nil {
 			ds = []storage.Delivery{}
 		}
-		// RETURNING has no order; match the order a duplicate create reads back.
+		// Match the order a duplicate create reads back.
 		sort.Slice(ds, func(i, j int) bool { return ds[i].EndpointID < ds[j].EndpointID })
 		cr.c.Out = storage.EventCreateResult{Event: cr.c.In, Deliveries: ds}
 	}
 	return nil
 }
 
-// fanOutEndpoints reads every endpoint with what storage.FanOut looks at.
-func fanOutEndpoints(ctx context.Context, tx pgx.Tx) ([]storage.Endpoint, error) {
-	rows, err := tx.Query(ctx, `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
-		WHERE deleted_at IS NULL ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
+// fanOutEndpointsSQL reads every endpoint with what storage.FanOut looks
+// at.
+const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
+	WHERE deleted_at IS NULL ORDER BY id`
+
+// collectFanOutEndpoints reads the rows of fanOutEndpointsSQL.
+func collectFanOutEndpoints(rows pgx.Rows) ([]storage.Endpoint, error) {
 	var ep storage.Endpoint
 	var all []storage.Endpoint
-	_, err = pgx.ForEachRow(rows, []any{&ep.ID, &ep.EventTypes, &ep.FormIDs, &ep.DisabledAt, &ep.Ordered}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&ep.ID, &ep.EventTypes, &ep.FormIDs, &ep.DisabledAt, &ep.Ordered}, func() error {
 		all = append(all, ep)
 		ep = storage.Endpoint{}
 		return nil
@@ -360,7 +412,7 @@ func fanOutEndpoints(ctx context.Context, tx pgx.Tx) ([]storage.Endpoint, error)
 
 // existingEvent reads back the event that already holds key, with the
 // deliveries it fanned out to.
-func existingEvent(ctx context.Context, tx pgx.Tx, key string) (storage.EventCreateResult, error) {
+func existingEvent(ctx context.Context, tx querier, key string) (storage.EventCreateResult, error) {
 	ev, err := scanEvent(tx.QueryRow(ctx,
 		`SELECT `+eventColumns+` FROM webhook_events AS e WHERE e.idempotency_key = $1`, key))
 	if err != nil {
