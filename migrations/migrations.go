@@ -9,7 +9,8 @@
 // indexes, 6 the endpoint controls, 7 the reason a claim ended without a
 // request, 8 the fair share's index, 9 the record of the key endpoint
 // secrets are encrypted under, 10 deleted endpoints and the idempotency
-// keys of endpoint creates, 11 those keys for rotations and replays too.
+// keys of endpoint creates, 11 those keys for rotations and replays too,
+// 12 (PostgreSQL only) a completion's promote as one function call.
 // A database stopped at any step upgrades by
 // applying the rest.
 // Never edit a released file: add a new one.

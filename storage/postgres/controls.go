@@ -34,9 +34,10 @@ type control struct {
 // (migration 0006), which locks the endpoints itself.
 const promoteSQL = `SELECT hymical_promote($1::text[])`
 
-// promoteOfSQL is promoteSQL for the endpoints of the deliveries $1.
-const promoteOfSQL = `SELECT hymical_promote(ARRAY(
-	SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::text[])))`
+// promoteOfSQL is promoteSQL for the endpoints of the deliveries $1: the
+// function hymical_promote_of (migration 0012), which returns at once when
+// no endpoint is ordered.
+const promoteOfSQL = `SELECT hymical_promote_of($1::text[])`
 
 // holdRequeuedSQL holds the deliveries $1, just back in the queue, whose
 // endpoint is disabled or ordered.

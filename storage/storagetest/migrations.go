@@ -130,8 +130,12 @@ func testUpgradeFrom(t *testing.T, b Backend, stop, latest int) {
 	}
 	// From 10 on, POST /v1/endpoints records its keys: one made before
 	// the upgrade must still answer its repeat after it.
+	// From 11 on, a key also says which operation made it.
 	hasKeys := stop >= 10
-	if hasKeys {
+	switch {
+	case stop >= 11:
+		fmt.Fprintf(&sql, "INSERT INTO webhook_idempotency_keys (key, operation, endpoint_id, request_hash, created_at) VALUES ('endpoint:old', 'endpoint.create', 'ep_old', 'h_old', %s);\n", ts)
+	case hasKeys:
 		fmt.Fprintf(&sql, "INSERT INTO webhook_idempotency_keys (key, endpoint_id, request_hash, created_at) VALUES ('endpoint:old', 'ep_old', 'h_old', %s);\n", ts)
 	}
 	if err := db.Exec(ctx, sql.String()); err != nil {
