@@ -20,7 +20,10 @@ import (
 // hymical_promote, which locks the endpoint rows in id order before it
 // looks. It takes them after the delivery rows its transaction changed;
 // nothing that holds an endpoint's lock waits on those rows (new,
-// processing or terminal ones), so the two orders cannot deadlock. The
+// processing or terminal ones), so the two orders cannot deadlock. An
+// update that leaves an endpoint ordered and enabled also takes the row
+// locks of its deliveries under way, before the endpoint's, so that it
+// looks only after their completions commit (updateEndpoint). The
 // limiter's state is a row per endpoint in webhook_endpoint_throttles,
 // locked by the claim that admits against it.
 

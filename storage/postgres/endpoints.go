@@ -298,6 +298,20 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 // when that is set (else pgx.ErrNoRows). It reports whether holds were let
 // go.
 func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoint, secrets string, readAt *time.Time) (storage.Endpoint, bool, error) {
+	if e.Ordered && e.DisabledAt == nil {
+		// The update ends by letting an ordered endpoint's next delivery go
+		// if none is under way. A completion that has not committed yet
+		// still shows its delivery under way, and, having read the endpoint
+		// as unordered, let nothing go itself: the next delivery would stay
+		// held until the endpoint's next submission. So the update first
+		// waits for the completions of the endpoint's deliveries under way
+		// (their row locks), before it takes the endpoint's row, the order
+		// completions and deletes take them in.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_deliveries
+			WHERE state = 'processing' AND endpoint_id = $1 FOR UPDATE`, e.ID); err != nil {
+			return storage.Endpoint{}, false, err
+		}
+	}
 	var before control
 	var deleted *time.Time
 	err := tx.QueryRow(ctx, `SELECT disabled_at IS NOT NULL, ordered, deleted_at FROM webhook_endpoints

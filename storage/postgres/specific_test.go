@@ -334,3 +334,91 @@ func TestUnmigratedDatabaseSaysToMigrate(t *testing.T) {
 		t.Errorf("SchemaVersion = %d, %v; want 0", v, err)
 	}
 }
+
+// An endpoint made ordered while its last delivery under way completes
+// must still let its next delivery go. The interleaving: the completion
+// has updated its row (and, seeing the endpoint unordered, let nothing
+// go) but not committed when the update makes the endpoint ordered and
+// holds its pending deliveries. If the update looked then, it would see
+// the delivery still under way and let nothing go either, and the held
+// delivery would wait for the endpoint's next submission. The update
+// waits for the completion's row instead, and looks after it commits.
+func TestAnEndpointMadeOrderedDuringACompletionLetsItsNextDeliveryGo(t *testing.T) {
+	t.Parallel()
+	db, s := migrated(t)
+	ep := seedEndpoint(t, s)
+	now := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+	seedEvents(t, s, 2, now)
+	ctx := context.Background()
+
+	claims, err := s.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 1, Lease: time.Minute})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim one: %v %v", claims, err)
+	}
+	inFlight := claims[0].Delivery.ID
+
+	// The completion, by hand: its row updated and locked, not committed.
+	completion, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = completion.Rollback(ctx) }()
+	if _, err := completion.Exec(ctx, `UPDATE webhook_deliveries SET state = 'delivered', attempts = 1,
+		cycle_attempts = 1, completed_at = now(), claim_token = NULL, claim_expires_at = NULL
+		WHERE id = $1`, inFlight); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := s.EndpointGet(ctx, ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Ordered = true
+	updated := make(chan error, 1)
+	go func() {
+		_, err := s.EndpointUpdate(ctx, got)
+		updated <- err
+	}()
+	// Commit the completion only once the update has either finished (the
+	// interleaving above) or is waiting for a lock.
+	var updateErr error
+	finished := false
+	for deadline := time.Now().Add(10 * time.Second); !finished; {
+		select {
+		case updateErr = <-updated:
+			finished = true
+			continue
+		default:
+		}
+		waiting, err := db.QueryInt(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the endpoint update neither finished nor waited for a lock in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := completion.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !finished {
+		updateErr = <-updated
+	}
+	if updateErr != nil {
+		t.Fatalf("make the endpoint ordered: %v", updateErr)
+	}
+
+	claims, err = s.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 1 || claims[0].Delivery.ID == inFlight {
+		held, _ := db.QueryInt(ctx, `SELECT count(*) FROM webhook_deliveries WHERE held`)
+		t.Fatalf("after the completion committed, claimed %d deliveries (%d held); want the ordered endpoint's next one, let go", len(claims), held)
+	}
+}
