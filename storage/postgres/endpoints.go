@@ -148,13 +148,14 @@ func (s *Store) endpoints(ctx context.Context, sql string, args ...any) ([]stora
 }
 
 // fanOutLockKey names the advisory lock that keeps deliveries from being
-// made for an endpoint being deleted. Every transaction that can make a
-// delivery pending (a fan-out, a replay) holds it shared; a delete holds it
-// exclusive, so it waits for those under way and the next ones wait for
-// it, and then see the endpoint deleted. A lock of one key, not one per
+// made for an endpoint being deleted, or held by controls about to change.
+// Every transaction that can make a delivery pending (a fan-out, a replay)
+// holds it shared; a delete or an update holds it exclusive, so it waits
+// for those under way and the next ones wait for it, and then see the
+// endpoint deleted or its new controls. A lock of one key, not one per
 // endpoint, so a fan-out to many endpoints takes one lock, not hundreds
-// of the shared lock table's slots; deletes are rare, and hold it only for
-// their own short transaction. (Two-key advisory locks are a separate
+// of the shared lock table's slots; deletes and updates are rare, and
+// hold it only for their own short transaction. (Two-key advisory locks are a separate
 // space; this one only has to differ from migrateLockKey.)
 const fanOutLockKey int64 = 0x68796d6963616d // migrateLockKey + 1
 
@@ -298,6 +299,18 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 // when that is set (else pgx.ErrNoRows). It reports whether holds were let
 // go.
 func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoint, secrets string, readAt *time.Time) (storage.Endpoint, bool, error) {
+	// Whether a new or replayed delivery is held follows the endpoint's
+	// controls, read by the transaction that makes it pending under the
+	// fan-out lock, held shared. Held exclusive here, so no such
+	// transaction straddles this one: one that read the old controls
+	// commits first and its delivery is held or let go below with the
+	// rest, and the next ones read the new controls. (A delivery held for
+	// a disabled endpoint by a create that committed after the endpoint was
+	// enabled would wait for ever.) Updates are operator actions; creates
+	// wait for one short transaction.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, fanOutLockKey); err != nil {
+		return storage.Endpoint{}, false, err
+	}
 	if e.Ordered && e.DisabledAt == nil {
 		// The update ends by letting an ordered endpoint's next delivery go
 		// if none is under way. A completion that has not committed yet
@@ -305,8 +318,8 @@ func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoin
 		// as unordered, let nothing go itself: the next delivery would stay
 		// held until the endpoint's next submission. So the update first
 		// waits for the completions of the endpoint's deliveries under way
-		// (their row locks), before it takes the endpoint's row, the order
-		// completions and deletes take them in.
+		// (their row locks), after the fan-out lock and before the
+		// endpoint's row: the order deletes take them in.
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_deliveries
 			WHERE state = 'processing' AND endpoint_id = $1 FOR UPDATE`, e.ID); err != nil {
 			return storage.Endpoint{}, false, err

@@ -6,3 +6,6 @@ const ClaimSQL = claimSQL
 // EventBatches reports how many batches of creates s has taken and how
 // many creates wait for one.
 func EventBatches(s *Store) (batches, waiting int) { return s.events.Stats() }
+
+// FanOutLockKey lets a test hold the fan-out lock as a create does.
+const FanOutLockKey = fanOutLockKey

@@ -17,6 +17,7 @@ import (
 	"github.com/hymical/hymical/migrations"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
+	"github.com/jackc/pgx/v5"
 )
 
 func migrated(t *testing.T) (*database, *postgres.Store) {
@@ -374,43 +375,11 @@ func TestAnEndpointMadeOrderedDuringACompletionLetsItsNextDeliveryGo(t *testing.
 		t.Fatal(err)
 	}
 	got.Ordered = true
-	updated := make(chan error, 1)
-	go func() {
+	if err := updateAcross(t, db, completion, func() error {
 		_, err := s.EndpointUpdate(ctx, got)
-		updated <- err
-	}()
-	// Commit the completion only once the update has either finished (the
-	// interleaving above) or is waiting for a lock.
-	var updateErr error
-	finished := false
-	for deadline := time.Now().Add(10 * time.Second); !finished; {
-		select {
-		case updateErr = <-updated:
-			finished = true
-			continue
-		default:
-		}
-		waiting, err := db.QueryInt(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the endpoint update neither finished nor waited for a lock in 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := completion.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !finished {
-		updateErr = <-updated
-	}
-	if updateErr != nil {
-		t.Fatalf("make the endpoint ordered: %v", updateErr)
+		return err
+	}); err != nil {
+		t.Fatalf("make the endpoint ordered: %v", err)
 	}
 
 	claims, err = s.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 10, Lease: time.Minute})
@@ -420,5 +389,93 @@ func TestAnEndpointMadeOrderedDuringACompletionLetsItsNextDeliveryGo(t *testing.
 	if len(claims) != 1 || claims[0].Delivery.ID == inFlight {
 		held, _ := db.QueryInt(ctx, `SELECT count(*) FROM webhook_deliveries WHERE held`)
 		t.Fatalf("after the completion committed, claimed %d deliveries (%d held); want the ordered endpoint's next one, let go", len(claims), held)
+	}
+}
+
+// A create that read an endpoint as disabled, and so made its delivery
+// held, must not commit after the endpoint is enabled again and its held
+// deliveries let go: the held delivery would wait for ever. The update
+// takes the fan-out lock exclusive, which every create holds shared, so it
+// waits for the create and then lets its delivery go too.
+func TestAnEndpointEnabledDuringACreateLetsTheCreatesDeliveryGo(t *testing.T) {
+	t.Parallel()
+	db, s := migrated(t)
+	ep := seedEndpoint(t, s)
+	ctx := context.Background()
+	disabledAt := time.Now().UTC().Truncate(time.Microsecond)
+	ep.DisabledAt, ep.DisabledReason = &disabledAt, "operator"
+	ep, err := s.EndpointUpdate(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The create, by hand, as createEvents writes it for a disabled
+	// endpoint: under the fan-out lock, its delivery held; not committed.
+	create, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = create.Rollback(ctx) }()
+	for _, q := range []string{
+		`SELECT pg_advisory_xact_lock_shared(` + fmt.Sprint(postgres.FanOutLockKey) + `)`,
+		`INSERT INTO webhook_events (id, type, payload, created_at) VALUES ('evt_during', 'submission.received', '\x7b7d', now())`,
+		`INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, next_attempt_at, created_at, held)
+			VALUES ('dlv_during', '` + ep.ID + `', 'evt_during', 'pending', now(), now(), true)`,
+	} {
+		if _, err := create.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+
+	ep.DisabledAt, ep.DisabledReason = nil, ""
+	if err := updateAcross(t, db, create, func() error {
+		_, err := s.EndpointUpdate(ctx, ep)
+		return err
+	}); err != nil {
+		t.Fatalf("enable the endpoint: %v", err)
+	}
+	claims, err := s.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 1 || claims[0].Delivery.ID != "dlv_during" {
+		held, _ := db.QueryInt(ctx, `SELECT count(*) FROM webhook_deliveries WHERE held`)
+		t.Fatalf("after the create committed, claimed %d deliveries (%d held); want dlv_during, let go", len(claims), held)
+	}
+}
+
+// updateAcross runs update while tx is open, and commits tx once update
+// has either finished or is waiting for a lock (tx's, presumably); it
+// returns update's error. Either way the interleaving the callers test
+// happened: without the lock, the update ran wholly inside tx's window.
+func updateAcross(t *testing.T, db *database, tx pgx.Tx, update func() error) error {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- update() }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case err := <-done:
+			if cerr := tx.Commit(ctx); cerr != nil {
+				t.Fatal(cerr)
+			}
+			return err
+		default:
+		}
+		waiting, err := db.QueryInt(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return <-done
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the update neither finished nor waited for a lock in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
