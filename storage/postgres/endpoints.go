@@ -155,8 +155,8 @@ func (s *Store) endpoints(ctx context.Context, sql string, args ...any) ([]stora
 // endpoint deleted or its new controls. A lock of one key, not one per
 // endpoint, so a fan-out to many endpoints takes one lock, not hundreds
 // of the shared lock table's slots; deletes and updates are rare, and
-// hold it only for their own short transaction. (Two-key advisory locks are a separate
-// space; this one only has to differ from migrateLockKey.)
+// hold it only for their own short transaction. (Two-key advisory locks
+// are a separate space; this one only has to differ from migrateLockKey.)
 const fanOutLockKey int64 = 0x68796d6963616d // migrateLockKey + 1
 
 // lockFanOutSQL takes the fan-out lock shared, for the rest of the
