@@ -169,6 +169,13 @@ func lockFanOut(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+// lockFanOutExclusive takes the fan-out lock exclusive, for the rest of
+// tx: a delete's or an update's.
+func lockFanOutExclusive(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, fanOutLockKey)
+	return err
+}
+
 // deleteRetries bounds how often a delete that lost a deadlock runs again.
 const deleteRetries = 3
 
@@ -206,7 +213,7 @@ func (s *Store) EndpointDelete(ctx context.Context, p storage.EndpointDeletePara
 func (s *Store) endpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error) {
 	var res storage.EndpointDeleteResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, fanOutLockKey); err != nil {
+		if err := lockFanOutExclusive(ctx, tx); err != nil {
 			return err
 		}
 		var deleted *time.Time
@@ -308,7 +315,7 @@ func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoin
 	// a disabled endpoint by a create that committed after the endpoint was
 	// enabled would wait for ever.) Updates are operator actions; creates
 	// wait for one short transaction.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, fanOutLockKey); err != nil {
+	if err := lockFanOutExclusive(ctx, tx); err != nil {
 		return storage.Endpoint{}, false, err
 	}
 	if e.Ordered && e.DisabledAt == nil {
