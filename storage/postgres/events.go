@@ -210,9 +210,10 @@ func eventRounds(calls eventBatch) []eventBatch {
 // createRound writes creates that share no id and no key.
 func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, calls eventBatch) error {
 	type create struct {
-		c       *groupcommit.Call[storage.Event, storage.EventCreateResult]
-		targets []storage.Endpoint
-		ids     []string // of the deliveries to targets, in their order
+		c *groupcommit.Call[storage.Event, storage.EventCreateResult]
+		// deliveries are the rows written for the create, less the
+		// database's clock, which is read back.
+		deliveries []storage.Delivery
 	}
 	// Rows go in in key order, then id order, so that two transactions
 	// writing some of the same keys (or ids) take them in the same order:
@@ -248,13 +249,15 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 			c.Err = mapErr(createEventOp, err)
 			continue
 		}
-		cr := create{c: c, targets: targets, ids: make([]string, len(targets))}
-		for i, t := range targets {
-			cr.ids[i] = storage.NewID("dlv")
-			dIDs = append(dIDs, cr.ids[i])
-			dEndpoints = append(dEndpoints, t.ID)
-			dEvents = append(dEvents, ev.ID)
-			dHeld = append(dHeld, t.DisabledAt != nil || t.Ordered)
+		cr := create{c: c}
+		for _, t := range targets {
+			d := storage.Delivery{ID: storage.NewID("dlv"), EndpointID: t.ID, EventID: ev.ID,
+				State: storage.StatePending, Held: t.DisabledAt != nil || t.Ordered}
+			cr.deliveries = append(cr.deliveries, d)
+			dIDs = append(dIDs, d.ID)
+			dEndpoints = append(dEndpoints, d.EndpointID)
+			dEvents = append(dEvents, d.EventID)
+			dHeld = append(dHeld, d.Held)
 			if t.Ordered && !slices.Contains(ordered, t.ID) {
 				ordered = append(ordered, t.ID)
 			}
@@ -351,11 +354,9 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 
 	byEvent := map[string][]storage.Delivery{}
 	for _, cr := range made {
-		ev := cr.c.In
-		for i, t := range cr.targets {
-			byEvent[ev.ID] = append(byEvent[ev.ID], storage.Delivery{ID: cr.ids[i], EndpointID: t.ID, EventID: ev.ID,
-				State: storage.StatePending, NextAttemptAt: ev.CreatedAt, CreatedAt: ev.CreatedAt,
-				Held: t.DisabledAt != nil || t.Ordered})
+		for _, d := range cr.deliveries {
+			d.NextAttemptAt, d.CreatedAt = cr.c.In.CreatedAt, cr.c.In.CreatedAt
+			byEvent[d.EventID] = append(byEvent[d.EventID], d)
 		}
 	}
 	if len(ordered) > 0 {
