@@ -150,6 +150,33 @@ func TestRunMeasuresEveryPhaseAndCleansUp(t *testing.T) {
 	}
 }
 
+// A preload phase's CPU is split into creating the backlog and draining
+// it, and the two add up to the phase's. Not in parallel, for the reason
+// TestRunMeasuresEveryPhaseAndCleansUp's backends are not.
+func TestPreloadSplitsCreatingFromDraining(t *testing.T) {
+	o := small(t)
+	o.Preload, o.Ceiling, o.SendOnly = true, false, false
+	o.Transports = []string{TransportPlugin}
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Phases) != 1 {
+		t.Fatalf("got %d phases, want the plugin's end to end alone", len(rep.Phases))
+	}
+	p := rep.Phases[0]
+	if p.CreateCPUPerMsg <= 0 || p.DrainCPUPerMsg <= 0 || p.CreateCPUPerMsg+p.DrainCPUPerMsg != p.CPUPerMsg {
+		t.Errorf("cpu/msg %s, creating %s, draining %s: want two positive parts that add up", p.CPUPerMsg, p.CreateCPUPerMsg, p.DrainCPUPerMsg)
+	}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "= creating the backlog "; !strings.Contains(out.String(), want) {
+		t.Errorf("report does not say %q:\n%s", want, out.String())
+	}
+}
+
 func TestOptionsRefuseWhatCannotRun(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -75,11 +75,13 @@ func (r *runner) deliver(ctx context.Context, via string) (p Phase, err error) {
 	m := startMeter(r.dbPID)
 	start := time.Now()
 	var insertWall time.Duration
+	var created usage
 	if r.o.Preload {
 		if err := r.produce(ctx, fs, start); err != nil {
 			return Phase{}, fmt.Errorf("%s: %w", name, err)
 		}
 		insertWall = time.Since(start)
+		created = m.stop()
 		r.progress("%s: %d submissions created in %s; starting the pool", name, r.o.Submissions, insertWall.Round(time.Millisecond))
 		start = time.Now()
 	}
@@ -145,6 +147,9 @@ func (r *runner) deliver(ctx context.Context, via string) (p Phase, err error) {
 		p.Latency = "submission created (all before the pool started) to attempt finished"
 	}
 	p.setUsage(u, m.hwmReset)
+	if r.o.Preload {
+		p.setDrainUsage(created, u)
+	}
 	r.progress("%s: %d deliveries in %s, %.0f/s", name, total, wall.Round(time.Millisecond), p.Rate)
 	return p, nil
 }

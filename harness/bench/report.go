@@ -48,6 +48,13 @@ type Phase struct {
 	Max time.Duration `json:"max_ns,omitempty"`
 	// InsertWall is how long creating the submissions took.
 	InsertWall time.Duration `json:"insert_wall_ns,omitempty"`
+	// With preload, the phase's CPU (CPUPerMsg, which counts both) split
+	// into creating the backlog and draining it, each per delivery and
+	// summed over this process, the plugins and the database; and the
+	// database's part of the drain.
+	CreateCPUPerMsg  time.Duration `json:"create_cpu_per_msg_ns,omitempty"`
+	DrainCPUPerMsg   time.Duration `json:"drain_cpu_per_msg_ns,omitempty"`
+	DrainDBCPUPerMsg time.Duration `json:"drain_db_cpu_per_msg_ns,omitempty"`
 	// Received is how many requests the receiver verified.
 	Received int64 `json:"received"`
 	// Statements are the SQL statements with the most execution time, on
@@ -108,6 +115,15 @@ func (p *Phase) setUsage(u usage, hwmReset bool) {
 	p.PeakRSS, p.PeakRSSLifetime, p.PluginPeakRSS = u.PeakRSS, !hwmReset, u.PluginPeakRSS
 	p.AllocsPerMsg = float64(u.Mallocs) / float64(p.Messages)
 	p.BytesPerMsg = float64(u.AllocBytes) / float64(p.Messages)
+}
+
+// setDrainUsage splits a preload phase's CPU, set by setUsage, at
+// created, the usage when the backlog was complete.
+func (p *Phase) setDrainUsage(created, all usage) {
+	n := time.Duration(p.Messages)
+	p.CreateCPUPerMsg = (created.Self + created.Plugin + created.DB) / n
+	p.DrainCPUPerMsg = p.CPUPerMsg - p.CreateCPUPerMsg
+	p.DrainDBCPUPerMsg = (all.DB - created.DB) / n
 }
 
 // setServerUsage is setUsage for the HTTP mode, where the server is
@@ -263,6 +279,10 @@ func (r *Report) WriteText(w io.Writer) error {
 				ms(p.RecordedP50), ms(p.RecordedP99), p.InsertWall.Round(time.Millisecond))
 		}
 		fmt.Fprintf(&b, "; %.0f bytes allocated per message\n", p.BytesPerMsg)
+		if p.DrainCPUPerMsg > 0 {
+			fmt.Fprintf(&b, "  cpu/msg %s = creating the backlog %s + draining it %s (database %s of that)\n",
+				us(p.CPUPerMsg), us(p.CreateCPUPerMsg), us(p.DrainCPUPerMsg), us(p.DrainDBCPUPerMsg))
+		}
 		if len(p.Statements) > 0 {
 			var calls float64
 			for _, st := range p.Statements {
