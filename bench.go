@@ -133,6 +133,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		o.Progress = stderr
 	}
 
+	// The phases that run the server's parts in this process run them with
+	// serve's collector setting; in the HTTP mode serve sets its own.
+	gc := setGCPercent(os.Getenv)
+
 	start := time.Now()
 	rep, err := bench.Run(ctx, o)
 	if err != nil {
@@ -154,6 +158,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := rep.WriteText(stdout); err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "go        collector %s\n", gc)
 	fmt.Fprintf(stdout, "command   hymical bench %s  (%s in all)\n", shownArgs(args), time.Since(start).Round(time.Second))
 	return nil
 }

@@ -34,11 +34,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, w := range warnings {
 		log.Warn(w)
 	}
+	gc := setGCPercent(os.Getenv)
 	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	srv.Describe(stdout)
+	fmt.Fprintf(stdout, "  go collector %s\n", gc)
 	if generated {
 		fmt.Fprintf(stdout, "  admin token for this run (shown once; set FORMS_SERVER_ADMIN_TOKEN to choose one): %s\n", cfg.Server.AdminToken.Reveal())
 	}
