@@ -352,16 +352,10 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 		return nil
 	}
 
-	byEvent := map[string][]storage.Delivery{}
-	for _, cr := range made {
-		for _, d := range cr.deliveries {
-			d.NextAttemptAt, d.CreatedAt = cr.c.In.CreatedAt, cr.c.In.CreatedAt
-			byEvent[d.EventID] = append(byEvent[d.EventID], d)
-		}
-	}
+	var written []storage.Delivery
 	if len(ordered) > 0 {
 		// An ordered endpoint with nothing under way lets its next delivery
-		// go, which may be one of these.
+		// go, which may be one of these: read them back after it.
 		if _, err := tx.Exec(ctx, promoteSQL, ordered); err != nil {
 			return err
 		}
@@ -370,14 +364,20 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 		if err != nil {
 			return err
 		}
-		ds, err := collectDeliveries(rows)
-		if err != nil {
+		if written, err = collectDeliveries(rows); err != nil {
 			return err
 		}
-		byEvent = map[string][]storage.Delivery{}
-		for _, d := range ds {
-			byEvent[d.EventID] = append(byEvent[d.EventID], d)
+	} else {
+		for _, cr := range made {
+			for _, d := range cr.deliveries {
+				d.NextAttemptAt, d.CreatedAt = cr.c.In.CreatedAt, cr.c.In.CreatedAt
+				written = append(written, d)
+			}
 		}
+	}
+	byEvent := map[string][]storage.Delivery{}
+	for _, d := range written {
+		byEvent[d.EventID] = append(byEvent[d.EventID], d)
 	}
 	for _, cr := range made {
 		ds := byEvent[cr.c.In.ID]
