@@ -593,3 +593,60 @@ func TestConcurrentSendsAndConfigure(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A burst of concurrent sends to one receiver opens a connection per send;
+// the next bursts must reuse them all rather than close some after each
+// send and dial again (net/http keeps two idle connections a host unless
+// told otherwise, and any fixed cap below the server's concurrency churns).
+func TestConnectionsAreKeptForTheNextBurst(t *testing.T) {
+	t.Parallel()
+	const inFlight, bursts = 40, 3
+	var opened atomic.Int64
+	arrived := make(chan struct{}, inFlight)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		mu.Lock()
+		wait := release
+		mu.Unlock()
+		<-wait
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	tr := newTransport(t, loopback)
+
+	for burst := range bursts {
+		var wg sync.WaitGroup
+		for range inFlight {
+			wg.Go(func() {
+				if out := tr.Send(context.Background(), message(srv.URL)); out.Kind != transport.OutcomeDelivered {
+					t.Errorf("outcome = %+v, want delivered", out)
+				}
+			})
+		}
+		// Every send of the burst is at the receiver before any is answered,
+		// so each one needed a connection of its own.
+		for range inFlight {
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("burst %d: not all %d sends reached the receiver", burst, inFlight)
+			}
+		}
+		mu.Lock()
+		close(release)
+		release = make(chan struct{})
+		mu.Unlock()
+		wg.Wait()
+	}
+	if got := opened.Load(); got != inFlight {
+		t.Errorf("%d bursts of %d concurrent sends opened %d connections, want %d: connections were closed between bursts and dialled again",
+			bursts, inFlight, got, inFlight)
+	}
+}
