@@ -474,22 +474,7 @@ func TestReceiverVerifiesEachPathWithItsSecret(t *testing.T) {
 	}
 	arr := r.record(1)
 	post := func(path string, secret string) int {
-		body := []byte(`{"type":"submission.received"}`)
-		h, err := webhook.SignHeaders("dlv_1", time.Now(), body, secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := http.NewRequest(http.MethodPost, "http://"+r.ln.Addr().String()+path, strings.NewReader(string(body)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header = h
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return postSigned(t, "http://"+r.ln.Addr().String()+path, "dlv_1", secret, []byte(`{"type":"submission.received"}`))
 	}
 	if got := post(hookPath(1), secrets[0]); got != http.StatusUnauthorized {
 		t.Errorf("endpoint 0's message at endpoint 1's path: %d, want 401", got)

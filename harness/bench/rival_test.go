@@ -41,21 +41,7 @@ func TestRivalCountsWhatItsSenderDelivers(t *testing.T) {
 
 	post := func(endpoint int, id, secret string) int {
 		url, _ := r.Endpoint(endpoint)
-		h, err := webhook.SignHeaders(id, time.Now(), body, secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header = h
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return postSigned(t, url, id, secret, body)
 	}
 	_, secret0 := r.Endpoint(0)
 	_, secret1 := r.Endpoint(1)
@@ -90,4 +76,25 @@ func TestRivalCountsWhatItsSenderDelivers(t *testing.T) {
 		conn.Close(ctx)
 		t.Error("the rival's database is still there after Close")
 	}
+}
+
+// postSigned POSTs body to url signed with secret as message id, and
+// returns the status the receiver answered.
+func postSigned(t *testing.T, url, id, secret string, body []byte) int {
+	t.Helper()
+	h, err := webhook.SignHeaders(id, time.Now(), body, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
