@@ -496,13 +496,13 @@ func (p *Pool) completeLoop(ctx context.Context, done <-chan completion) {
 }
 
 // completeGatherGap and completeGatherMax bound how long the completer
-// waits for more outcomes before it writes. Most of what a completion
+// waits for more outcomes before it writes. Part of what a completion
 // costs the database is per statement (three a batch, and a transaction),
 // so under load a batch written a moment later is cheaper by the outcomes
 // that joined it: draining on PostgreSQL with 16 senders, batches went
 // from 11 outcomes to 22 and the completion's statements from 88 to 64-73
-// µs of database time a delivery. Nobody waits on the write to send: a sender
-// hands its outcome over and goes on (see recorder), so the wait delays
+// µs of database time a delivery. Nobody waits on the write to send: a
+// sender hands its outcome over and goes on (see recorder), so the wait delays
 // only when the attempt shows up in the history and when a retry or an
 // ordered endpoint's next delivery is let go.
 const (
