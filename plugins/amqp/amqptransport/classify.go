@@ -21,6 +21,8 @@ type failure struct {
 	server string
 	// waited is how long the publish waited before it failed.
 	waited time.Duration
+	// unroutableRetryFor is the setting SettingUnroutableRetryFor.
+	unroutableRetryFor time.Duration
 }
 
 // verdict is what one AMQP reply code means for a delivery.
@@ -78,6 +80,14 @@ func classify(err error, f failure) transport.Outcome {
 		return transport.Refused(refused.Error())
 	case errors.Is(err, errClosed):
 		return transport.Deferred(errClosed.Error())
+	case errors.As(err, &returned) && returned.Code == amqp.NoRoute && returned.Connected < f.unroutableRetryFor:
+		// A broker that has just started answers before it has recovered
+		// its durable queues and their bindings: right after a restart a
+		// message to a durable, bound queue once came back 312 NO_ROUTE
+		// (TestBrokerAwayAndBack). Counted permanent, every delivery sent
+		// in that moment would have failed until an operator replayed it.
+		return transport.Retryable(0, fmt.Sprintf("publishing to %s: %v %s after connecting, when a broker that has just started may not have recovered its queues yet; it is retried (later than %s after connecting it is permanent: bind a queue)",
+			where, returned, returned.Connected.Round(time.Millisecond), f.unroutableRetryFor))
 	case errors.As(err, &returned):
 		return fromCode(int(returned.Code), fmt.Sprintf("publishing to %s: %v", where, returned))
 	case errors.Is(err, errNacked):

@@ -100,7 +100,10 @@ func TestAgainstBroker(t *testing.T) {
 	}})
 	url := srv.AdminURL()
 	ch := admin(t, url)
-	tr := newTransport(t)
+	// No grace for unroutable messages, so that a missing binding is
+	// permanent on this fresh connection (see the subtest on the grace).
+	tr := configured(t, transport.Settings{SettingAllowedNetworks: "127.0.0.1", SettingReconnectWait: "100ms",
+		SettingReconnectWaitMax: "500ms", SettingUnroutableRetryFor: "0s"})
 	declare(t, ch, "forms", "forms.q", "forms.submissions", nil)
 
 	t.Run("a publish is confirmed and carries the body, headers, id, content type and persistence", func(t *testing.T) {
@@ -173,6 +176,17 @@ func TestAgainstBroker(t *testing.T) {
 			good(t)
 		})
 	}
+
+	t.Run("an unroutable message just after connecting is retryable: the broker may be recovering its queues", func(t *testing.T) {
+		fresh := newTransport(t)
+		out := transporttest.Send(fresh, message(url, "forms", "nobody.listens"), 10*time.Second)
+		assertNoLeak(t, out)
+		t.Logf("outcome: %+v", out)
+		if out.Kind != transport.OutcomeRetryable || out.NoRequest || !containsAll(out.Error, []string{"312 NO_ROUTE", "after connecting", "recovered its queues", "bind a queue"}) {
+			t.Fatalf("outcome = %+v, want retryable, saying the broker may still be recovering", out)
+		}
+		good(t)
+	})
 
 	t.Run("a user without write permission on the exchange is permanent: 403 ACCESS_REFUSED", func(t *testing.T) {
 		out := transporttest.Send(tr, message(srv.URL(limitedUser, limitedPassword), "forms", "forms.submissions"), 10*time.Second)
@@ -374,9 +388,10 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	srv.Restart()
 	// Once, a send right after the restart came back unroutable (312
 	// NO_ROUTE) though the queue is durable and bound: the broker had
-	// logged its startup but, it seems, not yet recovered the queue. What
-	// this test is about starts once the queue holds again the message
-	// confirmed before the kill.
+	// logged its startup but, it seems, not yet recovered the queue. Such
+	// a send is retryable (SettingUnroutableRetryFor), but what this test
+	// is about starts once the queue holds again the message confirmed
+	// before the kill.
 	waitRecovered(t, url, "forms.away", 1)
 	deadline := time.Now().Add(30 * time.Second)
 	retries := 0
