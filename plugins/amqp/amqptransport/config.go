@@ -214,7 +214,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the URL's password from text.
 func (s *server) scrub(text string) string {
-	return pluginkit.Redact(text, s.secret, url.QueryEscape(s.secret))
+	return pluginkit.Redact(text, s.secret)
 }
 
 // target is where one endpoint publishes.

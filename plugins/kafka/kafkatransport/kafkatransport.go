@@ -114,10 +114,10 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 }
 
 func scrubSecret(err error, secret string) error {
-	if secret == "" || !strings.Contains(err.Error(), secret) {
-		return err
+	if text := pluginkit.Redact(err.Error(), secret); text != err.Error() {
+		return errors.New(text)
 	}
-	return errors.New(pluginkit.Redact(err.Error(), secret))
+	return err
 }
 
 // Close closes every client. Sends after Close make no request.

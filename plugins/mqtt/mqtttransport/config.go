@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -260,7 +259,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the password from text.
 func (s *server) scrub(text string) string {
-	return pluginkit.Redact(text, s.password, url.QueryEscape(s.password))
+	return pluginkit.Redact(text, s.password)
 }
 
 // target is where one endpoint publishes.

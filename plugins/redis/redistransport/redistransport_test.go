@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -304,6 +305,17 @@ func TestOutcomeTextIsScrubbed(t *testing.T) {
 	out := classify(quoting, failure{stream: "s", server: srv.shown})
 	out.Error = scrub(out.Error, srv, msg)
 	assertNoLeak(t, out)
+
+	// A password that a URL carries escaped is hidden in either form.
+	const special = "p@ss/w rd:" + testPassword
+	escaped, err := parseServer("redis://" + url.UserPassword("hymical", special).String() + "@127.0.0.1:6379/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoting = fmt.Errorf("failed: %s and %s and %s", special, url.QueryEscape(special), url.PathEscape(special))
+	if got := scrub(quoting.Error(), escaped, msg); got != "failed: [redacted] and [redacted] and [redacted]" {
+		t.Fatalf("scrubbed text = %q, want every form of the password hidden", got)
+	}
 }
 
 // A send after Close sends nothing: retryable, and no request went out.

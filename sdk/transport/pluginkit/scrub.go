@@ -1,17 +1,29 @@
 package pluginkit
 
 import (
+	"cmp"
+	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
 
-// Redact replaces every non-empty secret in text with [redacted].
+// Redact replaces every non-empty secret in text with [redacted]: as
+// given, and as a URL's query or path would carry it escaped, since a
+// client library's error may quote the URL it was given or one it
+// rebuilt (a password "p@ss" shows as p%40ss).
 func Redact(text string, secrets ...string) string {
+	var forms []string
 	for _, s := range secrets {
 		if s != "" {
-			text = strings.ReplaceAll(text, s, "[redacted]")
+			forms = append(forms, s, url.QueryEscape(s), url.PathEscape(s))
 		}
+	}
+	// Longest first, so a form that holds a shorter one goes whole.
+	slices.SortFunc(forms, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	for _, f := range slices.Compact(forms) {
+		text = strings.ReplaceAll(text, f, "[redacted]")
 	}
 	return text
 }

@@ -20,6 +20,8 @@ func TestRedact(t *testing.T) {
 		{"an empty secret is skipped", "text", []string{""}, "text"},
 		{"several", "user tok and pass", []string{"tok", "pass"}, "user [redacted] and [redacted]"},
 		{"an escaped form too", "p@ss or p%40ss", []string{"p@ss", "p%40ss"}, "[redacted] or [redacted]"},
+		{"the escaped forms unasked", "p@ss w/rd, p%40ss+w%2Frd, p@ss%20w%2Frd", []string{"p@ss w/rd"}, "[redacted], [redacted], [redacted]"},
+		{"a secret inside another", "abc and abcdef", []string{"abc", "abcdef"}, "[redacted] and [redacted]"},
 		{"absent", "nothing here", []string{"secret"}, "nothing here"},
 	}
 	for _, tt := range tests {
