@@ -15,11 +15,10 @@
 //     delivered means the broker acknowledged the message (persistent
 //     messages to durable queues are on disk by then) and did not return
 //     it as unroutable;
-//   - an unroutable message (basic.return 312 NO_ROUTE) once the
-//     connection is older than unroutable_retry_for, an exchange that
-//     does not exist (404 NOT_FOUND), refused credentials or permissions
-//     (403 ACCESS_REFUSED, 530 NOT_ALLOWED for the virtual host) and a
-//     message over the broker's size limit are permanent; a lost
+//   - an exchange that does not exist (404 NOT_FOUND), refused
+//     credentials or permissions (403 ACCESS_REFUSED, 530 NOT_ALLOWED for
+//     the virtual host) and a message over the broker's size limit are
+//     permanent; an unroutable message (basic.return 312 NO_ROUTE), a lost
 //     connection, no confirm by the deadline, a nack, a broker that blocks
 //     publishers (a resource alarm) and the reply codes a retry may fix are
 //     retryable (see replyCodes for each code);
@@ -197,8 +196,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	if err == nil {
 		return transport.Delivered(0)
 	}
-	o := classify(err, failure{destination: tgt.destination(), routingKey: tgt.routingKey, server: tgt.server.shown, waited: time.Since(start),
-		unroutableRetryFor: st.unroutableRetryFor})
+	o := classify(err, failure{destination: tgt.destination(), routingKey: tgt.routingKey, server: tgt.server.shown, waited: time.Since(start)})
 	o.Error = scrub(o.Error, tgt.server, msg)
 	return o
 }

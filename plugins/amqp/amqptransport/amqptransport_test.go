@@ -54,9 +54,7 @@ func TestConfigure(t *testing.T) {
 	}{
 		{"no settings", nil, ""},
 		{"every setting", transport.Settings{SettingURL: "amqps://u:" + testPassword + "@rabbitmq.internal:5671/forms?certfile=/etc/hymical/client.pem&keyfile=/etc/hymical/client.key",
-			SettingConnectTimeout: "2s", SettingConfirmTimeout: "3s", SettingReconnectWait: "100ms", SettingReconnectWaitMax: "5s", SettingUnroutableRetryFor: "1m", SettingAllowedNetworks: "10.0.0.0/8"}, ""},
-		{"no grace for unroutable messages", transport.Settings{SettingUnroutableRetryFor: "0s"}, ""},
-		{"a negative grace for unroutable messages", transport.Settings{SettingUnroutableRetryFor: "-1s"}, "unroutable_retry_for"},
+			SettingConnectTimeout: "2s", SettingConfirmTimeout: "3s", SettingReconnectWait: "100ms", SettingReconnectWaitMax: "5s", SettingAllowedNetworks: "10.0.0.0/8"}, ""},
 		{"a bad allow-list", transport.Settings{SettingAllowedNetworks: "localhost"}, `setting allowed_networks: "localhost" is not a CIDR`},
 		{"an unknown setting", transport.Settings{"exchange": "forms"}, `unknown setting "exchange"`},
 		{"a bad duration", transport.Settings{SettingConfirmTimeout: "soon"}, "confirm_timeout"},
@@ -237,8 +235,7 @@ func TestPublishingNeedsTheSignedHeaders(t *testing.T) {
 // failure of the client or the connection.
 func TestClassify(t *testing.T) {
 	t.Parallel()
-	f := failure{destination: "forms", routingKey: "forms.submissions", server: "amqp://127.0.0.1:5672/", waited: 2 * time.Second,
-		unroutableRetryFor: DefaultUnroutableRetryFor}
+	f := failure{destination: "forms", routingKey: "forms.submissions", server: "amqp://127.0.0.1:5672/", waited: 2 * time.Second}
 	server := func(code int, reason string) error {
 		return fmt.Errorf("channel shutdown error: %w", &amqp.Error{Code: code, Reason: reason, Server: true})
 	}
@@ -249,9 +246,7 @@ func TestClassify(t *testing.T) {
 		want   transport.OutcomeKind
 		inText string
 	}{
-		{"312 NO_ROUTE returned", &ReturnedError{Code: amqp.NoRoute, Text: "NO_ROUTE", Connected: time.Hour}, transport.OutcomePermanent, "bind a queue"},
-		{"312 NO_ROUTE returned just after connecting", &ReturnedError{Code: amqp.NoRoute, Text: "NO_ROUTE", Connected: 2 * time.Second}, transport.OutcomeRetryable, "2s after connecting"},
-		{"312 NO_ROUTE returned as the grace ends", &ReturnedError{Code: amqp.NoRoute, Text: "NO_ROUTE", Connected: DefaultUnroutableRetryFor}, transport.OutcomePermanent, "bind a queue"},
+		{"312 NO_ROUTE returned", &ReturnedError{Code: amqp.NoRoute, Text: "NO_ROUTE"}, transport.OutcomeRetryable, "bind a queue"},
 		{"311 CONTENT_TOO_LARGE", server(amqp.ContentTooLarge, "CONTENT_TOO_LARGE"), transport.OutcomePermanent, "max_message_size"},
 		{"313 NO_CONSUMERS", server(amqp.NoConsumers, "NO_CONSUMERS"), transport.OutcomeRetryable, "313"},
 		{"320 CONNECTION_FORCED", server(amqp.ConnectionForced, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"), transport.OutcomeRetryable, "320"},

@@ -21,8 +21,6 @@ type failure struct {
 	server string
 	// waited is how long the publish waited before it failed.
 	waited time.Duration
-	// unroutableRetryFor is the setting SettingUnroutableRetryFor.
-	unroutableRetryFor time.Duration
 }
 
 // verdict is what one AMQP reply code means for a delivery.
@@ -37,8 +35,16 @@ type verdict struct {
 // acts is permanent; a code not listed is retryable, since keeping the
 // message is what at-least-once asks for when in doubt.
 var replyCodes = map[int]verdict{
-	amqp.ContentTooLarge:  {true, "the message is larger than the broker accepts; raise its max_message_size"},
-	amqp.NoRoute:          {true, "no queue is bound to the exchange with a matching routing key; bind a queue (or give the exchange an alternate-exchange), then replay the delivery"},
+	amqp.ContentTooLarge: {true, "the message is larger than the broker accepts; raise its max_message_size"},
+	// Unroutable is retryable: no queue matches now, but one often will
+	// soon. A restarted broker answers before it has recovered its
+	// durable queues and bindings (TestBrokerAwayAndBack saw it for a
+	// durable, bound queue), and consumers commonly declare their own
+	// queue when they start. Counted permanent, every delivery sent in
+	// such a moment would fail until an operator replayed it; retried, a
+	// binding that never comes fails the delivery once its retry
+	// allowance is spent, with this hint in every attempt.
+	amqp.NoRoute:          {false, "no queue is bound to the exchange with a matching routing key; bind a queue (or give the exchange an alternate-exchange), and the delivery goes on its next retry"},
 	amqp.NoConsumers:      {false, ""},
 	amqp.ConnectionForced: {false, "the broker or an operator closed the connection (a restart, or rabbitmqctl close_connection)"},
 	amqp.InvalidPath:      {true, "the virtual host in the url does not exist; create it or fix the url"},
@@ -80,14 +86,6 @@ func classify(err error, f failure) transport.Outcome {
 		return transport.Refused(refused.Error())
 	case errors.Is(err, errClosed):
 		return transport.Deferred(errClosed.Error())
-	case errors.As(err, &returned) && returned.Code == amqp.NoRoute && returned.Connected < f.unroutableRetryFor:
-		// A broker that has just started answers before it has recovered
-		// its durable queues and their bindings: right after a restart a
-		// message to a durable, bound queue once came back 312 NO_ROUTE
-		// (TestBrokerAwayAndBack). Counted permanent, every delivery sent
-		// in that moment would have failed until an operator replayed it.
-		return transport.Retryable(0, fmt.Sprintf("publishing to %s: %v %s after connecting, when a broker that has just started may not have recovered its queues yet; it is retried (later than %s after connecting it is permanent: bind a queue)",
-			where, returned, returned.Connected.Round(time.Millisecond), f.unroutableRetryFor))
 	case errors.As(err, &returned):
 		return fromCode(int(returned.Code), fmt.Sprintf("publishing to %s: %v", where, returned))
 	case errors.Is(err, errNacked):

@@ -36,12 +36,6 @@ const (
 	// SettingReconnectWaitMax.
 	SettingReconnectWait    = "reconnect_wait"
 	SettingReconnectWaitMax = "reconnect_wait_max"
-	// SettingUnroutableRetryFor is how long after the plugin connects to a
-	// broker a message it returns as unroutable (312 NO_ROUTE) is
-	// retryable rather than permanent: RabbitMQ takes connections before
-	// it has recovered its durable queues and their bindings after a
-	// restart. "0s" makes every unroutable message permanent at once.
-	SettingUnroutableRetryFor = "unroutable_retry_for"
 	// SettingAllowedNetworks lists the networks (CIDRs or addresses,
 	// comma-separated) of brokers that are not globally reachable but may
 	// be connected to, such as the operator's own RabbitMQ on a private
@@ -65,9 +59,6 @@ const (
 	DefaultConfirmTimeout   = 10 * time.Second
 	DefaultReconnectWait    = 500 * time.Millisecond
 	DefaultReconnectWaitMax = 15 * time.Second
-	// DefaultUnroutableRetryFor covers the recovery of a broker with a
-	// few durable queues; one with many takes longer.
-	DefaultUnroutableRetryFor = 30 * time.Second
 )
 
 // MaxNameBytes is the longest exchange name or routing key AMQP 0-9-1 can
@@ -81,19 +72,16 @@ type settings struct {
 	confirmTimeout   time.Duration
 	reconnectWait    time.Duration
 	reconnectWaitMax time.Duration
-	// unroutableRetryFor is SettingUnroutableRetryFor.
-	unroutableRetryFor time.Duration
-	guard              *netguard.Guard
+	guard            *netguard.Guard
 }
 
 func defaultSettings() settings {
 	return settings{
-		connectTimeout:     DefaultConnectTimeout,
-		confirmTimeout:     DefaultConfirmTimeout,
-		reconnectWait:      DefaultReconnectWait,
-		reconnectWaitMax:   DefaultReconnectWaitMax,
-		unroutableRetryFor: DefaultUnroutableRetryFor,
-		guard:              newGuard(nil),
+		connectTimeout:   DefaultConnectTimeout,
+		confirmTimeout:   DefaultConfirmTimeout,
+		reconnectWait:    DefaultReconnectWait,
+		reconnectWaitMax: DefaultReconnectWaitMax,
+		guard:            newGuard(nil),
 	}
 }
 
@@ -124,18 +112,13 @@ func parseSettings(s transport.Settings) (settings, error) {
 			out.reconnectWait, err = pluginkit.ParseDuration(key, value)
 		case SettingReconnectWaitMax:
 			out.reconnectWaitMax, err = pluginkit.ParseDuration(key, value)
-		case SettingUnroutableRetryFor:
-			// 0 is allowed: no grace at all.
-			if out.unroutableRetryFor, err = time.ParseDuration(strings.TrimSpace(value)); err != nil || out.unroutableRetryFor < 0 {
-				err = fmt.Errorf("setting %s: %q is not a Go duration of 0 or more such as \"30s\" or \"0s\"", key, value)
-			}
 		case SettingAllowedNetworks:
 			var allowed []netip.Prefix
 			allowed, err = netguard.ParseNetworks("setting "+key, value)
 			out.guard = newGuard(allowed)
 		default:
-			err = fmt.Errorf("unknown setting %q: the amqp plugin takes %s, %s, %s, %s, %s, %s and %s", key,
-				SettingURL, SettingConnectTimeout, SettingConfirmTimeout, SettingReconnectWait, SettingReconnectWaitMax, SettingUnroutableRetryFor, SettingAllowedNetworks)
+			err = fmt.Errorf("unknown setting %q: the amqp plugin takes %s, %s, %s, %s, %s and %s", key,
+				SettingURL, SettingConnectTimeout, SettingConfirmTimeout, SettingReconnectWait, SettingReconnectWaitMax, SettingAllowedNetworks)
 		}
 		errs = append(errs, err)
 	}

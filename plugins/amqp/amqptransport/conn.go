@@ -41,8 +41,6 @@ type conn struct {
 	// or disk alarm); "" otherwise.
 	blocked string
 	idle    []*channel
-	// upSince is when the live connection was made.
-	upSince time.Time
 	// dials counts connections made, for tests that show reuse.
 	dials int
 }
@@ -50,9 +48,7 @@ type conn struct {
 // channel is one confirm-mode channel with at most one publish in flight,
 // so that a basic.return on it belongs to that publish.
 type channel struct {
-	ac *amqp.Connection
-	// upSince is when ac was made.
-	upSince time.Time
+	ac      *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
 	closes  chan *amqp.Error
@@ -99,7 +95,7 @@ func (c *conn) run() {
 		closes := ac.NotifyClose(make(chan *amqp.Error, 1))
 		blocks := ac.NotifyBlocked(make(chan amqp.Blocking, 4))
 		c.mu.Lock()
-		c.ac, c.lastErr, c.blocked, c.upSince = ac, nil, "", time.Now()
+		c.ac, c.lastErr, c.blocked = ac, nil, ""
 		c.dials++
 		c.mu.Unlock()
 		if first {
@@ -219,7 +215,7 @@ var errBlocked = errors.New("the broker is blocking publishers")
 // channel returns an idle channel, or opens one, bounded by ctx.
 func (c *conn) channel(ctx context.Context) (*channel, error) {
 	c.mu.Lock()
-	ac, upSince, lastErr, blocked := c.ac, c.upSince, c.lastErr, c.blocked
+	ac, lastErr, blocked := c.ac, c.lastErr, c.blocked
 	if ac == nil {
 		c.mu.Unlock()
 		if lastErr == nil {
@@ -246,7 +242,7 @@ func (c *conn) channel(ctx context.Context) (*channel, error) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		ch, err := openChannel(ac, upSince)
+		ch, err := openChannel(ac)
 		got <- result{ch, err}
 	}()
 	select {
@@ -262,7 +258,7 @@ func (c *conn) channel(ctx context.Context) (*channel, error) {
 	}
 }
 
-func openChannel(ac *amqp.Connection, upSince time.Time) (*channel, error) {
+func openChannel(ac *amqp.Connection) (*channel, error) {
 	ch, err := ac.Channel()
 	if err != nil {
 		return nil, err
@@ -273,7 +269,6 @@ func openChannel(ac *amqp.Connection, upSince time.Time) (*channel, error) {
 	}
 	return &channel{
 		ac:      ac,
-		upSince: upSince,
 		ch:      ch,
 		returns: ch.NotifyReturn(make(chan amqp.Return, 1)),
 		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
@@ -306,11 +301,6 @@ func (c *conn) put(ch *channel) {
 type ReturnedError struct {
 	Code uint16
 	Text string
-	// Connected is how long the connection had been up when the broker
-	// returned the message: a broker that has just started answers before
-	// it has recovered its durable queues and their bindings (see
-	// SettingUnroutableRetryFor).
-	Connected time.Duration
 }
 
 func (e *ReturnedError) Error() string {
@@ -340,7 +330,7 @@ func (c *conn) publish(ctx context.Context, exchange, key string, pub amqp.Publi
 		select {
 		case r := <-ch.returns:
 			c.put(ch)
-			return &ReturnedError{Code: r.ReplyCode, Text: r.ReplyText, Connected: time.Since(ch.upSince)}
+			return &ReturnedError{Code: r.ReplyCode, Text: r.ReplyText}
 		default:
 		}
 		if dc.Acked() {

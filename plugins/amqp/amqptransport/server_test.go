@@ -100,10 +100,7 @@ func TestAgainstBroker(t *testing.T) {
 	}})
 	url := srv.AdminURL()
 	ch := admin(t, url)
-	// No grace for unroutable messages, so that a missing binding is
-	// permanent on this fresh connection (see the subtest on the grace).
-	tr := configured(t, transport.Settings{SettingAllowedNetworks: "127.0.0.1", SettingReconnectWait: "100ms",
-		SettingReconnectWaitMax: "500ms", SettingUnroutableRetryFor: "0s"})
+	tr := newTransport(t)
 	declare(t, ch, "forms", "forms.q", "forms.submissions", nil)
 
 	t.Run("a publish is confirmed and carries the body, headers, id, content type and persistence", func(t *testing.T) {
@@ -160,33 +157,24 @@ func TestAgainstBroker(t *testing.T) {
 
 	for _, tt := range []struct {
 		name, exchange, key string
+		want                transport.OutcomeKind
 		inText              []string
 	}{
-		{"an unroutable message is permanent: basic.return 312 NO_ROUTE", "forms", "nobody.listens", []string{"unroutable", "312 NO_ROUTE", `exchange "forms" with routing key "nobody.listens"`, "bind a queue"}},
-		{"an exchange that does not exist is permanent: 404 NOT_FOUND", "missing", "k", []string{"404", "NOT_FOUND", "declare it"}},
-		{"a queue that does not exist, on the default exchange, is unroutable", "", "no.such.queue", []string{"312 NO_ROUTE"}},
+		{"an unroutable message is retryable: basic.return 312 NO_ROUTE", "forms", "nobody.listens", transport.OutcomeRetryable,
+			[]string{"unroutable", "312 NO_ROUTE", `exchange "forms" with routing key "nobody.listens"`, "bind a queue"}},
+		{"an exchange that does not exist is permanent: 404 NOT_FOUND", "missing", "k", transport.OutcomePermanent, []string{"404", "NOT_FOUND", "declare it"}},
+		{"a queue that does not exist, on the default exchange, is unroutable", "", "no.such.queue", transport.OutcomeRetryable, []string{"312 NO_ROUTE"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out := transporttest.Send(tr, message(url, tt.exchange, tt.key), 10*time.Second)
 			assertNoLeak(t, out)
 			t.Logf("outcome: %+v", out)
-			if out.Kind != transport.OutcomePermanent || out.NoRequest || !containsAll(out.Error, tt.inText) {
-				t.Fatalf("outcome = %+v, want permanent saying %q", out, tt.inText)
+			if out.Kind != tt.want || out.NoRequest || !containsAll(out.Error, tt.inText) {
+				t.Fatalf("outcome = %+v, want %s saying %q", out, tt.want, tt.inText)
 			}
 			good(t)
 		})
 	}
-
-	t.Run("an unroutable message just after connecting is retryable: the broker may be recovering its queues", func(t *testing.T) {
-		fresh := newTransport(t)
-		out := transporttest.Send(fresh, message(url, "forms", "nobody.listens"), 10*time.Second)
-		assertNoLeak(t, out)
-		t.Logf("outcome: %+v", out)
-		if out.Kind != transport.OutcomeRetryable || out.NoRequest || !containsAll(out.Error, []string{"312 NO_ROUTE", "after connecting", "recovered its queues", "bind a queue"}) {
-			t.Fatalf("outcome = %+v, want retryable, saying the broker may still be recovering", out)
-		}
-		good(t)
-	})
 
 	t.Run("a user without write permission on the exchange is permanent: 403 ACCESS_REFUSED", func(t *testing.T) {
 		out := transporttest.Send(tr, message(srv.URL(limitedUser, limitedPassword), "forms", "forms.submissions"), 10*time.Second)
@@ -388,10 +376,9 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	srv.Restart()
 	// Once, a send right after the restart came back unroutable (312
 	// NO_ROUTE) though the queue is durable and bound: the broker had
-	// logged its startup but, it seems, not yet recovered the queue. Such
-	// a send is retryable (SettingUnroutableRetryFor), but what this test
-	// is about starts once the queue holds again the message confirmed
-	// before the kill.
+	// logged its startup but, it seems, not yet recovered the queue; such
+	// a send is retryable. What this test is about starts once the queue
+	// holds again the message confirmed before the kill.
 	waitRecovered(t, url, "forms.away", 1)
 	deadline := time.Now().Add(30 * time.Second)
 	retries := 0
