@@ -26,8 +26,10 @@ func TestMain(m *testing.M) {
 }
 
 // maxAttempts lets the retries outlast the broker's outage in these
-// tests (RabbitMQ takes tens of seconds to boot here).
-const maxAttempts = 200
+// tests: RabbitMQ takes tens of seconds to boot here, and may take as long
+// again to route to its recovered queues, and the fast schedule makes
+// about two attempts a second.
+const maxAttempts = 400
 
 func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 	// One broker for both backends, one after the other: it boots slowly.
