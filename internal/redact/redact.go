@@ -12,6 +12,7 @@
 package redact
 
 import (
+	"cmp"
 	"net/url"
 	"slices"
 	"strings"
@@ -329,8 +330,9 @@ func SecretsOf(rawURL string, settings map[string]string) []string {
 		}
 		urlSecrets(v)
 	}
-	// Longest first, so a secret that holds a shorter one is hidden whole.
-	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	// Longest first, so a secret that holds a shorter one is hidden whole;
+	// equal ones end up side by side, for Compact to drop.
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b)) })
 	return slices.Compact(out)
 }
 

@@ -20,8 +20,10 @@ func Redact(text string, secrets ...string) string {
 			forms = append(forms, s, url.QueryEscape(s), url.PathEscape(s))
 		}
 	}
-	// Longest first, so a form that holds a shorter one goes whole.
-	slices.SortFunc(forms, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	// Longest first, so a form that holds a shorter one goes whole; equal
+	// forms (a secret with nothing to escape is its own escaped form) end
+	// up side by side, for Compact to drop.
+	slices.SortFunc(forms, func(a, b string) int { return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b)) })
 	for _, f := range slices.Compact(forms) {
 		text = strings.ReplaceAll(text, f, "[redacted]")
 	}
