@@ -1,9 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,9 +78,11 @@ ORDER BY d.next_attempt_at, d.id`
 // top-ups; it returns the rows within each endpoint's room and those past
 // it apart, oldest due first, and whether it looked. Both pick a prefix of
 // each endpoint's due rows, so their union keeps each endpoint within its
-// room. claimPickedSQL then claims the picked rows that are still
-// claimable, skipping those another claim holds, with the oldest expired
-// leases, as claimSQL does.
+// room, and both leave out the rows in $9: those an earlier round of the
+// same claim found another transaction holding (see claimFair).
+// claimPickedSQL then claims the picked rows that are still claimable,
+// skipping those another claim holds, with the oldest expired leases, as
+// claimSQL does.
 const (
 	pickWindowSQL = `
 WITH room AS (
@@ -84,6 +90,7 @@ WITH room AS (
 ), scanned AS (
 	SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
 	WHERE state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
+		AND id <> ALL($9::text[])
 	ORDER BY next_attempt_at, id
 	LIMIT $8
 ), walk AS (
@@ -118,7 +125,7 @@ WITH few AS (
 		SELECT d.id, d.next_attempt_at, row_number() OVER (ORDER BY d.next_attempt_at, d.id) AS rn
 		FROM webhook_deliveries AS d
 		WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND NOT d.held
-			AND d.next_attempt_at <= coalesce($1::timestamptz, now())
+			AND d.next_attempt_at <= coalesce($1::timestamptz, now()) AND d.id <> ALL($9::text[])
 		ORDER BY d.next_attempt_at, d.id
 		LIMIT coalesce(r.room, $4) + coalesce(t.extra, 0)) AS c
 	WHERE (SELECT ok FROM few) AND ep.disabled_at IS NULL AND coalesce(r.room, $4) + coalesce(t.extra, 0) > 0
@@ -146,7 +153,8 @@ WITH pending AS (
 // claim short, endpoint by endpoint, which finds the rest behind any
 // backlog. What the rooms leave of the limit goes to the top-ups, found
 // endpoint by endpoint too, in the same statement when the rooms needed it.
-func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]string, error) {
+// Rows in skip are left out, as if they were not due.
+func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, skip []string) ([]string, error) {
 	sh := p.Share
 	ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
 	noRoom := []string{}
@@ -166,7 +174,7 @@ func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]
 	// every enabled endpoint when there are at most maxEndpoints of them
 	// (0: any number); looked reports whether it did.
 	byEndpoint := func(topUpsOnly bool, maxEndpoints int) (within, past []string, looked bool, err error) {
-		err = tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, topUpsOnly, maxEndpoints).
+		err = tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, topUpsOnly, maxEndpoints, skip).
 			Scan(&within, &past, &looked)
 		return within, past, looked, err
 	}
@@ -183,7 +191,7 @@ func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams) ([]
 		picked          []string
 		walked, scanned int
 	)
-	if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit, noRoom, bound).
+	if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit, noRoom, bound, skip).
 		Scan(&picked, &walked, &scanned); err != nil {
 		return nil, err
 	}
@@ -252,25 +260,111 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 
 // claimIn runs the claim statement in tx; codec opens the endpoints' secrets.
 func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, codec storage.SecretsCodec) ([]storage.Claim, error) {
-	var (
-		rows pgx.Rows
-		err  error
-	)
-	if p.Share != nil {
-		var picked []string
-		if picked, err = pickFair(ctx, tx, p); err != nil {
-			return nil, err
-		}
-		rows, err = tx.Query(ctx, claimPickedSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds(), picked)
-	} else {
-		rows, err = tx.Query(ctx, claimSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds())
-	}
-	if err != nil {
-		return nil, err
-	}
 	// A batch usually holds many deliveries to few endpoints: each
 	// endpoint's secrets are decoded once.
 	endpoints := map[string]storage.Endpoint{}
+	if p.Share != nil {
+		return claimFair(ctx, tx, p, codec, endpoints)
+	}
+	rows, err := tx.Query(ctx, claimSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds())
+	if err != nil {
+		return nil, err
+	}
+	return collectClaims(rows, codec, endpoints)
+}
+
+// maxPickRounds bounds how often one claim with a share picks again after
+// finding picked rows held by other transactions. Each round leaves out
+// the rows the last one found held, so it only repeats while other claims
+// keep taking what this one picked; past the bound the claim returns what
+// it has, and the claimer comes back.
+const maxPickRounds = 4
+
+// claimFair claims with a share: it picks (pickFair), then locks what it
+// picked, skipping rows another transaction holds (another process's claim
+// under way). Those count as taken by it: when some were held and the
+// claim is still short, it picks again without them, each endpoint's room
+// less what this claim already took of it, so an endpoint's next due rows
+// go out instead and the claim does not come back short while rows are
+// due.
+func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, codec storage.SecretsCodec, endpoints map[string]storage.Endpoint) ([]storage.Claim, error) {
+	var (
+		claims []storage.Claim
+		skip   = []string{}
+		// fromPick holds the claimed rows that were picked: those that
+		// count against a room, where an expired lease does not.
+		fromPick = map[string]bool{}
+	)
+	round := p
+	for range maxPickRounds {
+		picked, err := pickFair(ctx, tx, round, skip)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.Query(ctx, claimPickedSQL, dbNow(p.Now), round.Limit, p.Lease.Microseconds(), picked)
+		if err != nil {
+			return nil, err
+		}
+		got, err := collectClaims(rows, codec, endpoints)
+		if err != nil {
+			return nil, err
+		}
+		claims = append(claims, got...)
+		taken := make(map[string]bool, len(got))
+		for _, c := range got {
+			taken[c.Delivery.ID] = true
+		}
+		held := 0
+		for _, id := range picked {
+			if taken[id] {
+				fromPick[id] = true
+			} else {
+				skip = append(skip, id)
+				held++
+			}
+		}
+		// A full claim, or one that found none of its picks held, took
+		// all there was to take.
+		if len(claims) >= p.Limit || held == 0 {
+			break
+		}
+		round.Limit = p.Limit - len(claims)
+		round.Share = shareLeft(p.Share, fromPick, claims)
+	}
+	slices.SortFunc(claims, func(a, b storage.Claim) int {
+		return cmp.Or(a.Delivery.NextAttemptAt.Compare(b.Delivery.NextAttemptAt), strings.Compare(a.Delivery.ID, b.Delivery.ID))
+	})
+	return claims, nil
+}
+
+// shareLeft is what is left of share once claims are taken: each endpoint's
+// room less the claims of it that were picked (fromPick), then its top-up
+// less what they took past the room. Expired leases a claim took were not
+// picked, and take nothing from a room, as in the first round.
+func shareLeft(share *storage.ClaimShare, fromPick map[string]bool, claims []storage.Claim) *storage.ClaimShare {
+	used := map[string]int{}
+	for _, c := range claims {
+		if fromPick[c.Delivery.ID] {
+			used[c.Delivery.EndpointID]++
+		}
+	}
+	left := &storage.ClaimShare{Default: share.Default, Room: maps.Clone(share.Room), TopUp: maps.Clone(share.TopUp)}
+	if left.Room == nil {
+		left.Room = map[string]int{}
+	}
+	for id, n := range used {
+		room := share.RoomOf(id)
+		left.Room[id] = max(0, room-n)
+		if top, ok := share.TopUp[id]; ok {
+			left.TopUp[id] = max(0, top-max(0, n-room))
+		}
+	}
+	return left
+}
+
+// collectClaims reads the rows of a claim statement; codec opens the
+// endpoints' secrets, each endpoint's once, kept in endpoints.
+func collectClaims(rows pgx.Rows, codec storage.SecretsCodec, endpoints map[string]storage.Endpoint) ([]storage.Claim, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Claim, error) {
 		var c storage.Claim
 		var ev eventScan

@@ -479,3 +479,55 @@ func updateAcross(t *testing.T, db *database, tx pgx.Tx, update func() error) er
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A claim with a share picks its rows before it locks them. When another
+// transaction (another process's claim, mid-way) holds some of the picked
+// rows, the claim must take the endpoints' next due rows instead, as the
+// plain claim does with SKIP LOCKED, not come back short while rows are
+// due. Rows another transaction holds count as taken by it: the claim
+// gives each endpoint its room among the rest. Both ways a share looks are
+// covered: endpoint by endpoint (few enabled endpoints) and the window of
+// the oldest due (more than storage.ClaimProbeEndpoints).
+func TestShareClaimTakesOtherDueRowsWhenPickedOnesAreLocked(t *testing.T) {
+	t.Parallel()
+	for _, idle := range []int{0, storage.ClaimProbeEndpoints + 8} {
+		t.Run(fmt.Sprintf("%d idle endpoints", idle), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, s := migrated(t)
+			for range idle {
+				if _, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "http://127.0.0.1:1/idle",
+					FormIDs: []string{"form_idle"}, Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldA==", nil)}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seedEndpoint(t, s)
+			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			ds := seedEvents(t, s, 6, now)
+
+			tx, err := db.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			// The two oldest: what a claim with room 2 picks first.
+			if _, err := tx.Exec(ctx, "SELECT id FROM webhook_deliveries WHERE id = ANY($1) FOR UPDATE",
+				[]string{ds[0].ID, ds[1].ID}); err != nil {
+				t.Fatal(err)
+			}
+
+			claims, err := s.DeliveryClaim(ctx, storage.DeliveryClaimParams{
+				Limit: 2, Lease: time.Minute, Now: now.Add(time.Minute), Share: &storage.ClaimShare{Default: 2}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range claims {
+				got = append(got, c.Delivery.ID)
+			}
+			if want := []string{ds[2].ID, ds[3].ID}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("with the two oldest locked by another transaction, a claim with room 2 took %v, want the next two due %v", got, want)
+			}
+		})
+	}
+}
