@@ -1,11 +1,15 @@
 package storagetest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hymical/hymical/storage"
 )
@@ -228,4 +232,169 @@ func testShareAmong(t *testing.T, b Backend, idle int) {
 			}
 		}
 	})
+}
+
+// testShareRule checks claims with a share against the rule they are
+// documented to follow, written out here a second time as plain Go
+// (shareRule), over random schedules: pending and processing rows of
+// several endpoints with due times past and future, leases expired and
+// live, rows held, and random rooms, top-ups and limits. Each round lays
+// out the rows afresh with raw SQL, then makes a few claims in a row,
+// each compared with what the rule takes of the rows as DeliveryList reads
+// them just before it. Both ways a store may look are covered: with few
+// enabled endpoints and with more than storage.ClaimProbeEndpoints.
+func testShareRule(t *testing.T, b Backend) {
+	for _, idle := range []int{0, storage.ClaimProbeEndpoints + 1} {
+		t.Run(fmt.Sprintf("with %d more endpoints that have nothing due", idle), func(t *testing.T) {
+			t.Parallel()
+			const rounds, claimsPerRound = 25, 4
+			f := newFixture(t, b)
+			rng := rand.New(rand.NewPCG(uint64(idle), 38))
+			for range idle {
+				f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{"form_idle"} })
+			}
+			var eps []string
+			for i := range 4 {
+				form := fmt.Sprintf("form_rule_%d", i)
+				eps = append(eps, f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{form} }).ID)
+			}
+			var ids []string
+			for range 40 {
+				ids = append(ids, f.event(fmt.Sprintf("form_rule_%d", rng.IntN(len(eps)))).Deliveries[0].ID)
+			}
+			checked := 0
+			for round := range rounds {
+				now := f.at(time.Duration(round) * time.Hour)
+				layOut(t, f, rng, ids, now)
+				for range claimsPerRound {
+					share := randomShare(rng, eps)
+					limit := 1 + rng.IntN(12)
+					rows, err := f.store.DeliveryList(f.ctx, storage.DeliveryListParams{Limit: 1000})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := shareRule(rows, share, limit, now)
+					claims, err := f.store.DeliveryClaim(f.ctx, storage.DeliveryClaimParams{Limit: limit, Lease: lease, Now: now, Share: &share})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := claimIDs(claims); !slices.Equal(got, want) {
+						t.Fatalf("round %d: a claim of %d with share %+v took\n%v\nwant\n%v\nof the rows\n%s", round, limit, share, got, want, describeRows(rows, now))
+					}
+					checked++
+					// Move on a little, so later claims see leases expire
+					// and rows come due.
+					now = now.Add(time.Duration(rng.IntN(20)) * time.Second)
+				}
+			}
+			t.Logf("%s: %d random claims with a share checked against the rule", b.Name, checked)
+		})
+	}
+}
+
+// layOut gives each of the rows ids a random place in the schedule around
+// now: pending or processing, due in the past or the future, a lease that
+// expired or not, held or not.
+func layOut(t *testing.T, f *fixture, rng *rand.Rand, ids []string, now time.Time) {
+	t.Helper()
+	var sql strings.Builder
+	for _, id := range ids {
+		next := f.db.TimeLiteral(now.Add(time.Duration(rng.IntN(120)-90) * time.Second).Truncate(time.Millisecond))
+		switch rng.IntN(5) {
+		case 0: // processing, its lease expired or not
+			expires := f.db.TimeLiteral(now.Add(time.Duration(rng.IntN(60)-30) * time.Second).Truncate(time.Millisecond))
+			fmt.Fprintf(&sql, "UPDATE webhook_deliveries SET state = 'processing', held = FALSE, next_attempt_at = %s, claim_expires_at = %s, claim_token = 'tok_%s' WHERE id = '%s';\n",
+				next, expires, id, id)
+		default:
+			held := "FALSE"
+			if rng.IntN(8) == 0 {
+				held = "TRUE"
+			}
+			fmt.Fprintf(&sql, "UPDATE webhook_deliveries SET state = 'pending', held = %s, next_attempt_at = %s, claim_expires_at = NULL, claim_token = NULL WHERE id = '%s';\n",
+				held, next, id)
+		}
+	}
+	if err := f.db.Exec(f.ctx, sql.String()); err != nil {
+		t.Fatalf("laying out the rows: %v", err)
+	}
+}
+
+// randomShare is a share with a random default room, rooms of their own and
+// top-ups for some of eps.
+func randomShare(rng *rand.Rand, eps []string) storage.ClaimShare {
+	s := storage.ClaimShare{Default: rng.IntN(4)}
+	for _, e := range eps {
+		switch rng.IntN(4) {
+		case 0:
+			if s.Room == nil {
+				s.Room = map[string]int{}
+			}
+			s.Room[e] = rng.IntN(5)
+		case 1:
+			if s.TopUp == nil {
+				s.TopUp = map[string]int{}
+			}
+			s.TopUp[e] = rng.IntN(6)
+		}
+	}
+	return s
+}
+
+// shareRule is what a claim of limit with share takes at now of rows, as
+// storage.ClaimShare documents it: each endpoint's oldest due pending rows
+// up to its room; of those the oldest due, up to the limit; then, for
+// what the limit leaves, the oldest due of the endpoints' next rows past
+// their room, each up to its top-up; and expired leases regardless. Of
+// all these, the oldest due first, cut to the limit.
+func shareRule(rows []storage.Delivery, share storage.ClaimShare, limit int, now time.Time) []string {
+	byEndpoint := map[string][]storage.Delivery{}
+	var expired []storage.Delivery
+	for _, d := range rows {
+		switch {
+		case d.State == storage.StatePending && !d.Held && !d.NextAttemptAt.After(now):
+			byEndpoint[d.EndpointID] = append(byEndpoint[d.EndpointID], d)
+		case d.State == storage.StateProcessing && d.ClaimExpiresAt != nil && d.ClaimExpiresAt.Before(now):
+			expired = append(expired, d)
+		}
+	}
+	var within, past []storage.Delivery
+	for e, due := range byEndpoint {
+		sortByDue(due)
+		room := min(share.RoomOf(e), len(due))
+		within = append(within, due[:room]...)
+		past = append(past, due[room:min(len(due), room+share.TopUp[e])]...)
+	}
+	sortByDue(within)
+	sortByDue(past)
+	sortByDue(expired)
+	within = within[:min(len(within), limit)]
+	take := append(within, past[:min(len(past), limit-len(within))]...)
+	take = append(take, expired[:min(len(expired), limit)]...)
+	sortByDue(take)
+	var ids []string
+	for _, d := range take[:min(len(take), limit)] {
+		ids = append(ids, d.ID)
+	}
+	return ids
+}
+
+func sortByDue(ds []storage.Delivery) {
+	slices.SortFunc(ds, func(a, b storage.Delivery) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), strings.Compare(a.ID, b.ID))
+	})
+}
+
+// describeRows lists rows as a failure message shows them.
+func describeRows(rows []storage.Delivery, now time.Time) string {
+	rows = slices.Clone(rows)
+	sortByDue(rows)
+	var b strings.Builder
+	for _, d := range rows {
+		fmt.Fprintf(&b, "  %s %s %-10s held=%-5v due %+v", d.ID, d.EndpointID, d.State, d.Held, d.NextAttemptAt.Sub(now))
+		if d.ClaimExpiresAt != nil {
+			fmt.Fprintf(&b, " lease ends %+v", d.ClaimExpiresAt.Sub(now))
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
