@@ -290,6 +290,130 @@ func testShareRule(t *testing.T, b Backend) {
 			t.Logf("%s: %d random claims with a share checked against the rule", b.Name, checked)
 		})
 	}
+	t.Run("stores racing", func(t *testing.T) {
+		t.Parallel()
+		testShareRace(t, b)
+	})
+}
+
+// testShareRace lays out rows at random, as testShareRule does, and has
+// three stores claim with shares at once until each comes back empty. No
+// row may be claimed twice or claimed while it was not claimable, no claim
+// may take an endpoint's pending rows past its room, and every claimable
+// row must be claimed in the end. It counts the claims that came back
+// empty although a claim that began after they ended still found rows:
+// rows nobody held, left behind.
+func testShareRace(t *testing.T, b Backend) {
+	const rounds, room = 6, 2
+	f := newFixture(t, b)
+	rng := rand.New(rand.NewPCG(3, 38))
+	var ids []string
+	for i := range 3 {
+		form := fmt.Sprintf("form_race_%d", i)
+		f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{form} })
+	}
+	for range 60 {
+		ids = append(ids, f.event(fmt.Sprintf("form_race_%d", rng.IntN(3))).Deliveries[0].ID)
+	}
+	stores := []storage.Store{f.store, f.db.Open(t), f.db.Open(t)}
+	type claimRun struct{ began, ended, took int }
+	var runs []claimRun
+	for round := range rounds {
+		now := f.at(time.Duration(round) * time.Hour)
+		layOut(t, f, rng, ids, now)
+		rows, err := f.store.DeliveryList(f.ctx, storage.DeliveryListParams{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimable, pending := map[string]bool{}, map[string]bool{}
+		for _, d := range shareRule(rows, storage.ClaimShare{Default: len(rows)}, len(rows), now) {
+			claimable[d] = true
+		}
+		for _, d := range rows {
+			pending[d.ID] = d.State == storage.StatePending
+		}
+		var (
+			mu      sync.Mutex
+			seq     int
+			roundOf []claimRun
+			claimed = map[string]int{}
+			wg      sync.WaitGroup
+		)
+		tick := func() int { mu.Lock(); defer mu.Unlock(); seq++; return seq }
+		for i, s := range stores {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(round), uint64(i)))
+				for {
+					began := tick()
+					got, err := s.DeliveryClaim(f.ctx, storage.DeliveryClaimParams{Limit: 1 + rng.IntN(6), Lease: lease, Now: now,
+						Share: &storage.ClaimShare{Default: room}})
+					ended := tick()
+					if err != nil {
+						t.Errorf("DeliveryClaim: %v", err)
+						return
+					}
+					taken := map[string]int{}
+					mu.Lock()
+					roundOf = append(roundOf, claimRun{began, ended, len(got)})
+					for _, c := range got {
+						claimed[c.Delivery.ID]++
+						if !claimable[c.Delivery.ID] {
+							t.Errorf("round %d: claimed %s, which was not claimable", round, c.Delivery.ID)
+						}
+						if pending[c.Delivery.ID] {
+							taken[c.Delivery.EndpointID]++
+						}
+					}
+					mu.Unlock()
+					for e, n := range taken {
+						if n > room {
+							t.Errorf("round %d: one claim took %d pending rows of endpoint %s, room %d", round, n, e, room)
+						}
+					}
+					if len(got) == 0 {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for id := range claimable {
+			if claimed[id] != 1 {
+				t.Errorf("round %d: claimable delivery %s was claimed %d times, want once", round, id, claimed[id])
+			}
+		}
+		runs = append(runs, roundOf...)
+		// Sequence numbers restart each round; mark the round's end.
+		runs = append(runs, claimRun{began: -1})
+	}
+	claims, empty, behind := 0, 0, 0
+	for i, e := range runs {
+		if e.began < 0 {
+			continue
+		}
+		claims++
+		if e.took > 0 {
+			continue
+		}
+		empty++
+		for _, later := range runs[i+1:] {
+			if later.began < 0 {
+				break
+			}
+			if later.began > e.ended && later.took > 0 {
+				behind++
+				break
+			}
+		}
+		// Earlier runs of the round may have begun after e ended too.
+		for j := i - 1; j >= 0 && runs[j].began >= 0; j-- {
+			if runs[j].began > e.ended && runs[j].took > 0 {
+				behind++
+				break
+			}
+		}
+	}
+	t.Logf("%s: %d claims by 3 stores racing, %d came back empty, %d of them while rows nobody held were left (a later claim took them)", b.Name, claims, empty, behind)
 }
 
 // layOut gives each of the rows ids a random place in the schedule around
