@@ -84,3 +84,72 @@ func TestFairShareAQuickEndpointsRoomIsLessWhatItHolds(t *testing.T) {
 		})
 	}
 }
+
+// The slow endpoints share one room between them, and what they hold
+// already counts against it: a claim gives them only what their claims
+// under way leave of it, the least-holding first. A shared room that
+// ignored what they hold would hand them the whole of it in every claim,
+// and endpoints that hang could take every sender, one claim at a time.
+func TestFairShareSlowEndpointsShareWhatTheirClaimsLeaveOfOneRoom(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	const slowTook = 2 * slowSend
+	for _, tc := range []struct {
+		name  string
+		loads map[string]load
+		// want is the room of each slow endpoint.
+		want map[string]int
+	}{
+		{
+			name:  "holding nothing: the room split between them",
+			loads: map[string]load{"a": {took: slowTook}, "b": {took: slowTook}},
+			want:  map[string]int{"a": 2, "b": 2},
+		},
+		{
+			name:  "one holds three of the four: the one left goes to the other",
+			loads: map[string]load{"a": {took: slowTook, held: 3}, "b": {took: slowTook}},
+			want:  map[string]int{"a": 0, "b": 1},
+		},
+		{
+			name:  "together they hold the room: nothing more for either",
+			loads: map[string]load{"a": {took: slowTook, held: 2}, "b": {took: slowTook, held: 2}},
+			want:  map[string]int{"a": 0, "b": 0},
+		},
+		{
+			name:  "one alone holds three: one more",
+			loads: map[string]load{"a": {took: slowTook, held: 3}},
+			want:  map[string]int{"a": 1},
+		},
+		{
+			// A send under way past slowSend makes an endpoint slow
+			// whose last send was quick, and its claims count.
+			name: "a quick endpoint hanging on a send holds three: the one left goes to the other",
+			loads: map[string]load{
+				"hung": {took: 10 * time.Millisecond, sendingFor: 2 * slowSend, held: 3},
+				"b":    {took: slowTook},
+			},
+			want: map[string]int{"hung": 0, "b": 1},
+		},
+		{
+			name: "a quick endpoint's claims do not count against the slow room",
+			loads: map[string]load{
+				"quick": {took: 10 * time.Millisecond, held: 4},
+				"a":     {took: slowTook, held: 1},
+			},
+			want: map[string]int{"a": 3},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := shareOf(t, now, tc.loads).claimShare()
+			for id, want := range tc.want {
+				if got := s.RoomOf(id); got != want {
+					t.Errorf("slow endpoint %s holding %d: room %d, want %d", id, tc.loads[id].held, got, want)
+				}
+				if top := s.TopUp[id]; top != 0 {
+					t.Errorf("slow endpoint %s has a top-up of %d, want none", id, top)
+				}
+			}
+		})
+	}
+}
