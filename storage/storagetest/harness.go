@@ -57,6 +57,13 @@ type Database interface {
 	// BlobLiteral writes b as a SQL literal of the backend's binary columns
 	// (the event payload).
 	BlobLiteral(b []byte) string
+	// HoldKeyWrites takes, on a connection of its own, the lock a keyed
+	// operation (the …Once ones) must wait for before it writes its
+	// idempotency key, as another process's write in flight holds it:
+	// SQLite's one write lock, PostgreSQL's lock on
+	// webhook_idempotency_keys against writes. It returns once the lock is
+	// held; release lets it go, and runs when t ends if not called.
+	HoldKeyWrites(t *testing.T) (release func())
 }
 
 // newStore returns a fully migrated Store on a fresh database.
