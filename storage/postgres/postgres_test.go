@@ -19,6 +19,7 @@ var backend = storagetest.Backend{
 	Name:                "postgres",
 	NewDatabase:         newDatabase,
 	WakeupsAcrossStores: true,
+	HoldCommits:         holdCommits,
 }
 
 type database struct {
