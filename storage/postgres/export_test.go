@@ -9,3 +9,6 @@ func EventBatches(s *Store) (batches, waiting int) { return s.events.Stats() }
 
 // FanOutLockKey lets a test hold the fan-out lock as a create does.
 const FanOutLockKey = fanOutLockKey
+
+// WakeChannel lets a test listen for the wake-ups as another process does.
+const WakeChannel = wakeChannel

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/hex"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ var backend = storagetest.Backend{
 	Name:                "postgres",
 	NewDatabase:         newDatabase,
 	WakeupsAcrossStores: true,
+	HoldCommits:         holdCommits,
 }
 
 type database struct {
@@ -76,6 +78,31 @@ func (d *database) TimeLiteral(t time.Time) string {
 
 func (d *database) BlobLiteral(b []byte) string {
 	return `'\x` + hex.EncodeToString(b) + `'::bytea`
+}
+
+// HoldKeyWrites locks webhook_idempotency_keys against writes, not reads,
+// in a transaction of its own.
+func (d *database) HoldKeyWrites(t *testing.T) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE webhook_idempotency_keys IN EXCLUSIVE MODE`); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatalf("lock the idempotency keys: %v", err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if err := tx.Rollback(ctx); err != nil {
+				t.Errorf("let the idempotency keys go: %v", err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 func TestConformance(t *testing.T) { storagetest.Run(t, backend) }

@@ -114,6 +114,32 @@ func (d *testDatabase) BlobLiteral(b []byte) string {
 	return "X'" + hex.EncodeToString(b) + "'"
 }
 
+// HoldKeyWrites holds the file's write lock in a transaction of its own.
+func (d *testDatabase) HoldKeyWrites(t *testing.T) (release func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(d.path, DefaultBusyTimeout, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// BEGIN IMMEDIATE (the writer's _txlock) takes the write lock at once.
+	tx, err := db.BeginTx(t.Context(), nil)
+	if err != nil {
+		db.Close()
+		t.Fatalf("take the write lock of %s: %v", d.path, err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if err := tx.Rollback(); err != nil {
+				t.Errorf("let the write lock go: %v", err)
+			}
+			db.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
 func (d *testDatabase) close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -34,6 +34,25 @@ type Backend struct {
 	// that serves several processes must; false, that a Store wakes only
 	// its own (SQLite: one process).
 	WakeupsAcrossStores bool
+	// HoldCommits, for a backend whose wake-ups between Stores go through
+	// the database (PostgreSQL's NOTIFY), holds the write transactions on
+	// db at their commit, after every statement of theirs ran, so the suite
+	// can see that no wake-up goes out before the write it announces is
+	// visible. Nil skips that rule.
+	HoldCommits func(t *testing.T, db Database) CommitHold
+}
+
+// CommitHold is a hold on the commits of the write transactions on a
+// database that change a delivery or an endpoint.
+type CommitHold struct {
+	// Waiting returns once a write transaction waits at its commit.
+	Waiting func()
+	// Sent reports whether a wake-up went out on the database since the
+	// hold began.
+	Sent func() bool
+	// Release lets the transactions commit, and no later one waits. It
+	// runs when t ends if not called.
+	Release func()
 }
 
 // Database is one isolated database under test.
@@ -57,6 +76,13 @@ type Database interface {
 	// BlobLiteral writes b as a SQL literal of the backend's binary columns
 	// (the event payload).
 	BlobLiteral(b []byte) string
+	// HoldKeyWrites takes, on a connection of its own, the lock a keyed
+	// operation (the …Once ones) must wait for before it writes its
+	// idempotency key, as another process's write in flight holds it:
+	// SQLite's one write lock, PostgreSQL's lock on
+	// webhook_idempotency_keys against writes. It returns once the lock is
+	// held; release lets it go, and runs when t ends if not called.
+	HoldKeyWrites(t *testing.T) (release func())
 }
 
 // newStore returns a fully migrated Store on a fresh database.

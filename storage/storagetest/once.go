@@ -10,12 +10,22 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
+// lineUp is how long race gives its goroutines to reach the held lock:
+// each needs microseconds to.
+const lineUp = 200 * time.Millisecond
+
 // race runs op from perStore goroutines on each of four independent
-// Stores on f's database, started together, and returns what each
-// returned; any error fails the test.
+// Stores on f's database, and returns what each returned; any error fails
+// the test. The goroutines are lined up behind a held lock on the keys,
+// as behind another process's write, and let go together: a key read in
+// one transaction and written in another is then read by several of them
+// before the first writes it, every run. (On SQLite the others of a
+// store queue for its one writer connection, which the first hands over
+// between its two transactions.)
 func race[R any](t *testing.T, f *fixture, op func(s storage.Store) (R, error)) []R {
 	t.Helper()
 	stores := []storage.Store{f.db.Open(t), f.db.Open(t), f.db.Open(t), f.db.Open(t)}
+	release := f.db.HoldKeyWrites(t)
 	const perStore = 4
 	var (
 		mu      sync.Mutex
@@ -40,6 +50,8 @@ func race[R any](t *testing.T, f *fixture, op func(s storage.Store) (R, error)) 
 		}
 	}
 	close(begin)
+	time.Sleep(lineUp)
+	release()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -168,6 +180,39 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 		e := f.endpoint()
 		results := race(t, f, func(s storage.Store) (storage.EndpointRotateResult, error) {
 			return rotateOnce(f, s, e.ID, "rotate:race", "h", time.Time{})
+		})
+		rotations := 0
+		for _, r := range results {
+			if !r.Duplicate {
+				rotations++
+			}
+			if r.SecretSHA256 != results[0].SecretSHA256 {
+				t.Fatal("one key answered with two secrets")
+			}
+		}
+		if rotations != 1 {
+			t.Fatalf("%d rotations said they rotated, want exactly 1", rotations)
+		}
+		got, err := f.store.EndpointGet(f.ctx, e.ID)
+		if err != nil || len(got.Secrets) != 2 || storage.SecretFingerprint(got.Secrets[0]) != results[0].SecretSHA256 {
+			t.Fatalf("the endpoint has %d secrets (%v), want the first and the one fingerprinted", len(got.Secrets), err)
+		}
+	})
+
+	// Without the endpoint's updated_at to fence on, nothing but the key
+	// stops a second rotation: with it, a rotation that lost would only
+	// conflict, read again and find the key taken.
+	t.Run("concurrent unconditional rotations with one key on independent connections rotate once", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		e := f.endpoint()
+		results := race(t, f, func(s storage.Store) (storage.EndpointRotateResult, error) {
+			next, fresh, until := rotated(e, f.now)
+			next.UpdatedAt = time.Time{}
+			return s.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{
+				Endpoint: next, SecretSHA256: storage.SecretFingerprint(fresh), PreviousSecretsExpireAt: until,
+				Once: storage.Once{IdempotencyKey: "rotate:race", RequestHash: "h"},
+			})
 		})
 		rotations := 0
 		for _, r := range results {

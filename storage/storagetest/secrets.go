@@ -135,6 +135,7 @@ func encryptedStore(t *testing.T, b Backend, box *secretbox.Box) (storage.Store,
 }
 
 func testSecrets(t *testing.T, b Backend) {
+	testSecretsRotateDeleted(t, b)
 	t.Run("secrets are sealed in the row and read back in plaintext", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
@@ -408,5 +409,48 @@ func testSecrets(t *testing.T, b Backend) {
 		// The store still holding the old key is told which key to use.
 		_, err = s.EndpointGet(ctx, "ep_0")
 		wantSecretsKeyErr(t, err, "read with the old key after rotation", oldBox.KeyID(), newBox.KeyID())
+	})
+}
+
+// testSecretsRotateDeleted is the rule that a rotation seals a deleted
+// endpoint's secrets again too: EndpointGet still returns a deleted
+// endpoint, secrets opened, so a row left under the old key would stop
+// reading the day that key is retired.
+func testSecretsRotateDeleted(t *testing.T, b Backend) {
+	t.Run("rotation seals a deleted endpoint's row too, which still reads with only the new key", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		oldBox, newBox := newSecretBox(t), newSecretBox(t)
+		s, db := encryptedStore(t, b, oldBox)
+		for _, e := range []storage.Endpoint{secretEndpoint("ep_live", secretV1), secretEndpoint("ep_gone", secretV1a)} {
+			if _, err := s.EndpointCreate(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.EndpointDelete(ctx, storage.EndpointDeleteParams{ID: "ep_gone"}); err != nil {
+			t.Fatal(err)
+		}
+
+		res, err := keeper(t, s).SecretsEncrypt(ctx, newBox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Only the new key from here on: the old one is retired.
+		rotated := db.Open(t, storage.WithSecretBox(newBox))
+		for _, w := range []struct{ id, secret string }{{"ep_gone", secretV1a}, {"ep_live", secretV1}} {
+			e, err := rotated.EndpointGet(ctx, w.id)
+			if err != nil {
+				t.Fatalf("read %s with only the new key after the rotation: %v", w.id, err)
+			}
+			wantPlainSecrets(t, e, w.secret)
+			wantSealedUnder(t, db, w.id, newBox)
+		}
+		if res != (storage.SecretsEncryptResult{From: oldBox.KeyID(), To: newBox.KeyID(), Endpoints: 2}) {
+			t.Fatalf("rotation = %+v, want both endpoints, the deleted one too, from %s to %s", res, oldBox.KeyID(), newBox.KeyID())
+		}
+		gone, err := rotated.EndpointGet(ctx, "ep_gone")
+		if err != nil || gone.DeletedAt == nil {
+			t.Fatalf("EndpointGet(ep_gone) = deleted at %v, %v; want the deleted endpoint", gone.DeletedAt, err)
+		}
 	})
 }

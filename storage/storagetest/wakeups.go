@@ -178,6 +178,12 @@ func testWakeups(t *testing.T, b Backend) {
 		}},
 	}
 	for _, c := range cases {
+		if b.HoldCommits != nil && c.want == wakeNow {
+			t.Run(c.name+", only once the write is visible", func(t *testing.T) {
+				t.Parallel()
+				testWakeupOnCommit(t, b, c)
+			})
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, b)
@@ -232,5 +238,42 @@ func woke(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// testWakeupOnCommit is the rule that a wake-up through the database goes
+// out on the commit of the write it announces, never before: another
+// process woken earlier would look, find nothing and sleep until its poll.
+// The write is held at its commit, with every statement of it run; no
+// wake-up may have gone out by then, and once it commits, another Store
+// is woken and claims what it made due.
+func testWakeupOnCommit(t *testing.T, b Backend, c wakeCase) {
+	f := newFixture(t, b)
+	write := c.prepare(f)
+	other := f.db.Open(t)
+	wake := other.Wakeups(t.Context())
+	hold := b.HoldCommits(t, f.db)
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err = write()
+	}()
+	hold.Waiting()
+	if hold.Sent() {
+		t.Fatal("a wake-up went out while the write waited at its commit: another process woken by it looks before the write is visible")
+	}
+	hold.Release()
+	<-done
+	if err != nil {
+		t.Fatalf("the write: %v", err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(wakeWithin):
+		t.Fatal("the write made a delivery due now and did not wake the claimers of another store on the database")
+	}
+	if got := f.claim(other, f.now, 10); len(got) == 0 {
+		t.Fatal("woken by the write, another store claims nothing")
 	}
 }
