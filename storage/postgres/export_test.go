@@ -9,3 +9,7 @@ func EventBatches(s *Store) (batches, waiting int) { return s.events.Stats() }
 
 // FanOutLockKey lets a test hold the fan-out lock as a create does.
 const FanOutLockKey = fanOutLockKey
+
+// FanOutEndpointsSQL lets the plan test EXPLAIN the exact read a batch of
+// creates makes of its endpoints.
+const FanOutEndpointsSQL = fanOutEndpointsSQL

@@ -811,3 +811,39 @@ func TestClaimWalksTheOrderedIndexes(t *testing.T) {
 		t.Errorf("claim plan reads the (state, id) index:\n%s", plan.String())
 	}
 }
+
+// The fan-out's read must probe its indexes, not scan the endpoints: the
+// form index's key for each form, the partial index of every-form
+// endpoints, and each endpoint found by its key. SQLite plans without
+// statistics here, as a fresh file does.
+func TestFanOutProbesTheFormIndex(t *testing.T) {
+	s, _ := openStore(t)
+	rows, err := s.writer.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+fanOutEndpointsSQL, `["form_a"]`, `[]`)
+	if err != nil {
+		t.Fatalf("explain fan-out: %v", err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SEARCH e USING INDEX sqlite_autoindex_webhook_endpoints_1 (id=?)",
+		"SEARCH f USING PRIMARY KEY (form_id=?)", "USING INDEX webhook_endpoints_every_form"} {
+		if !strings.Contains(plan.String(), want) {
+			t.Errorf("fan-out plan lacks %q:\n%s", want, plan.String())
+		}
+	}
+	for _, line := range strings.Split(plan.String(), "\n") {
+		if line == "SCAN e" || line == "SCAN f" || line == "SCAN a" {
+			t.Errorf("fan-out plan scans a table (%s):\n%s", line, plan.String())
+		}
+	}
+}
