@@ -10,9 +10,10 @@
 // request, 8 the fair share's index, 9 the record of the key endpoint
 // secrets are encrypted under, 10 deleted endpoints and the idempotency
 // keys of endpoint creates, 11 those keys for rotations and replays too,
-// 12 (PostgreSQL only) a completion's promote as one function call.
-// A database stopped at any step upgrades by
-// applying the rest.
+// 12 (PostgreSQL only) a completion's promote as one function call,
+// 13 the index from form id to endpoint that fan-out reads, backfilled
+// from the endpoints and kept by triggers. A database stopped at any step
+// upgrades by applying the rest.
 // Never edit a released file: add a new one.
 package migrations
 

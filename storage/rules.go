@@ -411,8 +411,9 @@ func DecodeRetrySchedule(s string) ([]time.Duration, error) {
 	return out, nil
 }
 
-// FanOut picks the endpoints, from all of them, that an event goes to: the
-// one it names, or every one whose subscriptions match.
+// FanOut picks the endpoints an event goes to: the one it names, or every
+// one whose subscriptions match. endpoints must hold every endpoint (not
+// deleted) that can match: at least those FanOutKeys leads to.
 func FanOut(endpoints []Endpoint, ev Event) ([]Endpoint, error) {
 	if ev.EndpointID != "" {
 		for _, e := range endpoints {
@@ -430,6 +431,29 @@ func FanOut(endpoints []Endpoint, ev Event) ([]Endpoint, error) {
 		}
 	}
 	return out, nil
+}
+
+// FanOutKeys says which endpoints can match a batch of events, so a store
+// reads only those for FanOut: the endpoints listed under one of forms,
+// those of every form (no form ids), and the endpoints named in addressed.
+// An event addressed to an endpoint goes there alone, so its form is not
+// looked up. An event with no form id contributes "": only an endpoint
+// listing "" itself is found under it, as Matches would have it. Each key
+// appears once; neither list is nil.
+func FanOutKeys(events []Event) (forms, addressed []string) {
+	forms, addressed = []string{}, []string{}
+	for _, ev := range events {
+		if ev.EndpointID != "" {
+			if !contains(addressed, ev.EndpointID) {
+				addressed = append(addressed, ev.EndpointID)
+			}
+			continue
+		}
+		if !contains(forms, ev.FormID) {
+			forms = append(forms, ev.FormID)
+		}
+	}
+	return forms, addressed
 }
 
 // Validate checks an event before it is written.

@@ -117,10 +117,11 @@ func (s *Store) writeEvents(ctx context.Context, live eventBatch) (due bool, err
 	// Taken before the endpoints are read, so the read is of a snapshot no
 	// delete can pass: a delete that committed is seen, and one under way
 	// waits for this transaction (fanOutLockKey).
+	forms, addressed := fanOutKeys(live)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(lockFanOutSQL, fanOutLockKey)
-	b.Queue(fanOutEndpointsSQL)
+	b.Queue(fanOutEndpointsSQL, forms, addressed)
 	br := conn.SendBatch(ctx, b)
 	endpoints, err := func() ([]storage.Endpoint, error) {
 		for range 2 {
@@ -391,10 +392,26 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 	return nil
 }
 
-// fanOutEndpointsSQL reads every endpoint with what storage.FanOut looks
-// at.
-const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
-	WHERE deleted_at IS NULL ORDER BY id`
+// fanOutEndpointsSQL reads, with what storage.FanOut looks at, the
+// endpoints that can match a batch of creates: hymical_fan_out (migration
+// 13) returns those listed under one of the batch's form ids ($1) in
+// webhook_endpoint_forms, those of every form, and those the batch's
+// events are addressed to ($2). Each is a probe of an index, so the read
+// costs the endpoints that can match, not the endpoints that exist. FanOut
+// then matches each event among them as before: event types, and an
+// event's own form among the batch's. Deleted endpoints are left out.
+const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered
+	FROM hymical_fan_out($1::text[], $2::text[]) ORDER BY id COLLATE "C"`
+
+// fanOutKeys are the arguments of fanOutEndpointsSQL for a batch of
+// creates (storage.FanOutKeys).
+func fanOutKeys(batch eventBatch) (forms, addressed []string) {
+	evs := make([]storage.Event, len(batch))
+	for i, c := range batch {
+		evs[i] = c.In
+	}
+	return storage.FanOutKeys(evs)
+}
 
 // collectFanOutEndpoints reads the rows of fanOutEndpointsSQL.
 func collectFanOutEndpoints(rows pgx.Rows) ([]storage.Endpoint, error) {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/hymical/hymical/storage/postgres"
 )
 
@@ -145,4 +148,102 @@ func explainClaim(t *testing.T, db *database, limit int) string {
 		t.Fatal(err)
 	}
 	return plan.String()
+}
+
+// TestFanOutPlanAtScale registers 10,000 endpoints, each of a form of its
+// own but two that share one, and one of every form, and prints EXPLAIN
+// (ANALYZE, BUFFERS) of the plan the read of endpoints a batch of creates
+// makes runs with, inside hymical_fan_out, as auto_explain reports it (-v
+// to see it). It fails if the read scans a table: a create's cost must
+// follow the endpoints that can match, not those that exist.
+func TestFanOutPlanAtScale(t *testing.T) {
+	db, _ := migrated(t)
+	ctx := context.Background()
+	const registered = 10_000
+	// Written straight into the table: the triggers of migration 13 keep
+	// webhook_endpoint_forms, whoever writes the row.
+	if err := db.Exec(ctx, fmt.Sprintf(`
+		INSERT INTO webhook_endpoints (id, transport, url, secrets, created_at, updated_at, event_types, form_ids)
+			SELECT 'ep_' || lpad(k::text, 6, '0'), 'http', 'https://receiver.example/', '[]', now(), now(),
+				'["submission.received"]', jsonb_build_array(CASE WHEN k < 2 THEN 'form_bench' ELSE 'form_' || k END)
+			FROM generate_series(0, %d) AS k;
+		INSERT INTO webhook_endpoints (id, transport, url, secrets, created_at, updated_at)
+			VALUES ('ep_every_form', 'http', 'https://receiver.example/', '[]', now(), now());`, registered-2)); err != nil {
+		t.Fatalf("seed %d endpoints: %v", registered, err)
+	}
+
+	// The plan is made once per connection and kept (hymical_fan_out
+	// forces the generic plan), so it must be the same without statistics
+	// (a fresh database) as with them.
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if err := db.Exec(ctx, "ANALYZE"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		explainFanOut(t, db, registered, analyzed)
+	}
+}
+
+// explainFanOut runs the fan-out's read on a connection of its own, with
+// auto_explain reporting the plan inside hymical_fan_out.
+func explainFanOut(t *testing.T, db *database, registered int, analyzed bool) {
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(db.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, "LOAD 'auto_explain'"); err != nil {
+		t.Skipf("auto_explain, which shows the plan inside the function, does not load: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on;
+		SET auto_explain.log_analyze = on; SET auto_explain.log_buffers = on; SET auto_explain.log_level = notice`); err != nil {
+		t.Fatal(err)
+	}
+	// As a batch of creates sends it: the forms of its events, and the
+	// endpoints any of them is addressed to.
+	for _, args := range []struct {
+		forms, addressed []string
+		want             int
+	}{
+		{[]string{"form_bench"}, []string{}, 3},
+		{[]string{"form_bench", "form_17", ""}, []string{"ep_000042"}, 5},
+	} {
+		notices = nil
+		rows, err := conn.Query(ctx, postgres.FanOutEndpointsSQL, args.forms, args.addressed)
+		if err != nil {
+			t.Fatalf("fan-out: %v", err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n != args.want {
+			t.Errorf("fan-out of forms %q and endpoints %q read %d endpoints, want %d", args.forms, args.addressed, n, args.want)
+		}
+		var inner string
+		for _, m := range notices {
+			if strings.Contains(m, "webhook_endpoint_forms") {
+				inner = m
+			}
+		}
+		if inner == "" {
+			t.Fatalf("auto_explain reported no plan of the read inside hymical_fan_out: %q", notices)
+		}
+		t.Logf("fan-out of forms %q and endpoints %q, %d endpoints registered, statistics %v:\n%s",
+			args.forms, args.addressed, registered, analyzed, inner)
+		if strings.Contains(inner, "Seq Scan") {
+			t.Errorf("the fan-out of forms %q scans a table of %d endpoints (statistics: %v)", args.forms, registered, analyzed)
+		}
+	}
 }

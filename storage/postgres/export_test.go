@@ -12,3 +12,7 @@ const FanOutLockKey = fanOutLockKey
 
 // WakeChannel lets a test listen for the wake-ups as another process does.
 const WakeChannel = wakeChannel
+
+// FanOutEndpointsSQL lets the plan test EXPLAIN the exact read a batch of
+// creates makes of its endpoints.
+const FanOutEndpointsSQL = fanOutEndpointsSQL

@@ -68,16 +68,35 @@ const insertDeliverySQL = `
 		(id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at, held)
 	VALUES (?, ?, ?, 'pending', 0, 0, ?, ?, ?)`
 
-// fanOutEndpointsSQL reads only what matching needs: decoding every
-// endpoint's config and secrets for every event cost more than the insert.
-// A deleted endpoint gets nothing; it runs in the writer's transaction, so
-// no delete can come between it and the delivery insert.
-const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered FROM webhook_endpoints
-	WHERE deleted_at IS NULL ORDER BY id`
+// fanOutEndpointsSQL reads, with only what matching needs (decoding every
+// endpoint's config and secrets for every event cost more than the insert),
+// the endpoints that can match a batch of creates: those listed under one
+// of the batch's form ids (?1, a JSON list) in webhook_endpoint_forms,
+// those of every form, and those the batch's events are addressed to (?2).
+// Each is a probe of an index, so the read costs the endpoints that can
+// match, not the endpoints that exist; FanOut matches each event among
+// them. A deleted endpoint has no rows in webhook_endpoint_forms and gets
+// nothing; it runs in the writer's transaction, so no delete can come
+// between it and the delivery insert.
+const fanOutEndpointsSQL = `SELECT e.id, e.event_types, e.form_ids, e.disabled_at, e.ordered
+	FROM webhook_endpoints AS e
+	WHERE e.deleted_at IS NULL AND e.id IN (
+		SELECT f.endpoint_id FROM webhook_endpoint_forms AS f WHERE f.form_id IN (SELECT value FROM json_each(?1))
+		UNION ALL
+		SELECT a.id FROM webhook_endpoints AS a WHERE a.deleted_at IS NULL AND a.form_ids = '[]'
+		UNION ALL
+		SELECT value FROM json_each(?2))
+	ORDER BY e.id`
 
-// fanOutEndpoints reads the endpoints with what Endpoint.Matches looks at.
-func fanOutEndpoints(ctx context.Context, st *sql.Stmt) ([]storage.Endpoint, error) {
-	rows, err := st.QueryContext(ctx)
+// fanOutEndpoints reads the endpoints that can match the creates of batch
+// (storage.FanOutKeys) with what Endpoint.Matches looks at.
+func fanOutEndpoints(ctx context.Context, st *sql.Stmt, batch eventBatch) ([]storage.Endpoint, error) {
+	evs := make([]storage.Event, len(batch))
+	for i, c := range batch {
+		evs[i] = c.In
+	}
+	forms, addressed := storage.FanOutKeys(evs)
+	rows, err := st.QueryContext(ctx, jsonList(forms), jsonList(addressed))
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +181,7 @@ func (s *Store) createEvents(batch eventBatch) {
 	st, err := s.prepare(ctx, createEventsSQL...)
 	if err == nil {
 		err = s.write(ctx, createEventOp, func(tx *sql.Tx) error {
-			endpoints, err := fanOutEndpoints(ctx, tx.StmtContext(ctx, st[1]))
+			endpoints, err := fanOutEndpoints(ctx, tx.StmtContext(ctx, st[1]), batch)
 			if err != nil {
 				return err
 			}
@@ -234,8 +253,8 @@ type createStmts struct {
 }
 
 // createEvent is one create inside a batch's transaction, with the batch's
-// statements; endpoints are the fan-out's view of every endpoint, read in
-// the same transaction.
+// statements; endpoints are the fan-out's view of the endpoints that can
+// match the batch, read in the same transaction.
 func createEvent(ctx context.Context, tx *sql.Tx, st createStmts, endpoints []storage.Endpoint, ev storage.Event) (storage.EventCreateResult, error) {
 	if ev.IdempotencyKey != "" {
 		// Checked inside the IMMEDIATE transaction, so a concurrent create

@@ -658,7 +658,7 @@ func TestConcurrentMigrateAppliesEachStepOnce(t *testing.T) {
 	}
 	wg.Wait()
 	sort.Strings(applied)
-	want := []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share", "0009_secrets_key", "0010_endpoint_delete", "0011_operation_keys", "0012_promote_of"}
+	want := []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share", "0009_secrets_key", "0010_endpoint_delete", "0011_operation_keys", "0012_promote_of", "0013_endpoint_forms"}
 	if !slices.Equal(applied, want) {
 		t.Errorf("applied across processes = %v, want %v", applied, want)
 	}
@@ -730,7 +730,7 @@ func TestMigrateExplainsANewerDatabase(t *testing.T) {
 	if !errors.Is(err, storage.ErrSchemaUnknown) {
 		t.Fatalf("migrate a database at version 99 = %v, want ErrSchemaUnknown", err)
 	}
-	for _, want := range []string{"version 99", "up to 12", "upgrade the hymical binary"} {
+	for _, want := range []string{"version 99", "up to 13", "upgrade the hymical binary"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -835,5 +835,41 @@ func TestClaimWalksTheOrderedIndexes(t *testing.T) {
 	}
 	if strings.Contains(plan.String(), "webhook_deliveries_state") {
 		t.Errorf("claim plan reads the (state, id) index:\n%s", plan.String())
+	}
+}
+
+// The fan-out's read must probe its indexes, not scan the endpoints: the
+// form index's key for each form, the partial index of every-form
+// endpoints, and each endpoint found by its key. SQLite plans without
+// statistics here, as a fresh file does.
+func TestFanOutProbesTheFormIndex(t *testing.T) {
+	s, _ := openStore(t)
+	rows, err := s.writer.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+fanOutEndpointsSQL, `["form_a"]`, `[]`)
+	if err != nil {
+		t.Fatalf("explain fan-out: %v", err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SEARCH e USING INDEX sqlite_autoindex_webhook_endpoints_1 (id=?)",
+		"SEARCH f USING PRIMARY KEY (form_id=?)", "USING INDEX webhook_endpoints_every_form"} {
+		if !strings.Contains(plan.String(), want) {
+			t.Errorf("fan-out plan lacks %q:\n%s", want, plan.String())
+		}
+	}
+	for _, line := range strings.Split(plan.String(), "\n") {
+		if line == "SCAN e" || line == "SCAN f" || line == "SCAN a" {
+			t.Errorf("fan-out plan scans a table (%s):\n%s", line, plan.String())
+		}
 	}
 }

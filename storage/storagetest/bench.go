@@ -3,6 +3,10 @@ package storagetest
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +25,9 @@ import (
 func Bench(b *testing.B, backend Backend) {
 	for _, n := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("EventCreate/endpoints=%d", n), func(b *testing.B) { benchEventCreate(b, backend, n) })
+	}
+	for _, n := range registeredSizes(b) {
+		b.Run(fmt.Sprintf("EventCreateRegistered/endpoints=%d", n), func(b *testing.B) { benchEventCreateRegistered(b, backend, n) })
 	}
 	// Claims run against a queue kept at about the same number of due
 	// deliveries throughout, so the cost per claim does not drift with b.N;
@@ -161,6 +168,91 @@ func benchEventCreate(b *testing.B, backend Backend, endpoints int) {
 	}
 	b.StopTimer()
 	perSecond(b, int64(b.N*endpoints), "deliveries")
+}
+
+// registeredSizes are the numbers of registered endpoints
+// EventCreateRegistered runs at: HYMICAL_BENCH_REGISTERED, a comma-separated
+// list (e.g. 10,1000,10000,100000), or 10, 1,000 and 10,000, since
+// registering 100,000 endpoints takes minutes.
+func registeredSizes(b *testing.B) []int {
+	env := os.Getenv("HYMICAL_BENCH_REGISTERED")
+	if env == "" {
+		return []int{10, 1000, 10000}
+	}
+	var out []int
+	for _, f := range strings.Split(env, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			b.Fatalf("HYMICAL_BENCH_REGISTERED=%q: want a comma-separated list of numbers of at least 2", env)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// registeredFanOut is how many of the registered endpoints an event of
+// EventCreateRegistered goes to.
+const registeredFanOut = 2
+
+// EventCreate when many endpoints are registered but the event's form has
+// only two of them: the others are one per form of their own, as when every
+// customer of a forms service registers an endpoint for their form. What
+// the create costs should follow the two, not the registered.
+func benchEventCreateRegistered(b *testing.B, backend Backend, registered int) {
+	s := benchStore(b, backend, 0)
+	ctx := context.Background()
+	// Created by a few goroutines at once: 100,000 one after another take
+	// a long time on a server that batches nothing.
+	const creators = 4
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for w := range creators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < registered; i += creators {
+				form := fmt.Sprintf("form_other_%d", i)
+				if i < registeredFanOut {
+					form = "form_bench"
+				}
+				_, err := s.EndpointCreate(ctx, storage.Endpoint{
+					Transport:  "http",
+					URL:        fmt.Sprintf("https://receiver.example/hook/%d", i),
+					Secrets:    []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)},
+					EventTypes: []string{"submission.received"},
+					FormIDs:    []string{form},
+				})
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		b.Fatalf("EndpointCreate: %v", firstErr)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		res, err := s.EventCreate(ctx, benchEvent())
+		if err != nil {
+			b.Fatalf("EventCreate: %v", err)
+		}
+		if len(res.Deliveries) != registeredFanOut {
+			b.Fatalf("EventCreate fanned out to %d of %d registered, want %d", len(res.Deliveries), registered, registeredFanOut)
+		}
+	}
+	b.StopTimer()
+	perSecond(b, int64(b.N*registeredFanOut), "deliveries")
 }
 
 // queue keeps a store's due deliveries between due and due+refill

@@ -68,6 +68,11 @@ func testMigrations(t *testing.T, b Backend) {
 		wantErr(t, err, storage.ErrSchemaUnknown, "migrate a database from a newer build")
 	})
 
+	t.Run("endpoints written before the form index are fanned out by it after the upgrade", func(t *testing.T) {
+		t.Parallel()
+		testFanOutAfterUpgrade(t, b)
+	})
+
 	for stop := 1; stop < latest; stop++ {
 		t.Run(fmt.Sprintf("a database stopped at version %d upgrades with its rows intact", stop), func(t *testing.T) {
 			t.Parallel()

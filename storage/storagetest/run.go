@@ -16,6 +16,7 @@ import (
 func Run(t *testing.T, b Backend) {
 	t.Run("Endpoints", func(t *testing.T) { t.Parallel(); testEndpoints(t, b) })
 	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, b) })
+	t.Run("FanOut", func(t *testing.T) { t.Parallel(); testFanOut(t, b) })
 	t.Run("Claim", func(t *testing.T) { t.Parallel(); testClaim(t, b) })
 	t.Run("Complete", func(t *testing.T) { t.Parallel(); testComplete(t, b) })
 	t.Run("Fence", func(t *testing.T) { t.Parallel(); testFence(t, b) })
