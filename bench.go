@@ -63,6 +63,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	subs := fs.Int("submissions", d.Submissions, "submissions to create per phase")
 	endpoints := fs.Int("endpoints", d.Endpoints, "endpoints every submission fans out to; a phase delivers submissions x endpoints")
 	producers := fs.Int("producers", d.Producers, "goroutines creating submissions at once")
+	registered := fs.Int("registered", 0, "with --http: endpoints more to register, each for a form no submission goes to (what a delivery costs must not grow with them)")
 	rate := fs.Float64("rate", 0, "pace submissions at this many per second (0: as fast as the producers go)")
 	preload := fs.Bool("preload", false, "create every submission before the pool starts, and time the pool draining the backlog")
 	conc := fs.Int("concurrency", d.Worker.Concurrency, "sends in flight at once, for the pool and the ceiling")
@@ -117,6 +118,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o.Backend, o.DatabaseURL, o.SQLiteDir, o.Keep = *backend, *dbURL, *sqliteDir, *keep
 	o.Submissions, o.Endpoints, o.Producers, o.Rate, o.Preload = *subs, *endpoints, *producers, *rate, *preload
+	o.Registered = *registered
 	o.Worker.Concurrency, o.Worker.BatchSize, o.Worker.PollInterval = *conc, *batch, *poll
 	o.Worker.Lease, o.Worker.SendTimeout, o.Worker.EndpointShare = *lease, *sendTimeout, *share
 	o.Transports = nil

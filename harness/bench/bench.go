@@ -68,6 +68,10 @@ type Options struct {
 	// Endpoints endpoints, so a phase delivers Submissions × Endpoints.
 	Submissions int
 	Endpoints   int
+	// Registered, in the HTTP mode, is how many endpoints more are
+	// registered, each for a form of its own that no submission goes to:
+	// what a delivery costs should not grow with them.
+	Registered int
 	// Producers is how many goroutines create submissions at once.
 	Producers int
 	// Rate, when positive, paces submissions at this many per second;
@@ -214,6 +218,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("submissions (%d) and endpoints per submission (%d) must be at least 1", o.Submissions, o.Endpoints)
 	case o.Producers < 1:
 		return fmt.Errorf("producers must be at least 1, got %d", o.Producers)
+	case o.Registered < 0:
+		return fmt.Errorf("registered endpoints must not be negative, got %d", o.Registered)
+	case o.Registered > 0 && !o.HTTP:
+		return errors.New("--registered applies to the http mode, which registers endpoints through the API: add --http")
 	case o.Rate < 0:
 		return fmt.Errorf("rate must not be negative, got %g", o.Rate)
 	case o.Preload && o.Rate > 0:

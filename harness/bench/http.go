@@ -69,6 +69,7 @@ func runHTTP(ctx context.Context, o Options) (*Report, error) {
 		Backend:     o.Backend,
 		Submissions: o.Submissions,
 		Endpoints:   o.Endpoints,
+		Registered:  o.Registered,
 		Deliveries:  o.Deliveries(),
 		Producers:   o.Producers,
 		Rate:        o.Rate,
@@ -320,6 +321,34 @@ func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int) 
 	return nil
 }
 
+// registerOthers makes n endpoints through the API that no submission of
+// the bench matches, each for a form of its own, from 8 callers at once.
+func (s *serveProc) registerOthers(ctx context.Context, recv *receiver, n int) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				err := s.call(ctx, http.MethodPost, "/v1/endpoints", http.StatusCreated, apiwire.EndpointCreate{
+					URL: recv.url(1_000_000 + i), FormIDs: []string{fmt.Sprintf("bench_other_%d", i)},
+					Description: "hymical bench: registered, matched by no submission",
+				}, nil)
+				if err != nil {
+					cancel(fmt.Errorf("registering endpoint %d of %d: %w", i+1, n, err))
+				}
+			}
+		})
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
 // settled reports whether every delivery is recorded delivered: none is
 // pending or processing. A failed one is an error.
 func (s *serveProc) settled(ctx context.Context, checkFailed bool) (bool, error) {
@@ -365,6 +394,9 @@ func (r *runner) withServe(ctx context.Context, name string, endpoints int, phas
 		}
 	}()
 	if err := srv.createEndpoints(ctx, r.recv, endpoints); err != nil {
+		return Phase{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := srv.registerOthers(ctx, r.recv, r.o.Registered); err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	others, closeOthers, err := otherBackends(ctx, fs)

@@ -155,6 +155,7 @@ type Report struct {
 	Where       string  `json:"database,omitempty"`
 	Submissions int     `json:"submissions"`
 	Endpoints   int     `json:"endpoints_per_submission"`
+	Registered  int     `json:"registered_endpoints_other_forms,omitempty"`
 	Deliveries  int     `json:"deliveries"`
 	// The pool's settings; left out in the HTTP mode, where serve's own
 	// settings (Serve) apply.
@@ -251,6 +252,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		load = fmt.Sprintf("created while the pool runs, paced at %.0f/s", r.Rate)
 	}
 	fmt.Fprintf(&b, "load      %d submissions x %d endpoints = %d deliveries, %d producers, %s\n", r.Submissions, r.Endpoints, r.Deliveries, r.Producers, load)
+	if r.Registered > 0 {
+		fmt.Fprintf(&b, "          %d more endpoints registered, each for a form no submission goes to\n", r.Registered)
+	}
 	fmt.Fprintf(&b, "worker    concurrency %d, batch %d, poll %s\n\n", r.Concurrency, r.BatchSize, r.Poll)
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
