@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // Mask replaces a hidden value.
@@ -31,16 +32,61 @@ const (
 	PartFragment = "fragment:"
 )
 
-// SecretName reports whether a setting or parameter of this name holds a secret.
+// secretParts hide every name that contains one of them ("api_key",
+// "x-hub-signature-256", "access_token").
+var secretParts = []string{"secret", "token", "password", "passwd", "credential", "key", "signature"}
+
+// secretWords hide a name that is one of them or holds one as a word
+// between separators ("sig", "x-sig", "pw_hash", "session_id"); as
+// substrings they would catch ordinary names ("design", "author",
+// "passenger", "phash").
+var secretWords = []string{
+	"sig", "auth", "authorization", "jwt", "pass", "pw", "pwd", "hash", "hmac",
+	"session", "sessionid", "sessid", "jsessionid", "phpsessid",
+}
+
+// secretNames hide only a name that is exactly one of them: "code" is the
+// key of an Azure Functions URL, but as a word it would catch "zip_code"
+// and "error_code".
+var secretNames = []string{"code"}
+
+// extraNames are the operator's own secret names (webhook.mask_query_params),
+// lower-cased; see SetSecretNames.
+var extraNames atomic.Pointer[[]string]
+
+// SetSecretNames adds names to the built-in rule of SecretName, each hiding
+// a setting or parameter of exactly that name (case-insensitive); it
+// replaces the names set before. The rule is process-wide: the server sets
+// it once at start, from webhook.mask_query_params.
+func SetSecretNames(names []string) {
+	var out []string
+	for _, n := range names {
+		if n = strings.ToLower(strings.TrimSpace(n)); n != "" {
+			out = append(out, n)
+		}
+	}
+	extraNames.Store(&out)
+}
+
+// SecretName reports whether a setting or parameter of this name holds a
+// secret: its name contains one of secretParts, holds one of secretWords
+// as a word, or is one of secretNames or of the names SetSecretNames added
+// (all case-insensitive).
 func SecretName(name string) bool {
 	n := strings.ToLower(name)
-	// "sig" alone is the signature of a pre-signed URL (Azure SAS); as a
-	// substring it would catch "design".
-	if n == "sig" {
+	if slices.Contains(secretNames, n) {
 		return true
 	}
-	for _, s := range []string{"secret", "token", "password", "passwd", "credential", "key", "signature"} {
+	if extra := extraNames.Load(); extra != nil && slices.Contains(*extra, n) {
+		return true
+	}
+	for _, s := range secretParts {
 		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	for _, w := range strings.FieldsFunc(n, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') }) {
+		if slices.Contains(secretWords, w) {
 			return true
 		}
 	}

@@ -122,6 +122,9 @@ type Transport struct {
 	// roots, when set, replaces the system's roots for TLS to receivers
 	// and to the proxy; the tests trust their own servers with it.
 	roots *x509.CertPool
+	// resolver, when set, replaces net.DefaultResolver for receivers'
+	// names; the tests answer DNS with it.
+	resolver *net.Resolver
 
 	mu  sync.RWMutex
 	cur *configured
@@ -137,6 +140,7 @@ type configured struct {
 	guard          *netguard.Guard
 	proxy          *proxy // nil: send directly
 	roots          *x509.CertPool
+	resolver       *net.Resolver // never nil
 	client         *http.Client
 }
 
@@ -148,16 +152,19 @@ func New(opts Options) *Transport {
 		ua = DefaultUserAgent
 	}
 	t := &Transport{userAgent: ua}
-	t.cur = newConfigured(DefaultConnectTimeout, DefaultReadTimeout, nil, nil, nil)
+	t.cur = newConfigured(DefaultConnectTimeout, DefaultReadTimeout, nil, nil, nil, nil)
 	return t
 }
 
-func newConfigured(connect, read time.Duration, allowed []netip.Prefix, px *proxy, roots *x509.CertPool) *configured {
-	c := &configured{connectTimeout: connect, readTimeout: read, guard: newGuard(allowed), proxy: px, roots: roots}
+func newConfigured(connect, read time.Duration, allowed []netip.Prefix, px *proxy, roots *x509.CertPool, resolver *net.Resolver) *configured {
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
+	c := &configured{connectTimeout: connect, readTimeout: read, guard: newGuard(allowed), proxy: px, roots: roots, resolver: resolver}
 	// The guard checks each address the dialer connects to, after DNS
 	// resolution, so a name that resolves (or re-resolves, as in DNS
 	// rebinding) to a refused address is caught.
-	dial := c.guard.Dialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
+	dial := c.guard.Dialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Resolver: resolver}).DialContext
 	if px != nil {
 		// Through the proxy, the same check happens before the CONNECT.
 		dial = c.dialViaProxy
@@ -245,7 +252,7 @@ func (t *Transport) Configure(_ context.Context, settings transport.Settings) er
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	next := newConfigured(connect, read, allowed, px, t.roots)
+	next := newConfigured(connect, read, allowed, px, t.roots, t.resolver)
 	t.mu.Lock()
 	prev := t.cur
 	t.cur = next
@@ -306,12 +313,46 @@ func (c *configured) target(raw string, checkLiteral bool) (*url.URL, error) {
 	if u.Hostname() == "" {
 		return nil, errors.New("the endpoint URL has no host")
 	}
-	if addr, err := netip.ParseAddr(u.Hostname()); err == nil && checkLiteral {
-		if err := c.guard.Check(addr); err != nil {
-			return nil, err
+	if addr, err := netip.ParseAddr(u.Hostname()); err == nil {
+		if addr.Zone() != "" && c.proxy != nil {
+			return nil, &zoneError{addr: addr}
+		}
+		if checkLiteral {
+			if err := c.guard.Check(addr); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return u, nil
+}
+
+// zoneError is an IPv6 address with a zone (fe80::1%eth0) met where
+// webhook.proxy is set. A zone names a network interface of this host: a
+// CONNECT carrying it would ask the proxy for an interface of its own, and
+// without it the address is a different one.
+type zoneError struct {
+	addr netip.Addr
+	host string // the name that resolved to addr; empty for a literal
+}
+
+func (e *zoneError) Error() string {
+	what := "the endpoint URL's address " + e.addr.String()
+	if e.host != "" {
+		what = fmt.Sprintf("%s resolved to %s, which", e.host, e.addr)
+	}
+	return fmt.Sprintf("%s carries an IPv6 zone (%%%s), naming a network interface of this host, so it cannot be sent through webhook.proxy; give an address without a zone, or unset webhook.proxy to send to it directly",
+		what, e.addr.Zone())
+}
+
+// fromDNS reports whether host is a name whose address comes from a DNS
+// answer, which may differ on the next try: not a literal address, and not
+// localhost (RFC 6761), which is loopback whatever resolves it.
+func fromDNS(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return false
+	}
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	return h != "localhost" && !strings.HasSuffix(h, ".localhost")
 }
 
 // Send POSTs msg and classifies the answer.
@@ -384,7 +425,7 @@ const tracerName = "github.com/hymical/hymical/plugins/http/httptransport"
 func (c *configured) do(ctx context.Context, req *http.Request, u *url.URL, cancel context.CancelFunc, connected *atomic.Bool) transport.Outcome {
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return c.classifyError(ctx, u.Host, err, connected.Load())
+		return c.classifyError(ctx, u, err, connected.Load())
 	}
 	discard(resp.Body, c.readTimeout, cancel)
 	return classifyResponse(resp, time.Now())
@@ -413,15 +454,42 @@ func discard(body io.ReadCloser, timeout time.Duration, cancel context.CancelFun
 
 // classifyError says what a failed Do means. connected is whether the
 // client got a connection for the request at any point.
-func (c *configured) classifyError(ctx context.Context, host string, err error, connected bool) transport.Outcome {
+func (c *configured) classifyError(ctx context.Context, u *url.URL, err error, connected bool) transport.Outcome {
+	host := u.Host
+	// The refusal's own text: err's would repeat the URL, which may carry
+	// a token in its query.
+	var refusal error
 	var refused *netguard.RefusedError
-	if errors.As(err, &refused) {
+	var zoned *zoneError
+	switch {
+	case errors.As(err, &refused):
+		refusal = refused
+	case errors.As(err, &zoned):
+		refusal = zoned
+	}
+	if refusal != nil {
+		text := refusal.Error()
+		if fromDNS(u.Hostname()) {
+			// A DNS answer can change: one bad answer for a name that
+			// usually resolves to an allowed address (a resolver's
+			// mistake, a rebinding attempt that passes) must not fail
+			// the delivery for good. Each try checks the new answer.
+			text = fmt.Sprintf("%s resolved to an address this plugin will not connect to: %s; a DNS answer can change, so the delivery is tried again", u.Hostname(), text)
+			if !connected {
+				// Nothing was sent: tried again after a short wait,
+				// without using up its retries.
+				return transport.Deferred(text)
+			}
+			return transport.Retryable(0, text)
+		}
+		// A literal address (or localhost) is refused on every try: the
+		// operator's setting or the endpoint's URL has to change.
 		if !connected {
 			// The guard refused the dial, and the client had no other
 			// connection: nothing was sent.
-			return transport.Refused(refused.Error())
+			return transport.Refused(text)
 		}
-		return transport.Permanent(0, refused.Error())
+		return transport.Permanent(0, text)
 	}
 	var perr *ProxyError
 	if errors.As(err, &perr) {

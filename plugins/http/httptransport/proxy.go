@@ -129,13 +129,23 @@ func (c *configured) dialViaProxy(ctx context.Context, network, target string) (
 		case "tcp6":
 			lookup = "ip6"
 		}
-		addrs, err = net.DefaultResolver.LookupNetIP(ctx, lookup, host)
+		addrs, err = c.resolver.LookupNetIP(ctx, lookup, host)
 		if err != nil {
 			return nil, err
 		}
 	}
 	var refused, last error
 	for _, a := range addrs {
+		if a.Zone() != "" {
+			// A zone is this host's interface: the CONNECT would name
+			// one of the proxy's. target refuses a literal one first.
+			zerr := &zoneError{addr: a}
+			if _, err := netip.ParseAddr(host); err != nil {
+				zerr.host = host
+			}
+			refused = cmpFirst(refused, zerr)
+			continue
+		}
 		addr := net.JoinHostPort(a.Unmap().String(), port)
 		if err := c.guard.CheckNetwork("tcp", addr); err != nil {
 			refused = cmpFirst(refused, err)
