@@ -16,7 +16,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 )
 
 // Mask replaces a hidden value.
@@ -50,34 +49,12 @@ var secretWords = []string{
 // and "error_code".
 var secretNames = []string{"code"}
 
-// extraNames are the operator's own secret names (webhook.mask_query_params),
-// lower-cased; see SetSecretNames.
-var extraNames atomic.Pointer[[]string]
-
-// SetSecretNames adds names to the built-in rule of SecretName, each hiding
-// a setting or parameter of exactly that name (case-insensitive); it
-// replaces the names set before. The rule is process-wide: the server sets
-// it once at start, from webhook.mask_query_params.
-func SetSecretNames(names []string) {
-	var out []string
-	for _, n := range names {
-		if n = strings.ToLower(strings.TrimSpace(n)); n != "" {
-			out = append(out, n)
-		}
-	}
-	extraNames.Store(&out)
-}
-
 // SecretName reports whether a setting or parameter of this name holds a
 // secret: its name contains one of secretParts, holds one of secretWords
-// as a word, or is one of secretNames or of the names SetSecretNames added
-// (all case-insensitive).
+// as a word, or is one of secretNames (all case-insensitive).
 func SecretName(name string) bool {
 	n := strings.ToLower(name)
 	if slices.Contains(secretNames, n) {
-		return true
-	}
-	if extra := extraNames.Load(); extra != nil && slices.Contains(*extra, n) {
 		return true
 	}
 	for _, s := range secretParts {
