@@ -235,6 +235,10 @@ func (r *run) summary(took time.Duration) {
 	}
 }
 
+// packageTimeout is how long one package's tests may run unless the
+// arguments give -timeout.
+const packageTimeout = "20m"
+
 // goTestArgs builds go test's arguments from this command's.
 func goTestArgs(args []string) []string {
 	flags, pkgs := []string{}, []string{}
@@ -247,6 +251,14 @@ func goTestArgs(args []string) []string {
 	}
 	if len(pkgs) == 0 {
 		pkgs = []string{"./...", "./sdk/..."}
+	}
+	if !slices.ContainsFunc(flags, func(f string) bool { return f == "-timeout" || strings.HasPrefix(f, "-timeout=") }) {
+		// go test's own default, 10 minutes a package, is for a quiet
+		// machine: on two cores running every package at once, the root
+		// package (release archives, fresh checkouts, real servers) has
+		// run past it without a test hanging. A hung test still ends the
+		// run, later.
+		flags = append([]string{"-timeout", packageTimeout}, flags...)
 	}
 	return append(append([]string{"test", "-race", "-json"}, flags...), pkgs...)
 }

@@ -13,10 +13,12 @@ func TestGoTestArgs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "test -race -json ./... ./sdk/..."},
-		{[]string{"-run", "Conformance", "./storage/..."}, "test -race -json -run Conformance ./storage/..."},
-		{[]string{"-count=1"}, "test -race -json -count=1 ./... ./sdk/..."},
-		{[]string{"-short", "./server/..."}, "test -race -json -short ./server/..."},
+		{nil, "test -race -json -timeout 20m ./... ./sdk/..."},
+		{[]string{"-run", "Conformance", "./storage/..."}, "test -race -json -timeout 20m -run Conformance ./storage/..."},
+		{[]string{"-count=1"}, "test -race -json -timeout 20m -count=1 ./... ./sdk/..."},
+		{[]string{"-short", "./server/..."}, "test -race -json -timeout 20m -short ./server/..."},
+		{[]string{"-timeout", "5m", "./server/..."}, "test -race -json -timeout 5m ./server/..."},
+		{[]string{"-timeout=30m"}, "test -race -json -timeout=30m ./... ./sdk/..."},
 	} {
 		if got := strings.Join(goTestArgs(c.args), " "); got != c.want {
 			t.Errorf("goTestArgs(%q) = %q, want %q", c.args, got, c.want)
