@@ -498,7 +498,8 @@ const endpointsRotateUsage = `usage: hymical endpoints rotate-secret [flags] END
 
 Gives an endpoint a new signing secret of its scheme and prints it once.
 The secrets that signed before keep signing beside it until the time
-printed (server.secret_rotation_grace), so receivers can switch over. Run
+printed (server.secret_rotation_grace), so receivers can switch over; at
+most 5 secrets sign at once, so a rotation past that retires the oldest. Run
 again with the same --idempotency-key (within 24 hours) after a failure and
 the server answers with the secret that rotation made instead of rotating
 again; if another rotation has replaced it since, it says so.`

@@ -438,7 +438,8 @@ func (h *handler) emptyBody(w http.ResponseWriter, r *http.Request) error {
 // POST /v1/endpoints/{id}/rotate-secret
 //
 // The new secret signs from now on; every secret that was active keeps
-// signing beside it for SecretRotationGrace (endpoint.RotateSecret).
+// signing beside it for SecretRotationGrace (endpoint.RotateSecret), up
+// to endpoint.MaxLiveSecrets in all: past it, the oldest is retired.
 //
 // With an Idempotency-Key, a repeat within the key's window rotates
 // nothing and answers 200, marked Idempotent-Replayed, with the secret

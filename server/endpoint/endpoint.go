@@ -145,17 +145,31 @@ func CurrentSecret(e storage.Endpoint) storage.Secret {
 	return e.Secrets[0]
 }
 
+// MaxLiveSecrets is the most signing secrets an endpoint has active at
+// once, the current one included. Each active secret adds one v1,<base64>
+// (or v1a,…) entry to the webhook-signature header, and receivers written
+// to Standard Webhooks and Svix expect a handful: unbounded, 1,000
+// rotations within the grace made a 50 KB header that a default Node
+// receiver refused with 431. Rotation keeps to it (see RotateSecret);
+// the other writes of an endpoint either make one secret (creation) or
+// keep the secrets as read (every other change, through Modify).
+const MaxLiveSecrets = 5
+
 // Rotation is the result of a secret rotation.
 type Rotation struct {
 	Endpoint storage.Endpoint
 	// Secret is the new signing secret, to be shown once and never again.
 	Secret string
 	// PreviousSecretsExpireAt is when the secrets that were active before
-	// stop signing; nil when there were none.
+	// and are kept stop signing; nil when none was kept.
 	PreviousSecretsExpireAt *time.Time
 	// Repeat is true when RotateSecretOnce's key was used before: nothing
 	// was rotated, and this is the first rotation's answer.
 	Repeat bool
+	// Retired is how many secrets that were still in their grace this
+	// rotation stopped at once, the oldest first, to keep the endpoint
+	// within MaxLiveSecrets; 0 on a repeat.
+	Retired int
 }
 
 // RotateSecret gives the endpoint a new signing secret of the same scheme
@@ -164,6 +178,15 @@ type Rotation struct {
 // signing beside it until now + grace (or its own earlier expiry), so
 // receivers can switch over without dropping a message; secrets already
 // past their expiry are removed.
+//
+// At most MaxLiveSecrets stay active: the new one and the newest active
+// ones before it. A rotation past the cap retires the oldest secrets
+// still in their grace at once (Rotation.Retired counts them) rather than
+// refusing, so that rotating stays possible whenever it is needed, a
+// leaked secret above all. What it costs falls on a receiver still
+// verifying only with a secret MaxLiveSecrets-1 rotations old, which must
+// take a newer one. The secrets are kept newest first, as every rotation writes
+// them, so their order says which is oldest.
 func RotateSecret(ctx context.Context, store Store, id string, grace time.Duration, now time.Time) (Rotation, error) {
 	return rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
 		return store.EndpointUpdate(ctx, r.Endpoint)
@@ -177,12 +200,13 @@ func rotate(ctx context.Context, get func(context.Context, string) (storage.Endp
 	// Cut to what every backend stores, so the time shown is the time kept.
 	expiry := now.Add(grace).UTC().Truncate(time.Millisecond)
 	var (
-		kept   bool
-		secret string
-		minted webhook.Scheme
+		kept    bool
+		retired int
+		secret  string
+		minted  webhook.Scheme
 	)
 	e, err := modify(ctx, get, func(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
-		r := Rotation{Endpoint: e, Secret: secret}
+		r := Rotation{Endpoint: e, Secret: secret, Retired: retired}
 		if kept {
 			r.PreviousSecretsExpireAt = &expiry
 		}
@@ -190,7 +214,7 @@ func rotate(ctx context.Context, get func(context.Context, string) (storage.Endp
 	}, id, func(e *storage.Endpoint) (bool, error) {
 		// Reset on every try: a retry after a conflict starts over. The
 		// scheme is only known once the endpoint is read.
-		kept = false
+		kept, retired = false, 0
 		scheme := Scheme(*e)
 		if secret == "" || scheme != minted {
 			var err error
@@ -202,6 +226,10 @@ func rotate(ctx context.Context, get func(context.Context, string) (storage.Endp
 		next := []storage.Secret{storage.NewSecret(secret, nil)}
 		for _, s := range e.Secrets {
 			if !s.ActiveAt(now) {
+				continue
+			}
+			if len(next) == MaxLiveSecrets {
+				retired++
 				continue
 			}
 			until := expiry
@@ -217,7 +245,7 @@ func rotate(ctx context.Context, get func(context.Context, string) (storage.Endp
 	if err != nil {
 		return Rotation{}, err
 	}
-	r := Rotation{Endpoint: e, Secret: secret}
+	r := Rotation{Endpoint: e, Secret: secret, Retired: retired}
 	if kept {
 		r.PreviousSecretsExpireAt = &expiry
 	}

@@ -564,6 +564,16 @@ func classifyResponse(resp *http.Response, now time.Time) transport.Outcome {
 		out := transport.Retryable(code, "receiver answered "+status)
 		out.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), now)
 		return out
+	case code == http.StatusRequestHeaderFieldsTooLarge:
+		// A well-formed message refused for the size of its headers (the
+		// webhook-signature grows with the endpoint's live secrets): the
+		// receiver's limit, or a proxy's in front of it, can be raised,
+		// or the secrets brought down, and the event then goes through.
+		// Nothing about the event itself is wrong, so it is retried.
+		out := transport.Retryable(code, "receiver answered "+status+
+			": it (or a proxy in front of it) refused the size of the request's headers; raise its header limit")
+		out.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), now)
+		return out
 	case code >= 400 && code <= 499:
 		return transport.Permanent(code, "receiver answered "+status)
 	}

@@ -137,6 +137,9 @@ func TestClassifiesResponses(t *testing.T) {
 		{"404 is permanent", 404, nil, transport.OutcomePermanent, 0, "HTTP 404"},
 		{"410 is permanent", 410, nil, transport.OutcomePermanent, 0, "HTTP 410"},
 		{"422 is permanent", 422, nil, transport.OutcomePermanent, 0, "HTTP 422"},
+		{"413 is permanent", 413, nil, transport.OutcomePermanent, 0, "HTTP 413"},
+		{"431 is retryable: the headers' size, not the event", 431, nil, transport.OutcomeRetryable, 0, "HTTP 431 Request Header Fields Too Large: it (or a proxy"},
+		{"431 with Retry-After seconds", 431, map[string]string{"Retry-After": "60"}, transport.OutcomeRetryable, 60 * time.Second, "raise its header limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
