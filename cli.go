@@ -261,7 +261,7 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 		// A claim that sent nothing records no attempt, so the table below
 		// cannot say why; this line does. A plugin's words may quote a URL
 		// (an older server does not mask them): its secrets are hidden.
-		fmt.Fprintf(stdout, "not sent (no request went out, no attempt recorded): %s\n", redact.Text(d.UnsentReason))
+		fmt.Fprintf(stdout, "not sent (no request went out, no attempt recorded): %s\n", safeText(redact.Text(d.UnsentReason)))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tOUTCOME\tHTTP\tLATE\tSTARTED\tTOOK\tTRACE\tERROR")
@@ -271,9 +271,66 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 			status = fmt.Sprint(*a.HTTPStatus)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, status, a.Late,
-			a.StartedAt.Format(time.RFC3339), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), dash(a.TraceID), redact.Text(a.Error))
+			a.StartedAt.Format(time.RFC3339), a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), dash(safeText(a.TraceID)), safeText(redact.Text(a.Error)))
 	}
 	return tw.Flush()
+}
+
+// safeText is text that others wrote (a plugin's or receiver's error, a
+// description, a reason, a URL) made safe to print on a terminal and in a
+// table: the C0 controls (tab and newline among them, which would forge a
+// column or a row), DEL, the C1 controls (ESC's 8-bit twins), the
+// bidirectional overrides and the line and paragraph separators are
+// written as escapes, \n, \r, \t, \x1b, \u009b, \u202e; so is a byte
+// that is not UTF-8. Everything else, letters of every script and emoji
+// included, is printed as it is, backslashes too; -o json shows the exact
+// text.
+func safeText(s string) string {
+	clean := utf8.ValidString(s)
+	for _, r := range s {
+		if !clean {
+			break
+		}
+		clean = !unsafeRune(r)
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unsafeRune(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// unsafeRune reports whether safeText escapes the character r.
+func unsafeRune(r rune) bool {
+	switch {
+	case r < 0x20, r >= 0x7f && r <= 0x9f:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true // bidirectional marks, embeddings, overrides and isolates
+	case r == 0x2028, r == 0x2029:
+		return true
+	}
+	return false
 }
 
 func dash(s string) string {
@@ -654,7 +711,7 @@ func writeEndpoints(w io.Writer, eps []apiwire.Endpoint, width int) error {
 	type row struct{ id, transport, status, target string }
 	rows := []row{{"ID", "TRANSPORT", "STATUS", "TARGET"}}
 	for _, e := range eps {
-		rows = append(rows, row{e.ID, clipRight(e.Transport, 16), clipRight(shortStatus(e), 24), endpointTarget(e)})
+		rows = append(rows, row{safeText(e.ID), clipRight(safeText(e.Transport), 16), clipRight(shortStatus(e), 24), endpointTarget(e)})
 	}
 	var idW, trW, stW int
 	for _, r := range rows {
@@ -682,9 +739,9 @@ func writeEndpointsWide(w io.Writer, eps []apiwire.Endpoint) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tCONFIG\tFORMS\tEVENT TYPES\tSTATUS\tCONTROLS\tSCHEME\tSECRETS\tPUBLIC KEYS\tDESCRIPTION")
 	for _, e := range eps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Transport, dash(redact.URL(e.URL)), dash(configText(e.Config)),
-			dash(strings.Join(e.FormIDs, ",")), dash(strings.Join(e.EventTypes, ",")), endpointStatus(e), endpointLimits(e),
-			dash(e.SignatureScheme), len(e.Secrets), dash(strings.Join(e.PublicKeys, " ")), dash(oneLine(e.Description)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", safeText(e.ID), safeText(e.Transport), dash(safeText(redact.URL(e.URL))), dash(configText(e.Config)),
+			dash(safeText(strings.Join(e.FormIDs, ","))), dash(safeText(strings.Join(e.EventTypes, ","))), endpointStatus(e), endpointLimits(e),
+			dash(safeText(e.SignatureScheme)), len(e.Secrets), dash(safeText(strings.Join(e.PublicKeys, " "))), dash(safeText(oneLine(e.Description))))
 	}
 	return tw.Flush()
 }
@@ -694,7 +751,7 @@ func writeEndpointsWide(w io.Writer, eps []apiwire.Endpoint) error {
 func shortStatus(e apiwire.Endpoint) string {
 	switch {
 	case e.Disabled && e.DisabledReason != "":
-		return "disabled (" + e.DisabledReason + ")"
+		return "disabled (" + safeText(e.DisabledReason) + ")"
 	case e.Disabled:
 		return "disabled"
 	case e.FailingSince != nil:
@@ -708,9 +765,9 @@ func endpointStatus(e apiwire.Endpoint) string {
 	var s string
 	switch {
 	case e.Disabled && e.DisabledAt != nil:
-		s = fmt.Sprintf("disabled (%s, %s; deliveries held)", e.DisabledReason, e.DisabledAt.UTC().Format(time.RFC3339))
+		s = fmt.Sprintf("disabled (%s, %s; deliveries held)", safeText(e.DisabledReason), e.DisabledAt.UTC().Format(time.RFC3339))
 	case e.Disabled:
-		s = "disabled (" + e.DisabledReason + "; deliveries held)"
+		s = "disabled (" + safeText(e.DisabledReason) + "; deliveries held)"
 	default:
 		s = "enabled"
 	}
@@ -737,7 +794,7 @@ func endpointLimits(e apiwire.Endpoint) string {
 		parts = append(parts, "ordered")
 	}
 	if len(e.RetrySchedule) > 0 {
-		parts = append(parts, "retries "+strings.Join(e.RetrySchedule, ","))
+		parts = append(parts, "retries "+safeText(strings.Join(e.RetrySchedule, ",")))
 	}
 	if len(parts) == 0 {
 		return "none"
@@ -750,7 +807,7 @@ func endpointLimits(e apiwire.Endpoint) string {
 // older one does not, so they are hidden here too.
 func endpointTarget(e apiwire.Endpoint) string {
 	if e.URL != "" {
-		return redact.URL(e.URL)
+		return safeText(redact.URL(e.URL))
 	}
 	return dash(configText(e.Config))
 }
@@ -766,7 +823,7 @@ func configText(cfg map[string]string) string {
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = k + "=" + redact.Value(k, cfg[k])
+		parts[i] = safeText(k + "=" + redact.Value(k, cfg[k]))
 	}
 	return strings.Join(parts, ",")
 }

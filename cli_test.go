@@ -477,3 +477,115 @@ func TestEndpointsDeleteAndPagesOnARealServer(t *testing.T) {
 		t.Fatalf("the replay key with other flags: %v\n%s", err, out)
 	}
 }
+
+// safeText escapes what would act on a terminal or forge a table's layout
+// and keeps every other character as it is.
+func TestSafeText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"plain text, café, 日本語, 😀, a\\b", "plain text, café, 日本語, 😀, a\\b"},
+		{"\x1b[31mred\x1b[0m", `\x1b[31mred\x1b[0m`},
+		{"a\r\nb\tc", `a\r\nb\tc`},
+		{"bell\x07 nul\x00 del\x7f", `bell\x07 nul\x00 del\x7f`},
+		{"c1 \u009b31m \u0085", `c1 \u009b31m \u0085`},
+		{"rtl \u202egnp.exe \u2066x\u2069", `rtl \u202egnp.exe \u2066x\u2069`},
+		{"line\u2028sep", `line\u2028sep`},
+		{"not utf-8 \xff\xfe", `not utf-8 \xff\xfe`},
+		{"a real \ufffd stays", "a real \ufffd stays"},
+		{"", ""},
+	} {
+		if got := safeText(tc.in); got != tc.want {
+			t.Errorf("safeText(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// controlsIn lists the bytes and characters of out that act on a terminal:
+// every control but the newlines that end its lines, and the C1 controls.
+func controlsIn(out string) []string {
+	var found []string
+	for _, r := range out {
+		if r != '\n' && (r < 0x20 || r >= 0x7f && r <= 0x9f || r == 0x202e) {
+			found = append(found, fmt.Sprintf("%U", r))
+		}
+	}
+	return found
+}
+
+// deliveries show prints a plugin's error, and the reason nothing was
+// sent, with their control characters escaped: an ANSI escape stays
+// inert, and a newline and tabs cannot add a forged row to the attempt
+// table.
+func TestDeliveriesShowEscapesControlCharacters(t *testing.T) {
+	at := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	const forged = "\n2\tdelivered\t200\tfalse\t2026-12-03T14:00:01Z\t5ms\t-\t"
+	detail := apiwire.DeliveryDetail{
+		Delivery: apiwire.Delivery{ID: "dlv_1", EndpointID: "ep_1", EventID: "evt_1", State: apiwire.StateFailed,
+			NextAttemptAt: at, UnsentReason: "refused \x1b]0;pwned\x07 \u009b2J"},
+		AttemptHistory: []apiwire.Attempt{{Number: 1, Outcome: apiwire.OutcomeRetryable, StartedAt: at, FinishedAt: at,
+			Error: "\x1b[31mreceiver said: café\r" + forged}},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(detail)
+	}))
+	defer srv.Close()
+	var b bytes.Buffer
+	if err := run(t.Context(), []string{"deliveries", "show", "dlv_1", "--server", srv.URL, "--token", "t"}, &b, &b); err != nil {
+		t.Fatalf("deliveries show: %v\n%s", err, b.String())
+	}
+	out := b.String()
+	if c := controlsIn(out); len(c) > 0 {
+		t.Fatalf("deliveries show prints the control characters %v:\n%q", c, out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 5 || strings.HasPrefix(lines[4], "2 ") {
+		t.Fatalf("deliveries show prints %d lines, want 5 (two of the delivery, not sent, the table's header, one attempt):\n%s", len(lines), out)
+	}
+	for _, want := range []string{`refused \x1b]0;pwned\x07 \u009b2J`, `\x1b[31mreceiver said: café\r\n2\tdelivered\t200`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("deliveries show lacks %q:\n%s", want, out)
+		}
+	}
+	// -o json is the exact text, for a program.
+	b.Reset()
+	if err := run(t.Context(), []string{"deliveries", "show", "dlv_1", "--server", srv.URL, "--token", "t", "-o", "json"}, &b, &b); err != nil {
+		t.Fatal(err)
+	}
+	var back apiwire.DeliveryDetail
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back.AttemptHistory[0].Error != detail.AttemptHistory[0].Error {
+		t.Fatalf("-o json: %v, %+v", err, back)
+	}
+}
+
+// endpoints list, narrow and wide, and the status lines of endpoints set
+// escape the control characters of what the endpoint's owner wrote.
+func TestEndpointsListEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	eps := []apiwire.Endpoint{
+		{ID: "ep_1", Transport: "http", URL: "https://hooks.example.com/in\x1b[8m", Description: "ours\x1b[2J\u202e\tfake\tcolumn",
+			FormIDs: []string{"contact\x1b[0m"}, Disabled: true, DisabledAt: &now, DisabledReason: "gone\r\nep_2  http  enabled"},
+		{ID: "ep_2", Transport: "nats", Config: map[string]string{"subject": "forms.\x1b[1m", "url": "nats://n:4222"}},
+	}
+	for name, write := range map[string]func(*bytes.Buffer) error{
+		"narrow": func(b *bytes.Buffer) error { return writeEndpoints(b, eps, listWidth) },
+		"wide":   func(b *bytes.Buffer) error { return writeEndpointsWide(b, eps) },
+		"status": func(b *bytes.Buffer) error { _, err := fmt.Fprintln(b, endpointStatus(eps[0])); return err },
+	} {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if c := controlsIn(out); len(c) > 0 {
+			t.Errorf("%s: prints the control characters %v:\n%q", name, c, out)
+		}
+		want := len(eps) + 1
+		if name == "status" {
+			want = 1
+		}
+		if n := strings.Count(out, "\n"); n != want {
+			t.Errorf("%s: %d lines, want %d:\n%s", name, n, want, out)
+		}
+	}
+}

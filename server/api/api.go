@@ -53,7 +53,10 @@ type Transports interface {
 	// Names lists the loaded transports.
 	Names() []string
 	// Up starts any plugin that is not running and returns an error naming
-	// each transport that still is not, with why; nil when all run.
+	// each transport that still is not, with why; nil when all run. Its
+	// text goes to the log only: /readyz, which anyone may ask, shows the
+	// error's Brief() string if it has that method (names and short
+	// reasons), and otherwise no more than that a transport is down.
 	Up(ctx context.Context) error
 }
 

@@ -57,8 +57,11 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 			since.UTC().Format(time.RFC3339))
 	}
 	if err := h.transports.Up(ctx); err != nil {
+		// The probe answers anyone: it names the plugin and a short
+		// reason, while the executable's path and the exec or Configure
+		// error, which describe the host, go to the log only.
 		h.log.Warn("readiness: a transport plugin is not running", "error", err)
-		return notReady("%v; its deliveries wait, unsent, until it runs again", err)
+		return notReady("%s; its deliveries wait, unsent, until it runs again (the server log says why)", briefDown(err))
 	}
 	if h.ready != nil {
 		if err := h.ready(ctx); err != nil {
@@ -67,6 +70,16 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, apiwire.Status{Status: "ready"})
 	return nil
+}
+
+// briefDown is what /readyz says of the transports Up found down: the
+// error's Brief when it has one (pluginhost's does), never its text.
+func briefDown(err error) string {
+	var b interface{ Brief() string }
+	if errors.As(err, &b) {
+		return b.Brief()
+	}
+	return "a transport plugin is not running"
 }
 
 // noSpaceHold is how long /readyz keeps reporting a store out of space

@@ -53,12 +53,78 @@ func TestReadyzNamesATransportThatIsDown(t *testing.T) {
 			t.Fatalf("readyz still answers %d with the http plugin's binary gone and its process killed", r.status)
 		}
 	}
-	if !strings.Contains(msg, `transport plugin "http" is not running`) {
-		t.Fatalf("readyz says %q, want it to name the http transport as not running", msg)
+	if !strings.Contains(msg, `transport plugin "http" is not running (executable not found)`) {
+		t.Fatalf("readyz says %q, want it to name the http transport as not running, and why in two words", msg)
 	}
+	hidesTheHost(t, msg, bin)
 
 	copyExecutable(t, httpPlugin, bin)
 	f.send(req{method: "GET", path: "/readyz"}).must(t, http.StatusOK)
+}
+
+// hidesTheHost fails if what /readyz, which anyone may ask, said names
+// the plugin's executable or repeats the operating system's words.
+func hidesTheHost(t *testing.T, msg, bin string) {
+	t.Helper()
+	for _, leak := range []string{bin, filepath.Dir(bin), pluginhost.BinaryPrefix, "/", "exec:", "no such file", "fork", "sha256", "SHA-256"} {
+		if strings.Contains(msg, leak) {
+			t.Fatalf("readyz says %q: it gives away %q", msg, leak)
+		}
+	}
+}
+
+// A plugin whose file no longer matches its SHA-256 pin is refused, and
+// /readyz says so in two words, without the path or the sums.
+func TestReadyzSaysAChecksumMismatchWithoutThePath(t *testing.T) {
+	if _, err := os.Stat("/proc/self/exe"); err != nil {
+		t.Skip("finding the plugin's process needs /proc")
+	}
+	bin := filepath.Join(t.TempDir(), pluginhost.BinaryPrefix+"http")
+	copyExecutable(t, httpPlugin, bin)
+	sum, err := pluginhost.FileSHA256(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := pluginhost.New(t.Context(), pluginhost.Config{Plugins: []pluginhost.PluginConfig{{Name: "http", Path: bin, SHA256: sum}}}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Close)
+	f := newFixture(t, backends["sqlite"], func(o *api.Options) { o.Transports = host })
+	f.send(req{method: "GET", path: "/readyz"}).must(t, http.StatusOK)
+
+	// Another build in its place: the same program with a byte more.
+	b, err := os.ReadFile(httpPlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, append(b, 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := proctest.KillExecutable(bin); err != nil || n == 0 {
+		t.Fatalf("killed %d processes of %s (%v), want the plugin's", n, bin, err)
+	}
+	var msg string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := f.send(req{method: "GET", path: "/readyz"})
+		if r.status == http.StatusServiceUnavailable {
+			_, msg = r.errorCode(t)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz still answers %d with the plugin's file changed and its process killed", r.status)
+		}
+	}
+	if !strings.Contains(msg, `transport plugin "http" is not running (checksum mismatch)`) {
+		t.Fatalf("readyz says %q, want it to name the http transport and a checksum mismatch", msg)
+	}
+	hidesTheHost(t, msg, bin)
+	if strings.Contains(msg, sum) {
+		t.Fatalf("readyz says %q: it gives away the pinned sum", msg)
+	}
 }
 
 func copyExecutable(t *testing.T, from, to string) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -25,7 +26,8 @@ const (
 // trusted to read, though encoding/json would let it through: bytes that
 // are not UTF-8, a lone UTF-16 surrogate escape (which encoding/json turns
 // into U+FFFD without a word), a NUL character, a number no float64 holds,
-// or nesting deeper than the configured limit. Delivered as it is, such a
+// nesting deeper than the configured limit, or an object with the same key
+// twice (encoding/json keeps the last; other parsers the first). Delivered as it is, such a
 // body fails at the receiver on every attempt, or is read there as
 // something else than was sent.
 type jsonProblem struct {
@@ -130,16 +132,21 @@ func (c *jsonChecker) object(depth int) error {
 		c.i++
 		return nil
 	}
+	var keys keySet
 	for {
 		if c.i >= len(c.b) || c.b[c.i] != '"' {
 			return errJSONSyntax
 		}
 		// A problem in the key is at the object's path.
-		start := c.i + 1
+		at, start := c.i, c.i+1
 		if err := c.str(true); err != nil {
 			return err
 		}
-		c.path = append(c.path, pathStep{key: c.b[start : c.i-1]})
+		key := c.b[start : c.i-1]
+		c.path = append(c.path, pathStep{key: key})
+		if first, dup := keys.add(c.b[at:c.i]); dup {
+			return c.duplicate(at, key, first)
+		}
 		c.space()
 		if c.i >= len(c.b) || c.b[c.i] != ':' {
 			return errJSONSyntax
@@ -263,6 +270,77 @@ func (c *jsonChecker) str(key bool) error {
 		}
 	}
 	return errJSONSyntax
+}
+
+// keySet is the keys of one object so far, by what they decode to: "a"
+// and "\u0061" are one key to every receiver. An object's first keys are
+// kept in an array, looked through in order, without allocating; a map
+// takes over for an object with more.
+type keySet struct {
+	few  [keySetFew]seenKey
+	n    int
+	many map[string][]byte
+}
+
+// seenKey is a key as it decodes (name) and as it was written (raw); they
+// are the same bytes for a key without escapes.
+type seenKey struct {
+	name, raw []byte
+}
+
+// keySetFew is how many keys keySet looks through before it makes a map.
+const keySetFew = 8
+
+// add adds the key written quoted (a string checkJSON has found well
+// formed) and reports whether the object has it already, and how it was
+// spelled the first time.
+func (s *keySet) add(quoted []byte) (first []byte, dup bool) {
+	raw := quoted[1 : len(quoted)-1]
+	name := raw
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		// Its escapes are well formed, its surrogates paired and its bytes
+		// UTF-8, or str would have stopped: it decodes exactly.
+		var decoded string
+		if err := json.Unmarshal(quoted, &decoded); err != nil {
+			return nil, false
+		}
+		name = []byte(decoded)
+	}
+	if s.many != nil {
+		if f, ok := s.many[string(name)]; ok {
+			return f, true
+		}
+		s.many[string(name)] = raw
+		return nil, false
+	}
+	for _, k := range s.few[:s.n] {
+		if bytes.Equal(k.name, name) {
+			return k.raw, true
+		}
+	}
+	if s.n < keySetFew {
+		s.few[s.n] = seenKey{name: name, raw: raw}
+		s.n++
+		return nil, false
+	}
+	s.many = make(map[string][]byte, 4*keySetFew)
+	for _, k := range s.few {
+		s.many[string(k.name)] = k.raw
+	}
+	s.many[string(name)] = raw
+	return nil, false
+}
+
+// duplicate is the problem of an object that has the key written key at
+// offset (the opening quote) a second time; first is how it was written
+// the first time. The path is the member's.
+func (c *jsonChecker) duplicate(offset int, key, first []byte) *jsonProblem {
+	what := fmt.Sprintf(`the key "%s" twice in one object`, shortKey(key))
+	if !bytes.Equal(key, first) {
+		what += fmt.Sprintf(`, written "%s" the first time`, shortKey(first))
+	}
+	return c.problem(offset, "duplicate_key", what,
+		"receivers disagree on which of the two they read (some the first, some the last, some refuse the body): send each key once")
 }
 
 // hex4 reads the four hex digits at b[i:].

@@ -34,7 +34,60 @@ func readableJSON(b []byte, maxDepth int) map[string]bool {
 		found["lone_surrogate"] = true
 	}
 	walkJSON(v, 1, maxDepth, found)
+	if duplicateKeys(b) {
+		found["duplicate_key"] = true
+	}
 	return found
+}
+
+// duplicateKeys reports whether an object of the well-formed JSON text b
+// has a key twice, by the keys encoding/json's tokenizer decodes.
+func duplicateKeys(b []byte) bool {
+	type frame struct {
+		keys    map[string]bool // nil for an array
+		wantKey bool
+	}
+	var stack []*frame
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		top := func() *frame {
+			if len(stack) == 0 {
+				return nil
+			}
+			return stack[len(stack)-1]
+		}
+		if f := top(); f != nil && f.keys != nil && f.wantKey {
+			if k, ok := tok.(string); ok {
+				if f.keys[k] {
+					return true
+				}
+				f.keys[k] = true
+				f.wantKey = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, wantKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: an object that holds it wants its next key.
+		if f := top(); f != nil && f.keys != nil {
+			f.wantKey = true
+		}
+		if len(stack) == 0 {
+			return false
+		}
+	}
 }
 
 func walkJSON(v any, depth, maxDepth int, found map[string]bool) {
@@ -134,6 +187,8 @@ func justified(b []byte, p *jsonProblem) error {
 		ok = errors.Is(err, strconv.ErrRange) && (f > 1 || f < -1)
 	case "too_deep":
 		ok = at[0] == '{' || at[0] == '['
+	case "duplicate_key":
+		ok = at[0] == '"'
 	}
 	if !ok {
 		return fmt.Errorf("%s is not at byte %d: %q", p.code, p.offset, at[:min(len(at), 16)])
@@ -163,6 +218,8 @@ func FuzzCheckJSON(f *testing.F) {
 		`{"n":` + strings.Repeat("9", 309) + `}`, `{"n":` + strings.Repeat("9", 308) + `}`,
 		`[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]`, `{"a":{"b":{"c":{"d":{}}}}}`,
 		`{"\ufffd":"\uFFFD\\ufffd` + "\ufffd" + `"}`, `{"a":"\\ud800"}`,
+		`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `{"a":{"b":1,"c":[{"d":1,"d":2}]}}`, `{"a":{"x":1},"b":{"x":1}}`,
+		`[{"k":1},{"k":1}]`, `{"A":1,"a":2}`, `{"e\u0301":1,"\u00e9":2}`, `{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"r":18,"a":19}`,
 		`{"a":`, `{"a" 1}`, `{"a":"\ud800`, `{"a":1e}`, `{"a":01}`, `{"a":"x"} trailing`, "\xff", ``,
 	} {
 		f.Add([]byte(seed), uint8(4))

@@ -99,3 +99,65 @@ func TestNewRefusesANestingLimitOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// An object with the same key twice is refused with a 400 naming the key
+// and where it is, on every route that takes a body: receivers disagree
+// on which of the two they read (encoding/json and JavaScript the last,
+// others the first, strict ones refuse), so one delivery would be read
+// two ways. Keys are compared as decoded, so an escape does not hide one;
+// the same key in two objects is no duplicate.
+func TestDuplicateKeysAreRefused(t *testing.T) {
+	f := newFixture(t, backends["sqlite"], nil)
+	f.createEndpoint(map[string]any{"url": "https://hooks.example.com/in"})
+	sub := "/v1/forms/contact/submissions"
+	for _, tc := range []struct {
+		name, path, token, body string
+		// second is the text whose last occurrence in body is the
+		// duplicate key, where the answer must point.
+		second, where, says string
+	}{
+		{"at the top", sub, ingestKey, `{"email":"a@example.com","name":"Ada","email":"b@example.com"}`, `"email"`, "$.email", `the key "email" twice`},
+		{"in a nested object", sub, ingestKey, `{"a":{"b":{"c":1,"d":2,"c":3}}}`, `"c"`, "$.a.b.c", `the key "c" twice`},
+		{"in an object in an array", sub, ingestKey, `{"items":[{"sku":"x"},{"sku":"y","qty":1,"sku":"z"}]}`, `"sku"`, "$.items[1].sku", `the key "sku" twice`},
+		{"in arrays of arrays", sub, ingestKey, `{"m":[[],[{"k":1,"k":1}]]}`, `"k"`, "$.m[1][0].k", `the key "k" twice`},
+		{"spelled with an escape", sub, ingestKey, `{"admin":false,"\u0061dmin":true}`, `"\u0061dmin"`, `$["\u0061dmin"]`, `written "admin" the first time`},
+		{"with an odd name", sub, ingestKey, `{"a b":1,"a b":2}`, `"a b"`, `$["a b"]`, `the key "a b" twice`},
+		{"after seventeen other keys", sub, ingestKey, `{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k3":3}`, `"k3"`, "$.k3", `the key "k3" twice`},
+		{"in an event's payload", "/v1/events", ingestKey, `{"type":"form.published","payload":{"x":1,"x":2}}`, `"x"`, "$.payload.x", `the key "x" twice`},
+		{"an event's own field", "/v1/events", ingestKey, `{"type":"form.published","type":"form.deleted","payload":{}}`, `"type"`, "$.type", `the key "type" twice`},
+		{"an endpoint's own field", "/v1/endpoints", adminToken, `{"url":"https://hooks.example.com/a","url":"https://hooks.example.com/b"}`, `"url"`, "$.url", `the key "url" twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			events, endpoints := f.count("webhook_events"), f.count("webhook_endpoints")
+			r := f.send(req{method: "POST", path: tc.path, token: tc.token, body: tc.body}).must(t, http.StatusBadRequest)
+			code, msg := r.errorCode(t)
+			at := strings.LastIndex(tc.body, tc.second)
+			if code != "duplicate_key" || !strings.Contains(msg, fmt.Sprintf("at byte %d ", at)) ||
+				!strings.Contains(msg, "(at "+tc.where+")") || !strings.Contains(msg, tc.says) || !strings.Contains(msg, "send each key once") {
+				t.Fatalf("answer %s %q, want duplicate_key at byte %d (at %s) saying %q", code, msg, at, tc.where, tc.says)
+			}
+			if f.count("webhook_events") != events || f.count("webhook_endpoints") != endpoints {
+				t.Fatal("a refused body wrote rows")
+			}
+		})
+	}
+
+	t.Run("the same key in different objects, or in another case or form, is accepted as sent", func(t *testing.T) {
+		for _, body := range []string{
+			`{"a":{"x":1},"b":{"x":1},"x":{"x":{"x":1}}}`,
+			`{"list":[{"k":1},{"k":1}]}`,
+			`{"Email":"a","email":"b","EMAIL":"c"}`,
+			`{"e\u0301":1,"\u00e9":2}`,
+			`{"a\\":1,"a":2,"a\"":3}`,
+		} {
+			r := f.send(req{method: "POST", path: sub, token: ingestKey, body: body}).must(t, http.StatusAccepted)
+			ev, err := f.store.EventGet(t.Context(), r.str("event_id"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(ev.Payload), `"data":`+body+`,`) {
+				t.Fatalf("stored payload %.200s does not carry the data as it was sent: %s", ev.Payload, body)
+			}
+		}
+	})
+}

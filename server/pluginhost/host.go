@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"slices"
 	"strings"
@@ -364,17 +365,76 @@ func (h *Host) Validate(ctx context.Context, name string, endpoint transport.End
 // that died while nothing was sent is started again by the probe rather
 // than at the next send, and a readiness probe that took the server out of
 // rotation cannot keep it out for want of traffic.
+//
+// The error is a *DownError: its Error names each plugin with the whole
+// story (the executable's path, the exec or Configure error), for the log
+// and for authenticated surfaces; its Brief only names each plugin with a
+// short reason, for an answer anyone may read.
 func (h *Host) Up(ctx context.Context) error {
-	var down []string
+	var down DownError
 	for _, name := range h.names {
 		if _, err := h.acquire(ctx, h.slots[name]); err != nil {
-			down = append(down, fmt.Sprintf("transport plugin %q is not running: %v", name, err))
+			down.Down = append(down.Down, Down{Name: name, Err: err})
 		}
 	}
-	if len(down) == 0 {
+	if len(down.Down) == 0 {
 		return nil
 	}
-	return errors.New(strings.Join(down, "; "))
+	return &down
+}
+
+// DownError is Up's error: the plugins that are not running, with why.
+type DownError struct {
+	Down []Down
+}
+
+// Down is one plugin that is not running and the error that keeps it so.
+type Down struct {
+	Name string
+	Err  error
+}
+
+// Error names each plugin that is not running with its error in full,
+// which may hold the executable's path and the operating system's words.
+func (e *DownError) Error() string {
+	parts := make([]string, len(e.Down))
+	for i, d := range e.Down {
+		parts[i] = fmt.Sprintf("transport plugin %q is not running: %v", d.Name, d.Err)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Brief names each plugin that is not running with a short reason (see
+// ShortReason), and nothing else: no path, no error text.
+func (e *DownError) Brief() string {
+	parts := make([]string, len(e.Down))
+	for i, d := range e.Down {
+		parts[i] = fmt.Sprintf("transport plugin %q is not running (%s)", d.Name, ShortReason(d.Err))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ShortReason says in a few fixed words why a plugin could not be started:
+// "checksum mismatch", "executable not found", "not executable",
+// "configure failed", "start timed out", "host closed", or "failed to
+// start". It never repeats the error's text, which may name paths.
+func ShortReason(err error) string {
+	var ce configureError
+	switch {
+	case errors.Is(err, ErrChecksumMismatch):
+		return "checksum mismatch"
+	case errors.Is(err, ErrClosed):
+		return "host closed"
+	case errors.As(err, &ce):
+		return "configure failed"
+	case errors.Is(err, fs.ErrNotExist):
+		return "executable not found"
+	case errors.Is(err, fs.ErrPermission):
+		return "not executable"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "start timed out"
+	}
+	return "failed to start"
 }
 
 // acquire returns the slot's running process, starting a new one when the

@@ -132,11 +132,16 @@ func (h *Host) connect(ctx context.Context, inst *instance, sp spec) error {
 	cctx, cancel := context.WithTimeout(ctx, h.startTimeout)
 	defer cancel()
 	if err := rpc.Configure(cctx, sp.settings); err != nil {
-		return fmt.Errorf("configuring transport plugin %q (%s): %w", sp.name, sp.path, err)
+		return configureError{fmt.Errorf("configuring transport plugin %q (%s): %w", sp.name, sp.path, err)}
 	}
 	inst.proc, inst.rpc, inst.protocol = inst.runner.cmd.Process, rpc, rpc.Protocol()
 	return nil
 }
+
+// configureError is a plugin that started but whose Configure failed.
+type configureError struct{ error }
+
+func (e configureError) Unwrap() error { return e.error }
 
 // fileSum is the SHA-256 of the file at path, for the mismatch error only:
 // it is what tells an operator whether the file or the pin is stale.

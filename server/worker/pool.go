@@ -855,7 +855,15 @@ func (p *Pool) finish(ctx context.Context, log deliveryLog, c storage.Claim, tra
 	err := p.retryUntil(ctx, recordBy, func() error {
 		d, a, err := complete(done, params)
 		if err == nil {
-			log.Info("attempt recorded", "attempt", a.Number, "outcome", a.Outcome, "http_status", a.HTTPStatus, "state", d.State)
+			// A delivered attempt is the common case and the metrics and
+			// the attempt history count it: at info it was one line per
+			// delivery, most of the log. A failure, and the state it
+			// leaves the delivery in, stays at info.
+			level := slog.LevelInfo
+			if a.Outcome == storage.OutcomeDelivered {
+				level = slog.LevelDebug
+			}
+			log.log(level, "attempt recorded", []any{"attempt", a.Number, "outcome", a.Outcome, "http_status", a.HTTPStatus, "state", d.State})
 		}
 		if err == nil && span.IsRecording() {
 			span.SetAttributes(telemetry.AttrAttemptNumber.Int(a.Number), telemetry.AttrLate.Bool(false),
