@@ -17,28 +17,18 @@ import (
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/worker"
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/sqlite"
 )
 
 // logTap is where a pool's log goes: it keeps every byte written.
-type logTap struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logTap) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logTap struct{ syncbuf.Buffer }
 
 // lines are the JSON log lines written so far.
 func (l *logTap) lines(t testing.TB) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(l.buf.Bytes()), []byte("\n")) {
+	for _, line := range bytes.Split(bytes.TrimSpace([]byte(l.String())), []byte("\n")) {
 		if len(line) == 0 {
 			continue
 		}
@@ -206,9 +196,8 @@ func BenchmarkAttemptLogBytes(b *testing.B) {
 				stop()
 				b.StopTimer()
 				per := 100_000.0 / deliveries
-				tap.mu.Lock()
-				size, lines := tap.buf.Len(), bytes.Count(tap.buf.Bytes(), []byte("\n"))
-				tap.mu.Unlock()
+				written := tap.String()
+				size, lines := len(written), strings.Count(written, "\n")
 				b.ReportMetric(float64(size)*per, "log-bytes/100k-deliveries")
 				b.ReportMetric(float64(lines)*per, "log-lines/100k-deliveries")
 				store.Close()
