@@ -27,9 +27,10 @@ func TestMain(m *testing.M) {
 
 // maxAttempts lets the retries outlast the broker's outage in these
 // tests: RabbitMQ takes tens of seconds to boot here, and may take as long
-// again to route to its recovered queues, and the fast schedule makes
-// about two attempts a second.
-const maxAttempts = 400
+// again to route to its recovered queues (DeliverAcrossOutage waits three
+// minutes for that), and the fast schedule makes two to three attempts a
+// second.
+const maxAttempts = 1000
 
 func TestDeliveryThroughTheRealPlugin(t *testing.T) {
 	// One broker for both backends, one after the other: it boots slowly.
