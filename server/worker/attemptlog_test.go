@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/worker"
-	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/sqlite"
 )
