@@ -7,7 +7,6 @@ import (
 
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/storage"
-	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
 )
 
 // TestRotationKeepsAtMostMaxLiveSecrets rotates endpoints of both schemes,
@@ -28,19 +27,7 @@ func TestRotationKeepsAtMostMaxLiveSecrets(t *testing.T) {
 			t.Run(fmt.Sprintf("%d %s rotations keyed=%t", tc.rotations, scheme, tc.keyed), func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
-				s := sqlitetest.Open(t)
-				if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
-					t.Fatal(err)
-				}
-				first, err := scheme.NewKey()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ep, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://receiver.example/",
-					Secrets: []storage.Secret{storage.NewSecret(first, nil)}})
-				if err != nil {
-					t.Fatal(err)
-				}
+				s, ep, first := newSchemeEndpoint(t, scheme)
 				start := time.Now()
 				made := []string{first} // every secret, oldest first
 				expiry := map[string]time.Time{}
@@ -48,7 +35,10 @@ func TestRotationKeepsAtMostMaxLiveSecrets(t *testing.T) {
 					// A millisecond apart, so every rotation's grace ends at
 					// its own time and a moved expiry shows.
 					now := start.Add(time.Duration(i) * time.Millisecond)
-					var rot Rotation
+					var (
+						rot Rotation
+						err error
+					)
 					if tc.keyed {
 						rot, err = RotateSecretOnce(ctx, s, ep.ID, time.Hour, now, storage.Once{
 							IdempotencyKey: fmt.Sprintf("rotate-%d", i), RequestHash: "h"})

@@ -10,25 +10,34 @@ import (
 	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
 )
 
+// newSchemeEndpoint makes a migrated SQLite store with one endpoint signed
+// by a fresh secret of scheme, which it returns too.
+func newSchemeEndpoint(t *testing.T, scheme webhook.Scheme) (storage.Store, storage.Endpoint, string) {
+	t.Helper()
+	ctx := t.Context()
+	s := sqlitetest.Open(t)
+	if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := scheme.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://receiver.example/",
+		Secrets: []storage.Secret{storage.NewSecret(first, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ep, first
+}
+
 func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
 	t.Parallel()
 	for _, scheme := range webhook.Schemes() {
 		t.Run(string(scheme), func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			s := sqlitetest.Open(t)
-			if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
-				t.Fatal(err)
-			}
-			first, err := scheme.NewKey()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ep, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://receiver.example/",
-				Secrets: []storage.Secret{storage.NewSecret(first, nil)}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, ep, _ := newSchemeEndpoint(t, scheme)
 			now := time.Now()
 			var shown []string
 			for range 2 {
