@@ -32,6 +32,15 @@ type Call[In, Out any] struct {
 	chosen bool
 }
 
+// Inputs are the In of every call of batch, in order.
+func Inputs[In, Out any](batch []*Call[In, Out]) []In {
+	ins := make([]In, len(batch))
+	for i, c := range batch {
+		ins[i] = c.In
+	}
+	return ins
+}
+
 // BatchContext is the context for writing batch: it carries the first
 // call's values, and ends once every call's Ctx has ended, when nobody is
 // left to answer, but not before, since the transaction serves them all.

@@ -117,7 +117,7 @@ func (s *Store) writeEvents(ctx context.Context, live eventBatch) (due bool, err
 	// Taken before the endpoints are read, so the read is of a snapshot no
 	// delete can pass: a delete that committed is seen, and one under way
 	// waits for this transaction (fanOutLockKey).
-	forms, addressed := fanOutKeys(live)
+	forms, addressed := storage.FanOutKeys(groupcommit.Inputs(live))
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(lockFanOutSQL, fanOutLockKey)
@@ -402,16 +402,6 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 // event's own form among the batch's. Deleted endpoints are left out.
 const fanOutEndpointsSQL = `SELECT id, event_types, form_ids, disabled_at, ordered
 	FROM hymical_fan_out($1::text[], $2::text[]) ORDER BY id COLLATE "C"`
-
-// fanOutKeys are the arguments of fanOutEndpointsSQL for a batch of
-// creates (storage.FanOutKeys).
-func fanOutKeys(batch eventBatch) (forms, addressed []string) {
-	evs := make([]storage.Event, len(batch))
-	for i, c := range batch {
-		evs[i] = c.In
-	}
-	return storage.FanOutKeys(evs)
-}
 
 // collectFanOutEndpoints reads the rows of fanOutEndpointsSQL.
 func collectFanOutEndpoints(rows pgx.Rows) ([]storage.Endpoint, error) {

@@ -91,11 +91,7 @@ const fanOutEndpointsSQL = `SELECT e.id, e.event_types, e.form_ids, e.disabled_a
 // fanOutEndpoints reads the endpoints that can match the creates of batch
 // (storage.FanOutKeys) with what Endpoint.Matches looks at.
 func fanOutEndpoints(ctx context.Context, st *sql.Stmt, batch eventBatch) ([]storage.Endpoint, error) {
-	evs := make([]storage.Event, len(batch))
-	for i, c := range batch {
-		evs[i] = c.In
-	}
-	forms, addressed := storage.FanOutKeys(evs)
+	forms, addressed := storage.FanOutKeys(groupcommit.Inputs(batch))
 	rows, err := st.QueryContext(ctx, jsonList(forms), jsonList(addressed))
 	if err != nil {
 		return nil, err
