@@ -181,22 +181,7 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 		results := race(t, f, func(s storage.Store) (storage.EndpointRotateResult, error) {
 			return rotateOnce(f, s, e.ID, "rotate:race", "h", time.Time{})
 		})
-		rotations := 0
-		for _, r := range results {
-			if !r.Duplicate {
-				rotations++
-			}
-			if r.SecretSHA256 != results[0].SecretSHA256 {
-				t.Fatal("one key answered with two secrets")
-			}
-		}
-		if rotations != 1 {
-			t.Fatalf("%d rotations said they rotated, want exactly 1", rotations)
-		}
-		got, err := f.store.EndpointGet(f.ctx, e.ID)
-		if err != nil || len(got.Secrets) != 2 || storage.SecretFingerprint(got.Secrets[0]) != results[0].SecretSHA256 {
-			t.Fatalf("the endpoint has %d secrets (%v), want the first and the one fingerprinted", len(got.Secrets), err)
-		}
+		wantRotatedOnce(t, f, e.ID, results)
 	})
 
 	// Without the endpoint's updated_at to fence on, nothing but the key
@@ -214,22 +199,7 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 				Once: storage.Once{IdempotencyKey: "rotate:race", RequestHash: "h"},
 			})
 		})
-		rotations := 0
-		for _, r := range results {
-			if !r.Duplicate {
-				rotations++
-			}
-			if r.SecretSHA256 != results[0].SecretSHA256 {
-				t.Fatal("one key answered with two secrets")
-			}
-		}
-		if rotations != 1 {
-			t.Fatalf("%d rotations said they rotated, want exactly 1", rotations)
-		}
-		got, err := f.store.EndpointGet(f.ctx, e.ID)
-		if err != nil || len(got.Secrets) != 2 || storage.SecretFingerprint(got.Secrets[0]) != results[0].SecretSHA256 {
-			t.Fatalf("the endpoint has %d secrets (%v), want the first and the one fingerprinted", len(got.Secrets), err)
-		}
+		wantRotatedOnce(t, f, e.ID, results)
 	})
 }
 
@@ -411,4 +381,27 @@ func testDeliveryReplayManyOnce(t *testing.T, b Backend) {
 			t.Fatalf("%d replay records, want 3", n)
 		}
 	})
+}
+
+// wantRotatedOnce checks what racing rotations of endpoint id with one key
+// answered and left: one rotated, every answer names its secret, and the
+// endpoint holds that secret and the first.
+func wantRotatedOnce(t *testing.T, f *fixture, id string, results []storage.EndpointRotateResult) {
+	t.Helper()
+	rotations := 0
+	for _, r := range results {
+		if !r.Duplicate {
+			rotations++
+		}
+		if r.SecretSHA256 != results[0].SecretSHA256 {
+			t.Fatal("one key answered with two secrets")
+		}
+	}
+	if rotations != 1 {
+		t.Fatalf("%d rotations said they rotated, want exactly 1", rotations)
+	}
+	got, err := f.store.EndpointGet(f.ctx, id)
+	if err != nil || len(got.Secrets) != 2 || storage.SecretFingerprint(got.Secrets[0]) != results[0].SecretSHA256 {
+		t.Fatalf("the endpoint has %d secrets (%v), want the first and the one fingerprinted", len(got.Secrets), err)
+	}
 }
