@@ -87,6 +87,17 @@ type Proc struct {
 func NewProc(t testing.TB, name, dir, ready string, command func(logPath string, logFile *os.File) *exec.Cmd) *Proc {
 	p := &Proc{t: t, name: name, dir: dir, ready: []byte(ready), command: command}
 	t.Cleanup(p.Stop)
+	t.Cleanup(func() {
+		// A failed test shows what the server said last: the evidence
+		// when the broker, not the code under test, was the trouble.
+		p.mu.Lock()
+		start := p.start
+		p.mu.Unlock()
+		if t.Failed() && start > 0 {
+			b, _ := os.ReadFile(filepath.Join(p.dir, p.name+"-"+strconv.Itoa(start)+".log"))
+			t.Logf("the end of %s's log (start %d):\n%s", p.name, start, tail(b))
+		}
+	})
 	return p
 }
 
