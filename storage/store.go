@@ -373,25 +373,6 @@ type ClaimShare struct {
 	TopUp map[string]int
 }
 
-// ClaimWindow is how many of the oldest due rows a claim with a share
-// looks at before it looks endpoint by endpoint: enough that the usual
-// mix of endpoints fills the claim from it.
-func ClaimWindow(limit int) int { return 8 * limit }
-
-// ClaimSkipScan bounds how many due rows a claim's second look scans while
-// it leaves out the endpoints without room. That is a filter, not an index
-// condition: behind a backlog of theirs (a drain, where every endpoint holds
-// its room) an unbounded scan reads every due row (21 ms a claim at 100,000
-// on PostgreSQL). Past the bound the look endpoint by endpoint is cheaper.
-func ClaimSkipScan(limit int) int { return 4 * ClaimWindow(limit) }
-
-// ClaimProbeEndpoints is how many enabled endpoints there may be for a
-// claim with a share to look endpoint by endpoint first, one index probe
-// each, rather than at a window of the oldest due rows: up to about this
-// many, the probes cost less than the window's walk, which during a drain
-// steps over every endpoint's backlog that filled its room.
-const ClaimProbeEndpoints = 32
-
 // RoomOf is the room of the endpoint with id.
 func (s *ClaimShare) RoomOf(id string) int {
 	if r, ok := s.Room[id]; ok {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -38,7 +37,9 @@ WITH pending AS (
 // it adds the oldest expired leases, keeps the oldest due of both, gives
 // each a lease and a fresh token, and returns them with their events and
 // endpoints.
-const claimExpiredAndTake = `, expired AS (
+const claimExpiredAndTake = claimExpiredCTEs + claimTakeSelect
+
+const claimExpiredCTEs = `, expired AS (
 	SELECT id, next_attempt_at FROM webhook_deliveries
 	WHERE state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
@@ -56,84 +57,69 @@ const claimExpiredAndTake = `, expired AS (
 	FROM due
 	WHERE d.id = due.id
 	RETURNING d.*
-)
+)`
+
+const claimTakeSelect = `
 SELECT ` + deliveryColumns + `, d.claim_token, ` + eventColumns + `, ` + epEndpointColumns + `
 FROM claimed AS d
 JOIN webhook_events AS e ON e.id = d.event_id
 JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
 ORDER BY d.next_attempt_at, d.id`
 
-// The claim with a share (see storage.ClaimShare) picks before it locks.
-// pickWindowSQL walks a window of the oldest due rows ($2 of them, leaving
-// out the endpoints in $7, among the first $8 due rows) and keeps each
-// endpoint's first rows up to its room ($3, $4: endpoint ids and rooms;
-// $5: the room of the rest), at most $6; it also says how many rows it
-// walked and scanned, so the caller knows whether rows beyond the window
-// or the scan were left unseen. pickByEndpointSQL looks endpoint by
-// endpoint instead, one probe of webhook_deliveries_endpoint_due for each
-// enabled endpoint with room or top-up ($5, $6: endpoint ids and top-ups;
-// $7: only those with a top-up), when there are at most $8 enabled
-// endpoints (0: however many), for when there are few, when the window was
-// filled by rows of endpoints with too little room, or to find the
-// top-ups; it returns the rows within each endpoint's room and those past
-// it apart, oldest due first, and whether it looked. Both pick a prefix of
-// each endpoint's due rows, so their union keeps each endpoint within its
-// room, and both leave out the rows in $9: those an earlier round of the
-// same claim found another transaction holding (see claimFair).
-// claimPickedSQL then claims the picked rows that are still claimable,
-// skipping those another claim holds, with the oldest expired leases, as
-// claimSQL does.
+// The claim with a share (see storage.ClaimShare and storage.PickShare)
+// walks the endpoints' queue heads and probes their rows, then claims what
+// it picked and moves the heads in one statement.
+//
+// headsSQL locks the due heads in (next_due_at, endpoint_id) order, a
+// range of webhook_endpoint_queues_due after the cursor ($2, $3), leaving
+// out the endpoints in $4 (those with no room) or, with $5, all but those;
+// SKIP LOCKED leaves the heads another claim holds to it. It runs in a
+// statement of its own, before the probe: a create that lowered a head did
+// so under its lock, so once the head is locked here the probe's later
+// snapshot sees the create's rows, and a create still to come waits for
+// this claim and lowers what it leaves. nextHeadSQL is the head after the
+// last one locked, unlocked: the claim's cutoff (see storage.PickShare).
 const (
-	pickWindowSQL = `
-WITH room AS (
-	SELECT * FROM unnest($3::text[], $4::integer[]) AS r(endpoint_id, room)
-), scanned AS (
-	SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
-	WHERE state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
-		AND id <> ALL($9::text[])
+	headsWhere = `next_due_at <= coalesce($1::timestamptz, now())
+	AND ($2::timestamptz IS NULL OR (next_due_at, endpoint_id) > ($2::timestamptz, $3::text))
+	AND endpoint_id <> ALL($4::text[])
+	AND (NOT $5::boolean OR endpoint_id = ANY($6::text[]))`
+	headsSQL = `SELECT endpoint_id, next_due_at, now() FROM webhook_endpoint_queues
+WHERE ` + headsWhere + `
+ORDER BY next_due_at, endpoint_id
+LIMIT $7
+FOR UPDATE SKIP LOCKED`
+	nextHeadSQL = `SELECT endpoint_id, next_due_at FROM webhook_endpoint_queues
+WHERE ` + headsWhere + `
+ORDER BY next_due_at, endpoint_id
+LIMIT 1`
+	// probeSQL reads each endpoint's first claimable rows ($1, $2:
+	// endpoints and how many), whenever due, through
+	// webhook_deliveries_endpoint_due: those it can lock, which it keeps
+	// locked for the claim, and, unlocked, the first rows whoever holds
+	// them, so that rows another transaction holds are seen as held.
+	probeSQL = `SELECT e.endpoint_id, d.id, d.next_attempt_at, false
+FROM unnest($1::text[], $2::integer[]) AS e(endpoint_id, n)
+CROSS JOIN LATERAL (
+	SELECT id, next_attempt_at FROM webhook_deliveries
+	WHERE endpoint_id = e.endpoint_id AND state = 'pending' AND NOT held
 	ORDER BY next_attempt_at, id
-	LIMIT $8
-), walk AS (
-	SELECT * FROM scanned WHERE endpoint_id <> ALL($7::text[])
+	LIMIT e.n
+	FOR UPDATE SKIP LOCKED) AS d
+UNION ALL
+SELECT e.endpoint_id, d.id, d.next_attempt_at, true
+FROM unnest($1::text[], $2::integer[]) AS e(endpoint_id, n)
+CROSS JOIN LATERAL (
+	SELECT id, next_attempt_at FROM webhook_deliveries
+	WHERE endpoint_id = e.endpoint_id AND state = 'pending' AND NOT held
 	ORDER BY next_attempt_at, id
-	LIMIT $2
-), picked AS (
-	SELECT w.id, w.next_attempt_at FROM (
-		SELECT walk.*, row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at, id) AS rn
-		FROM walk) AS w
-	LEFT JOIN room AS r ON r.endpoint_id = w.endpoint_id
-	WHERE w.rn <= coalesce(r.room, $5)
-	ORDER BY w.next_attempt_at, w.id
-	LIMIT $6
-)
-SELECT coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM picked), '{}'),
-	(SELECT count(*) FROM walk), (SELECT count(*) FROM scanned)`
-	pickByEndpointSQL = `
-WITH few AS (
-	SELECT $8::integer = 0 OR count(*) <= $8::integer AS ok
-	FROM (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL LIMIT $8::integer + 1) AS e
-), room AS (
-	SELECT * FROM unnest($2::text[], $3::integer[]) AS r(endpoint_id, room)
-), top AS (
-	SELECT * FROM unnest($5::text[], $6::integer[]) AS t(endpoint_id, extra)
-), found AS (
-	SELECT c.id, c.next_attempt_at, c.rn <= coalesce(r.room, $4) AS within
-	FROM webhook_endpoints AS ep
-	LEFT JOIN room AS r ON r.endpoint_id = ep.id
-	LEFT JOIN top AS t ON t.endpoint_id = ep.id
-	CROSS JOIN LATERAL (
-		SELECT d.id, d.next_attempt_at, row_number() OVER (ORDER BY d.next_attempt_at, d.id) AS rn
-		FROM webhook_deliveries AS d
-		WHERE d.endpoint_id = ep.id AND d.state = 'pending' AND NOT d.held
-			AND d.next_attempt_at <= coalesce($1::timestamptz, now()) AND d.id <> ALL($9::text[])
-		ORDER BY d.next_attempt_at, d.id
-		LIMIT coalesce(r.room, $4) + coalesce(t.extra, 0)) AS c
-	WHERE (SELECT ok FROM few) AND ep.disabled_at IS NULL AND coalesce(r.room, $4) + coalesce(t.extra, 0) > 0
-		AND (NOT $7::boolean OR t.endpoint_id IS NOT NULL)
-)
-SELECT coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM found WHERE within), '{}'),
-	coalesce((SELECT array_agg(id ORDER BY next_attempt_at, id) FROM found WHERE NOT within), '{}'),
-	(SELECT ok FROM few)`
+	LIMIT e.n) AS d`
+	// claimPickedSQL claims the picked rows ($4) that are still claimable,
+	// skipping those another transaction holds, with the oldest expired
+	// leases, as claimSQL does; and moves each head looked at ($5, $6:
+	// endpoints and where the pick would move them, NULL for none) to the
+	// first row probed ($7, $8, $9: endpoints, ids, due times) that was not
+	// claimed, or else to where the pick said.
 	claimPickedSQL = `
 WITH pending AS (
 	SELECT id, next_attempt_at FROM webhook_deliveries
@@ -141,87 +127,18 @@ WITH pending AS (
 		AND state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
 	ORDER BY next_attempt_at, id
 	FOR UPDATE SKIP LOCKED
-)` + claimExpiredAndTake
+)` + claimExpiredCTEs + `, probed AS (
+	SELECT * FROM unnest($7::text[], $8::text[], $9::timestamptz[]) AS p(endpoint_id, id, due)
+), moved AS (
+	UPDATE webhook_endpoint_queues AS q
+	SET next_due_at = coalesce(
+		(SELECT min(p.due) FROM probed AS p
+			WHERE p.endpoint_id = h.endpoint_id AND p.id NOT IN (SELECT id FROM claimed)),
+		h.head)
+	FROM unnest($5::text[], $6::timestamptz[]) AS h(endpoint_id, head)
+	WHERE q.endpoint_id = h.endpoint_id
+)` + claimTakeSelect
 )
-
-// pickFair chooses the pending rows a claim with a share takes. With few
-// enabled endpoints (storage.ClaimProbeEndpoints) it looks endpoint by
-// endpoint, one index probe each. With more, it looks first at a window of
-// the oldest due rows, leaving out as it walks the endpoints without room
-// (stepping over their rows piled up ahead, within a bounded scan); when
-// that window was full, or its scan hit the bound, and still left the
-// claim short, endpoint by endpoint, which finds the rest behind any
-// backlog. What the rooms leave of the limit goes to the top-ups, found
-// endpoint by endpoint too, in the same statement when the rooms needed it.
-// Rows in skip are left out, as if they were not due.
-func pickFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, skip []string) ([]string, error) {
-	sh := p.Share
-	ids, rooms := make([]string, 0, len(sh.Room)), make([]int32, 0, len(sh.Room))
-	noRoom := []string{}
-	for id, r := range sh.Room {
-		ids, rooms = append(ids, id), append(rooms, int32(r))
-		if r == 0 {
-			noRoom = append(noRoom, id)
-		}
-	}
-	topIDs, tops := make([]string, 0, len(sh.TopUp)), make([]int32, 0, len(sh.TopUp))
-	for id, n := range sh.TopUp {
-		if n > 0 {
-			topIDs, tops = append(topIDs, id), append(tops, int32(n))
-		}
-	}
-	// byEndpoint looks endpoint by endpoint: at the top-ups only, or at
-	// every enabled endpoint when there are at most maxEndpoints of them
-	// (0: any number); looked reports whether it did.
-	byEndpoint := func(topUpsOnly bool, maxEndpoints int) (within, past []string, looked bool, err error) {
-		err = tx.QueryRow(ctx, pickByEndpointSQL, dbNow(p.Now), ids, rooms, sh.Default, topIDs, tops, topUpsOnly, maxEndpoints, skip).
-			Scan(&within, &past, &looked)
-		return within, past, looked, err
-	}
-	within, past, looked, err := byEndpoint(false, storage.ClaimProbeEndpoints)
-	if err != nil || looked {
-		return fairPick(within, past, p.Limit), err
-	}
-
-	window, bound := storage.ClaimWindow(p.Limit), storage.ClaimWindow(p.Limit)
-	if len(noRoom) > 0 {
-		bound = storage.ClaimSkipScan(p.Limit)
-	}
-	var (
-		picked          []string
-		walked, scanned int
-	)
-	if err := tx.QueryRow(ctx, pickWindowSQL, dbNow(p.Now), window, ids, rooms, sh.Default, p.Limit, noRoom, bound, skip).
-		Scan(&picked, &walked, &scanned); err != nil {
-		return nil, err
-	}
-	// The window saw every due row it could when fewer than the window
-	// passed the skip and the scan reached the end of the due rows before
-	// its bound.
-	sawAll := walked < window && scanned < bound
-	if len(picked) == p.Limit || sawAll && len(topIDs) == 0 {
-		return picked, nil
-	}
-	if within, past, _, err = byEndpoint(sawAll, 0); err != nil {
-		return nil, err
-	}
-	// Looked at endpoint by endpoint, every endpoint's rows within its
-	// room are found, the window's among them: each is a prefix of its
-	// endpoint's due rows. Looked at for the top-ups only, the window's
-	// are those within the rooms.
-	if sawAll {
-		within = picked
-	}
-	return fairPick(within, past, p.Limit), nil
-}
-
-// fairPick is what a claim of limit takes of the rows within the rooms and
-// those past them, each oldest due first: the rooms' first, then the
-// top-ups' to the limit.
-func fairPick(within, past []string, limit int) []string {
-	within = within[:min(len(within), limit)]
-	return append(within, past[:min(len(past), limit-len(within))]...)
-}
 
 // DeliveryClaim claims up to p.Limit claimable deliveries, oldest due first,
 // each with a fresh random token, the event it carries and its endpoint,
@@ -273,93 +190,153 @@ func claimIn(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, code
 	return collectClaims(rows, codec, endpoints)
 }
 
-// maxPickRounds bounds how often one claim with a share picks again after
-// finding picked rows held by other transactions. Each round leaves out
-// the rows the last one found held, so it only repeats while other claims
-// keep taking what this one picked; past the bound the claim returns what
-// it has, and the claimer comes back.
-const maxPickRounds = 4
-
-// claimFair claims with a share: it picks (pickFair), then locks what it
-// picked, skipping rows another transaction holds (another process's claim
-// under way). Those count as taken by it: when some were held and the
-// claim is still short, it picks again without them, each endpoint's room
-// less what this claim already took of it, so an endpoint's next due rows
-// go out instead and the claim does not come back short while rows are
-// due.
-func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, codec storage.SecretsCodec, endpoints map[string]storage.Endpoint) ([]storage.Claim, error) {
-	var (
-		claims []storage.Claim
-		skip   = []string{}
-		// fromPick holds the claimed rows that were picked: those that
-		// count against a room, where an expired lease does not.
-		fromPick = map[string]bool{}
-	)
-	round := p
-	for range maxPickRounds {
-		picked, err := pickFair(ctx, tx, round, skip)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := tx.Query(ctx, claimPickedSQL, dbNow(p.Now), round.Limit, p.Lease.Microseconds(), picked)
-		if err != nil {
-			return nil, err
-		}
-		got, err := collectClaims(rows, codec, endpoints)
-		if err != nil {
-			return nil, err
-		}
-		claims = append(claims, got...)
-		taken := make(map[string]bool, len(got))
-		for _, c := range got {
-			taken[c.Delivery.ID] = true
-		}
-		held := 0
-		for _, id := range picked {
-			if taken[id] {
-				fromPick[id] = true
-			} else {
-				skip = append(skip, id)
-				held++
-			}
-		}
-		// A full claim, or one that found none of its picks held, took
-		// all there was to take.
-		if len(claims) >= p.Limit || held == 0 {
-			break
-		}
-		round.Limit = p.Limit - len(claims)
-		round.Share = shareLeft(p.Share, fromPick, claims)
-	}
-	slices.SortFunc(claims, func(a, b storage.Claim) int {
-		return cmp.Or(a.Delivery.NextAttemptAt.Compare(b.Delivery.NextAttemptAt), strings.Compare(a.Delivery.ID, b.Delivery.ID))
-	})
-	return claims, nil
+// headSource reads heads and rows for storage.PickShare in a claim's
+// transaction.
+type headSource struct {
+	tx  pgx.Tx
+	at  any // the claim's clock: p.Now, or nil for the database's
+	now int64
 }
 
-// shareLeft is what is left of share once claims are taken: each endpoint's
-// room less the claims of it that were picked (fromPick), then its top-up
-// less what they took past the room. Expired leases a claim took were not
-// picked, and take nothing from a room, as in the first round.
-func shareLeft(share *storage.ClaimShare, fromPick map[string]bool, claims []storage.Claim) *storage.ClaimShare {
-	used := map[string]int{}
-	for _, c := range claims {
-		if fromPick[c.Delivery.ID] {
-			used[c.Delivery.EndpointID]++
+func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, exclude, include []string) ([]storage.DueHead, *storage.DueHead, error) {
+	var afterAt any
+	afterID := ""
+	if after != nil {
+		afterAt, afterID = time.UnixMicro(after.Due).UTC(), after.EndpointID
+	}
+	only := include != nil
+	if exclude == nil {
+		exclude = []string{}
+	}
+	rows, err := h.tx.Query(ctx, headsSQL, h.at, afterAt, afterID, exclude, only, include, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	var heads []storage.DueHead
+	for rows.Next() {
+		var id string
+		var due, now time.Time
+		if err := rows.Scan(&id, &due, &now); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		heads = append(heads, storage.DueHead{EndpointID: id, Due: due.UnixMicro()})
+		if h.at == nil {
+			h.now = now.UnixMicro()
 		}
 	}
-	left := &storage.ClaimShare{Default: share.Default, Room: maps.Clone(share.Room), TopUp: maps.Clone(share.TopUp)}
-	if left.Room == nil {
-		left.Room = map[string]int{}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
 	}
-	for id, n := range used {
-		room := share.RoomOf(id)
-		left.Room[id] = max(0, room-n)
-		if top, ok := share.TopUp[id]; ok {
-			left.TopUp[id] = max(0, top-max(0, n-room))
+	if len(heads) < n {
+		return heads, nil, nil
+	}
+	last := heads[len(heads)-1]
+	var next storage.DueHead
+	var due time.Time
+	err = h.tx.QueryRow(ctx, nextHeadSQL, h.at, time.UnixMicro(last.Due).UTC(), last.EndpointID, exclude, only, include).Scan(&next.EndpointID, &due)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return heads, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	next.Due = due.UnixMicro()
+	return heads, &next, nil
+}
+
+func (h *headSource) Now() int64 { return h.now }
+
+func (h *headSource) Probe(ctx context.Context, endpoints []string, counts []int) (map[string][]storage.DueRow, error) {
+	n := make([]int32, len(counts))
+	for i, c := range counts {
+		n[i] = int32(c)
+	}
+	rows, err := h.tx.Query(ctx, probeSQL, endpoints, n)
+	if err != nil {
+		return nil, err
+	}
+	// A row is held when the unlocked read saw it and the locking one
+	// did not.
+	locked := map[string]bool{}
+	seen := map[string]bool{}
+	out := map[string][]storage.DueRow{}
+	for rows.Next() {
+		var endpoint string
+		var r storage.DueRow
+		var due time.Time
+		var unlocked bool
+		if err := rows.Scan(&endpoint, &r.ID, &due, &unlocked); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if !unlocked {
+			locked[r.ID] = true
+		} else if locked[r.ID] {
+			continue
+		}
+		if seen[r.ID] {
+			continue
+		}
+		seen[r.ID] = true
+		r.Due = due.UnixMicro()
+		out[endpoint] = append(out[endpoint], r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for endpoint, rs := range out {
+		for i := range rs {
+			rs[i].Held = !locked[rs[i].ID]
+		}
+		slices.SortFunc(rs, func(a, b storage.DueRow) int {
+			return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.ID, b.ID))
+		})
+		out[endpoint] = rs
+	}
+	return out, nil
+}
+
+// claimFair claims with a share: storage.PickShare picks through the
+// heads, then one statement claims the picks that are still claimable
+// (skipping rows another transaction holds, whose endpoint's head then
+// stays at them) and moves the heads.
+func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, codec storage.SecretsCodec, endpoints map[string]storage.Endpoint) ([]storage.Claim, error) {
+	src := &headSource{tx: tx, at: dbNow(p.Now)}
+	if !p.Now.IsZero() {
+		src.now = p.Now.UnixMicro()
+	}
+	pick, err := storage.PickShare(ctx, src, p.Share, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	heads := pick.Moves()
+	var (
+		headIDs   = make([]string, len(heads))
+		headAt    = make([]*time.Time, len(heads))
+		probedEps []string
+		probedIDs []string
+		probedAt  []time.Time
+	)
+	for i, m := range heads {
+		headIDs[i] = m.EndpointID
+		if m.Fallback != nil {
+			t := time.UnixMicro(*m.Fallback).UTC()
+			headAt[i] = &t
+		}
+		for _, r := range m.Rows {
+			probedEps, probedIDs, probedAt = append(probedEps, m.EndpointID), append(probedIDs, r.ID), append(probedAt, time.UnixMicro(r.Due).UTC())
 		}
 	}
-	return left
+	if pick.IDs == nil {
+		pick.IDs = []string{}
+	}
+	rows, err := tx.Query(ctx, claimPickedSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds(), pick.IDs,
+		headIDs, headAt, probedEps, probedIDs, probedAt)
+	if err != nil {
+		return nil, err
+	}
+	return collectClaims(rows, codec, endpoints)
 }
 
 // collectClaims reads the rows of a claim statement; codec opens the

@@ -1,14 +1,11 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -137,207 +134,95 @@ const claimFairSQL = `
 		ORDER BY next_attempt_at, id LIMIT :limit)
 	RETURNING ` + deliveryColumns + `, claim_token`
 
-// The reads pickFair makes: the window of the oldest due rows, the enabled
-// endpoints, and one endpoint's oldest due rows.
+// The statements of a claim with a share (see storage.PickShare): the due
+// queue heads in order, from the first or after a cursor, leaving out the
+// endpoints in :exclude or, with :only, all but those in :include (one
+// more than asked: the cutoff); one endpoint's first claimable rows,
+// whenever due; and a head moved on.
 const (
-	dueWindowSQL = `SELECT id, endpoint_id, next_attempt_at FROM (
-			SELECT id, endpoint_id, next_attempt_at
-			FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
-			WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
-			ORDER BY next_attempt_at, id LIMIT :bound)
-		WHERE endpoint_id NOT IN (SELECT value FROM json_each(:full))
-		ORDER BY next_attempt_at, id LIMIT :window`
-	// dueCountSQL counts the due rows, up to :bound: whether a bounded
-	// look saw them all.
-	dueCountSQL = `SELECT count(*) FROM (SELECT 1
-		FROM webhook_deliveries INDEXED BY webhook_deliveries_pending_order
-		WHERE state = 'pending' AND held = 0 AND next_attempt_at <= :now
-		LIMIT :bound)`
-	enabledEndpointsSQL = `SELECT id FROM webhook_endpoints WHERE disabled_at IS NULL LIMIT :limit`
-	endpointDueSQL      = `SELECT id, next_attempt_at
+	headsWhere = `next_due_at IS NOT NULL AND next_due_at <= :now
+			AND endpoint_id NOT IN (SELECT value FROM json_each(:exclude))
+			AND (:only = 0 OR endpoint_id IN (SELECT value FROM json_each(:include)))`
+	headsFirstSQL = `SELECT endpoint_id, next_due_at
+		FROM webhook_endpoint_queues INDEXED BY webhook_endpoint_queues_due
+		WHERE ` + headsWhere + `
+		ORDER BY next_due_at, endpoint_id LIMIT :n`
+	headsAfterSQL = `SELECT endpoint_id, next_due_at
+		FROM webhook_endpoint_queues INDEXED BY webhook_endpoint_queues_due
+		WHERE ` + headsWhere + ` AND (next_due_at, endpoint_id) > (:after_due, :after_id)
+		ORDER BY next_due_at, endpoint_id LIMIT :n`
+	probeSQL = `SELECT id, next_attempt_at
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_endpoint_due
-		WHERE endpoint_id = :endpoint AND state = 'pending' AND held = 0 AND next_attempt_at <= :now
-			AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE id = :endpoint AND disabled_at IS NULL)
-		ORDER BY next_attempt_at, id LIMIT :room`
+		WHERE endpoint_id = :endpoint AND state = 'pending' AND held = 0
+		ORDER BY next_attempt_at, id LIMIT :n`
+	moveHeadSQL = `UPDATE webhook_endpoint_queues SET next_due_at = :head WHERE endpoint_id = :endpoint`
 )
 
-// pickFair chooses which pending rows a claim with a share takes. With few
-// enabled endpoints (storage.ClaimProbeEndpoints) it looks endpoint by
-// endpoint, one probe of webhook_deliveries_endpoint_due each. With more,
-// it looks first at a window of the oldest due rows, each endpoint's first
-// ones up to its room, leaving out as it walks the endpoints without room
-// (their rows piled up ahead cost an index step each, not a row read into
-// Go, within a scan bounded by storage.ClaimSkipScan); and if that window
-// was full, or its scan hit the bound, and still left the claim short
-// (endpoints with a little room and a long backlog), endpoint by endpoint,
-// so the others are found however long the backlog ahead of them. What the
-// rooms leave of the limit goes to the top-ups, found endpoint by endpoint
-// too. Every pick is a prefix of an endpoint's due rows, so every endpoint
-// stays within its room.
-func pickFair(ctx context.Context, st pickStmts, p storage.DeliveryClaimParams, now int64) ([]string, error) {
-	enabled, err := enabledEndpoints(ctx, st.enabled, storage.ClaimProbeEndpoints+1)
+// headSource reads heads and rows for storage.PickShare in a claim's
+// transaction: the single writer's, so nothing changes under it.
+type headSource struct {
+	first, after, probe *sql.Stmt
+	now                 int64
+}
+
+func (h *headSource) Now() int64 { return h.now }
+
+func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, exclude, include []string) ([]storage.DueHead, *storage.DueHead, error) {
+	if exclude == nil {
+		exclude = []string{} // not null: NOT IN a null list leaves out every row
+	}
+	args := []any{sql.Named("now", h.now), sql.Named("exclude", jsonList(exclude)),
+		sql.Named("only", include != nil), sql.Named("include", jsonList(include)), sql.Named("n", n+1)}
+	st := h.first
+	if after != nil {
+		st = h.after
+		args = append(args, sql.Named("after_due", after.Due), sql.Named("after_id", after.EndpointID))
+	}
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(enabled) <= storage.ClaimProbeEndpoints {
-		within, past, err := pickByEndpoint(ctx, st.due, p, now, enabled)
-		if err != nil {
-			return nil, err
-		}
-		return fairPick(within, past, p.Limit), nil
-	}
-	noRoom := []string{}
-	for id, r := range p.Share.Room {
-		if r == 0 {
-			noRoom = append(noRoom, id)
-		}
-	}
-	window, bound := storage.ClaimWindow(p.Limit), storage.ClaimWindow(p.Limit)
-	if len(noRoom) > 0 {
-		bound = storage.ClaimSkipScan(p.Limit)
-	}
-	rows, err := st.window.QueryContext(ctx, sql.Named("now", now), sql.Named("window", window),
-		sql.Named("full", jsonList(noRoom)), sql.Named("bound", bound))
-	if err != nil {
-		return nil, err
-	}
-	var picked []dueRow
-	taken := map[string]int{}
-	walked := 0
+	defer rows.Close()
+	var heads []storage.DueHead
 	for rows.Next() {
-		var d dueRow
-		var endpoint string
-		if err := rows.Scan(&d.id, &endpoint, &d.next); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		walked++
-		if len(picked) < p.Limit && taken[endpoint] < p.Share.RoomOf(endpoint) {
-			taken[endpoint]++
-			picked = append(picked, d)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	// The window saw every due row it could when fewer than the window
-	// passed the skip and the scan reached the end of the due rows before
-	// its bound.
-	sawAll := walked < window
-	if sawAll && bound > window {
-		var scanned int
-		if err := st.count.QueryRowContext(ctx, sql.Named("now", now), sql.Named("bound", bound)).Scan(&scanned); err != nil {
-			return nil, err
-		}
-		sawAll = scanned < bound
-	}
-	if len(picked) == p.Limit || sawAll && len(p.Share.TopUp) == 0 {
-		return dueIDs(picked), nil
-	}
-	probe := slices.Collect(maps.Keys(p.Share.TopUp))
-	if !sawAll {
-		if probe, err = enabledEndpoints(ctx, st.enabled, 0); err != nil {
-			return nil, err
-		}
-	}
-	within, past, err := pickByEndpoint(ctx, st.due, p, now, probe)
-	if err != nil {
-		return nil, err
-	}
-	// Looked at endpoint by endpoint, every endpoint's rows within its
-	// room are found, the window's among them: each is a prefix of its
-	// endpoint's due rows. Looked at for the top-ups only, the window's
-	// are those within the rooms.
-	if sawAll {
-		within = picked
-	}
-	return fairPick(within, past, p.Limit), nil
-}
-
-// fairPick is what a claim of limit takes of the rows within the rooms and
-// those past them: the rooms' first, oldest due first, then the top-ups'
-// to the limit.
-func fairPick(within, past []dueRow, limit int) []string {
-	sortDue(within)
-	sortDue(past)
-	within = within[:min(len(within), limit)]
-	return dueIDs(append(within, past[:min(len(past), limit-len(within))]...))
-}
-
-// pickStmts are the statements pickFair runs, prepared in its transaction:
-// dueWindowSQL, dueCountSQL, enabledEndpointsSQL and endpointDueSQL.
-type pickStmts struct {
-	window, count, enabled, due *sql.Stmt
-}
-
-// dueRow is a pending row pickFair may take, with when it is due.
-type dueRow struct {
-	id   string
-	next int64
-}
-
-func sortDue(rows []dueRow) {
-	slices.SortFunc(rows, func(a, b dueRow) int {
-		return cmp.Or(cmp.Compare(a.next, b.next), strings.Compare(a.id, b.id))
-	})
-}
-
-func dueIDs(rows []dueRow) []string {
-	out := make([]string, len(rows))
-	for i, d := range rows {
-		out[i] = d.id
-	}
-	return out
-}
-
-// pickByEndpoint probes the due rows of each of the endpoints ids up to
-// the most the claim takes of it (none of a disabled one), and returns
-// those within its room and those past it apart.
-func pickByEndpoint(ctx context.Context, due *sql.Stmt, p storage.DeliveryClaimParams, now int64, ids []string) (within, past []dueRow, err error) {
-	for _, endpoint := range ids {
-		most := p.Share.Most(endpoint)
-		if most == 0 {
-			continue
-		}
-		// A top-up endpoint that was disabled has no due rows to give:
-		// the probe asks for enabled ones only.
-		rows, err := due.QueryContext(ctx, sql.Named("endpoint", endpoint), sql.Named("now", now), sql.Named("room", most))
-		if err != nil {
+		var d storage.DueHead
+		if err := rows.Scan(&d.EndpointID, &d.Due); err != nil {
 			return nil, nil, err
 		}
-		rank := 0
+		heads = append(heads, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(heads) > n {
+		return heads[:n], &heads[n], nil
+	}
+	return heads, nil, nil
+}
+
+func (h *headSource) Probe(ctx context.Context, endpoints []string, counts []int) (map[string][]storage.DueRow, error) {
+	out := make(map[string][]storage.DueRow, len(endpoints))
+	for i, endpoint := range endpoints {
+		rows, err := h.probe.QueryContext(ctx, sql.Named("endpoint", endpoint), sql.Named("n", counts[i]))
+		if err != nil {
+			return nil, err
+		}
+		var got []storage.DueRow
 		for rows.Next() {
-			var d dueRow
-			if err := rows.Scan(&d.id, &d.next); err != nil {
+			var r storage.DueRow
+			if err := rows.Scan(&r.ID, &r.Due); err != nil {
 				rows.Close()
-				return nil, nil, err
+				return nil, err
 			}
-			if rank++; rank <= p.Share.RoomOf(endpoint) {
-				within = append(within, d)
-			} else {
-				past = append(past, d)
-			}
+			got = append(got, r)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
+		out[endpoint] = got
 	}
-	return within, past, nil
-}
-
-// enabledEndpoints lists the enabled endpoints, at most limit of them (0:
-// all).
-func enabledEndpoints(ctx context.Context, enabled *sql.Stmt, limit int) ([]string, error) {
-	if limit == 0 {
-		limit = -1
-	}
-	rows, err := enabled.QueryContext(ctx, sql.Named("limit", limit))
-	if err != nil {
-		return nil, err
-	}
-	return collectStrings(rows)
+	return out, nil
 }
 
 const endpointsByIDSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
@@ -356,7 +241,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	}
 	queries := []string{claimSQL, eventsByIDSQL, endpointsByIDSQL}
 	if p.Share != nil {
-		queries = []string{claimFairSQL, eventsByIDSQL, endpointsByIDSQL, dueWindowSQL, dueCountSQL, enabledEndpointsSQL, endpointDueSQL}
+		queries = []string{claimFairSQL, eventsByIDSQL, endpointsByIDSQL, headsFirstSQL, headsAfterSQL, probeSQL, moveHeadSQL}
 	}
 	st, err := s.prepare(ctx, queries...)
 	if err != nil {
@@ -368,17 +253,19 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 	var later []time.Duration
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		args := []any{sql.Named("now", now), sql.Named("lease", p.Lease.Microseconds()), sql.Named("limit", p.Limit)}
+		var pick storage.SharePick
 		if p.Share != nil {
-			picked, err := pickFair(ctx, pickStmts{
-				window:  tx.StmtContext(ctx, st[3]),
-				count:   tx.StmtContext(ctx, st[4]),
-				enabled: tx.StmtContext(ctx, st[5]),
-				due:     tx.StmtContext(ctx, st[6]),
-			}, p, now)
+			var err error
+			pick, err = storage.PickShare(ctx, &headSource{
+				first: tx.StmtContext(ctx, st[3]),
+				after: tx.StmtContext(ctx, st[4]),
+				probe: tx.StmtContext(ctx, st[5]),
+				now:   now,
+			}, p.Share, p.Limit)
 			if err != nil {
 				return err
 			}
-			args = append(args, sql.Named("picked", jsonList(picked)))
+			args = append(args, sql.Named("picked", jsonList(pick.IDs)))
 		}
 		rows, err := tx.StmtContext(ctx, st[0]).QueryContext(ctx, args...)
 		if err != nil {
@@ -396,6 +283,18 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 			return err
 		}
 		rows.Close()
+		if p.Share != nil {
+			claimed := make(map[string]bool, len(claims))
+			for _, c := range claims {
+				claimed[c.Delivery.ID] = true
+			}
+			move := tx.StmtContext(ctx, st[6])
+			for _, m := range pick.Moves() {
+				if _, err := move.ExecContext(ctx, sql.Named("head", m.Head(claimed)), sql.Named("endpoint", m.EndpointID)); err != nil {
+					return err
+				}
+			}
+		}
 		if len(claims) == 0 {
 			return nil
 		}

@@ -33,6 +33,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Controls", func(t *testing.T) { t.Parallel(); testControls(t, b) })
 	t.Run("Share", func(t *testing.T) { t.Parallel(); testShare(t, b) })
 	t.Run("ShareRule", func(t *testing.T) { t.Parallel(); testShareRule(t, b) })
+	t.Run("QueueHeads", func(t *testing.T) { t.Parallel(); testQueueHeads(t, b) })
 	t.Run("Secrets", func(t *testing.T) { t.Parallel(); testSecrets(t, b) })
 	t.Run("Wakeups", func(t *testing.T) { t.Parallel(); testWakeups(t, b) })
 	t.Run("EndpointDelete", func(t *testing.T) { t.Parallel(); testEndpointDelete(t, b) })

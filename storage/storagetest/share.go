@@ -17,11 +17,22 @@ import (
 // testShare holds the claim's fair share between endpoints: a claim with a
 // share takes no endpoint past its room, still oldest due first, and finds
 // the other endpoints' deliveries however many of a full one's are due
-// ahead of them. Every rule holds with few endpoints, which a store may
-// look at one by one, and with more than storage.ClaimProbeEndpoints,
-// where it looks at the oldest due first.
+// ahead of them. Every rule holds with few endpoints and with many idle
+// ones beside them (an earlier claim looked at endpoints one by one when
+// there were few, and at the oldest due first when there were more).
+// manyIdle, backlogWindow and backlogScan size the layouts after the
+// bounds of an earlier claim: past them it changed how it looked (more
+// enabled endpoints than manyIdle; backlogs longer than the window of
+// the oldest due rows it read, or than the scan that stepped over full
+// endpoints). The claim through queue heads has no such bounds; the
+// layouts keep testing the rule where the old one changed course.
+const manyIdle = 32
+
+func backlogWindow(limit int) int { return 8 * limit }
+func backlogScan(limit int) int   { return 4 * backlogWindow(limit) }
+
 func testShare(t *testing.T, b Backend) {
-	for _, idle := range []int{0, storage.ClaimProbeEndpoints} {
+	for _, idle := range []int{0, manyIdle} {
 		t.Run(fmt.Sprintf("with %d more endpoints that have nothing due", idle), func(t *testing.T) {
 			t.Parallel()
 			testShareAmong(t, b, idle)
@@ -98,12 +109,12 @@ func testShareAmong(t *testing.T, b Backend, idle int) {
 	// endpoint with a little room, which fills any window, is looked past
 	// endpoint by endpoint.
 	for _, c := range []struct{ backlog, room int }{
-		{storage.ClaimWindow(2) + 20, 0},
-		{16*storage.ClaimWindow(2) + 20, 0},
+		{backlogWindow(2) + 20, 0},
+		{16*backlogWindow(2) + 20, 0},
 		// Exactly as many as the second look scans (limit 3, below): the
 		// rest is behind the bound.
-		{storage.ClaimSkipScan(3), 0},
-		{storage.ClaimWindow(2) + 20, 1},
+		{backlogScan(3), 0},
+		{backlogWindow(2) + 20, 1},
 	} {
 		t.Run(fmt.Sprintf("behind a backlog of %d of an endpoint with room %d, the other endpoints are still found", c.backlog, c.room), func(t *testing.T) {
 			t.Parallel()
@@ -138,8 +149,8 @@ func testShareAmong(t *testing.T, b Backend, idle int) {
 		{"the top-up is bounded", 10, 0, 5, 10, 5, 3},
 		{"a top-up adds to a room", 10, 1, 2, 5, 2, 3},
 		{"no top-up is taken while the rooms fill the claim", 10, 1, 5, 4, 1, 3},
-		{"behind a backlog the scan does not reach, the top-up fills what the rooms leave", storage.ClaimSkipScan(6) + 20, 0, 5, 6, 3, 3},
-		{"behind a backlog the scan does not reach, a top-up adds to a room", storage.ClaimSkipScan(5) + 20, 1, 2, 5, 2, 3},
+		{"behind a backlog the scan does not reach, the top-up fills what the rooms leave", backlogScan(6) + 20, 0, 5, 6, 3, 3},
+		{"behind a backlog the scan does not reach, a top-up adds to a room", backlogScan(5) + 20, 1, 2, 5, 2, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -161,7 +172,7 @@ func testShareAmong(t *testing.T, b Backend, idle int) {
 		t.Parallel()
 		f := newFixture(t, b)
 		const limit = 2
-		eps, want := forms(f, 16*storage.ClaimWindow(limit)+5, 1)
+		eps, want := forms(f, 16*backlogWindow(limit)+5, 1)
 		f.setDisabled(eps[1], true)
 		got := claimShare(f, f.store, limit, storage.ClaimShare{Default: 1, Room: map[string]int{eps[0].ID: 0}})
 		if len(got) != 0 {
@@ -242,9 +253,9 @@ func testShareAmong(t *testing.T, b Backend, idle int) {
 // out the rows afresh with raw SQL, then makes a few claims in a row,
 // each compared with what the rule takes of the rows as DeliveryList reads
 // them just before it. Both ways a store may look are covered: with few
-// enabled endpoints and with more than storage.ClaimProbeEndpoints.
+// enabled endpoints and with more than manyIdle.
 func testShareRule(t *testing.T, b Backend) {
-	for _, idle := range []int{0, storage.ClaimProbeEndpoints + 1} {
+	for _, idle := range []int{0, manyIdle + 1} {
 		t.Run(fmt.Sprintf("with %d more endpoints that have nothing due", idle), func(t *testing.T) {
 			t.Parallel()
 			const rounds, claimsPerRound = 25, 4
