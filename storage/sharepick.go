@@ -3,7 +3,6 @@ package storage
 import (
 	"cmp"
 	"context"
-	"math"
 	"slices"
 	"strings"
 )
@@ -18,11 +17,19 @@ import (
 // endpoint with due work, and the claim costs the endpoints it looks at,
 // not the endpoints that exist or that have work.
 
-// DueHead is an endpoint's queue head as a claim reads it; Due is in Unix
-// microseconds.
+// DueHead is an endpoint's queue head as a claim reads it: a position in
+// the claim's (due, id) order no later than the endpoint's first claimable
+// delivery. Due is in Unix microseconds; ID is a delivery's.
 type DueHead struct {
 	EndpointID string
 	Due        int64
+	ID         string
+}
+
+// before reports whether r comes before position (due, id) in the claim's
+// order.
+func (r DueRow) before(due int64, id string) bool {
+	return r.Due < due || r.Due == due && r.ID < id
 }
 
 // DueRow is a claimable (pending, not held) delivery as a claim probes it:
@@ -39,8 +46,8 @@ type DueRow struct {
 // HeadSource is what PickShare reads from a store, inside the claim's
 // transaction.
 type HeadSource interface {
-	// Heads returns up to n due heads (Due <= now), oldest first by (Due,
-	// EndpointID), strictly after after (nil: from the first), leaving out
+	// Heads returns up to n due heads (Due <= now), first by (Due, ID),
+	// strictly after after (nil: from the first), leaving out
 	// the endpoints in exclude or, when include is not nil, every endpoint
 	// not in it. On PostgreSQL they are locked for the claim, skipping
 	// those another transaction holds. next is the due head that follows
@@ -107,10 +114,7 @@ func PickShare(ctx context.Context, src HeadSource, share *ClaimShare, limit int
 			}
 		}
 	}
-	var (
-		after  *DueHead
-		cutoff int64 = math.MaxInt64
-	)
+	var after *DueHead
 	for round := 0; ; round++ {
 		heads, next, err := src.Heads(ctx, after, limit, exclude, include)
 		if err != nil {
@@ -132,11 +136,7 @@ func PickShare(ctx context.Context, src HeadSource, share *ClaimShare, limit int
 			}
 			after = &heads[len(heads)-1]
 		}
-		cutoff = math.MaxInt64
-		if next != nil {
-			cutoff = next.Due
-		}
-		ids, sure := pickFromProbed(pick.probed, share, limit, src.Now(), cutoff)
+		ids, sure := pickFromProbed(pick.probed, share, limit, src.Now(), next)
 		if sure || round+1 == maxHeadRounds || len(heads) == 0 {
 			pick.IDs = ids
 			return pick, nil
@@ -145,13 +145,13 @@ func PickShare(ctx context.Context, src HeadSource, share *ClaimShare, limit int
 }
 
 // pickFromProbed applies the share's rule to the rows probed: within the
-// rooms first, then past them. Endpoints not looked at have no row due
-// before cutoff, so the rows within the rooms due before it are the
-// first of the rule's. sure reports whether the pick is the rule's
-// answer: those rows fill the claim, or cutoff is past every head. When
+// rooms first, then past them. Endpoints not looked at have no row before
+// the head cutoff (nil: there is none), so the rows within the rooms
+// before it are the first of the rule's. sure reports whether the pick is
+// the rule's answer: those rows fill the claim, or no head is left. When
 // it is not, ids holds only those rows, which the answer holds too; the
 // top-ups wait until every endpoint's rooms are known.
-func pickFromProbed(probed map[string][]DueRow, share *ClaimShare, limit int, now, cutoff int64) (ids []string, sure bool) {
+func pickFromProbed(probed map[string][]DueRow, share *ClaimShare, limit int, now int64, cutoff *DueHead) (ids []string, sure bool) {
 	var within, past []DueRow
 	for id, rows := range probed {
 		var free []DueRow
@@ -166,7 +166,7 @@ func pickFromProbed(probed map[string][]DueRow, share *ClaimShare, limit int, no
 	}
 	sortRows(within)
 	sure = true
-	if cutoff != math.MaxInt64 {
+	if cutoff != nil {
 		if w := beforeCutoff(within, cutoff); len(w) < limit {
 			within, past, sure = w, nil, false
 		}
@@ -182,9 +182,9 @@ func pickFromProbed(probed map[string][]DueRow, share *ClaimShare, limit int, no
 	return ids, sure
 }
 
-func beforeCutoff(rows []DueRow, cutoff int64) []DueRow {
+func beforeCutoff(rows []DueRow, cutoff *DueHead) []DueRow {
 	n := 0
-	for n < len(rows) && rows[n].Due < cutoff {
+	for n < len(rows) && rows[n].before(cutoff.Due, cutoff.ID) {
 		n++
 	}
 	return rows[:n]
@@ -205,14 +205,14 @@ func sortRows(rows []DueRow) {
 type HeadMove struct {
 	EndpointID string
 	Rows       []DueRow
-	Fallback   *int64
+	Fallback   *DueRow
 }
 
 // Head is where m moves the head once the rows in claimed are claimed.
-func (m HeadMove) Head(claimed map[string]bool) *int64 {
+func (m HeadMove) Head(claimed map[string]bool) *DueRow {
 	for _, r := range m.Rows {
 		if !claimed[r.ID] {
-			return &r.Due
+			return &r
 		}
 	}
 	return m.Fallback
@@ -230,7 +230,7 @@ func (p SharePick) Moves() []HeadMove {
 			}
 		}
 		if free > 0 && free == p.asked[id] {
-			m.Fallback = &rows[len(rows)-1].Due
+			m.Fallback = &rows[len(rows)-1]
 		}
 		moves = append(moves, m)
 	}

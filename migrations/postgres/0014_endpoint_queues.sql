@@ -1,14 +1,16 @@
--- Queue heads: one row per endpoint that has had claimable deliveries, with
--- a time no later than its oldest claimable (pending, not held) one. A
--- claim with a share walks the due heads oldest first and probes each
--- endpoint's first rows through webhook_deliveries_endpoint_due, so it
--- reads the endpoints it takes from rather than every endpoint with work;
--- it then moves each head it looked at to the first row it left behind.
+-- Queue heads: one row per endpoint that has had claimable deliveries,
+-- holding a position (next_due_at, head_id) no later, in the claim's
+-- (next_attempt_at, id) order, than its first claimable (pending, not
+-- held) delivery. A claim with a share walks the due heads in that order
+-- and probes each endpoint's first rows through
+-- webhook_deliveries_endpoint_due, so it reads the endpoints it takes from
+-- rather than every endpoint with work; it then moves each head it looked
+-- at to the first row it left behind.
 --
 -- The triggers lower a head in the transaction of every write that makes
 -- a delivery claimable, whichever statement makes it. A head is never
--- high, so no due delivery is missed; it may be low (a row claimed by the
--- share-less claim, deferred, or held since), which costs a claim one
+-- late, so no due delivery is missed; it may be early (a row claimed by
+-- the share-less claim, deferred, or held since), which costs a claim one
 -- probe that finds nothing and moves it on.
 --
 -- A head's row lock orders a claim and a create for the same endpoint: the
@@ -17,29 +19,30 @@
 -- create's lowering waits for the claim and then applies to what it left.
 CREATE TABLE webhook_endpoint_queues (
     endpoint_id text COLLATE "C" PRIMARY KEY,
-    next_due_at timestamptz
+    next_due_at timestamptz,
+    head_id     text COLLATE "C"
 );
-CREATE INDEX webhook_endpoint_queues_due ON webhook_endpoint_queues (next_due_at, endpoint_id)
+CREATE INDEX webhook_endpoint_queues_due ON webhook_endpoint_queues (next_due_at, head_id)
     WHERE next_due_at IS NOT NULL;
 -- Heads change with every claim: leave room on each page for the new row
 -- versions, and vacuum often, as for the deliveries.
 ALTER TABLE webhook_endpoint_queues SET (fillfactor = 50,
     autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
-INSERT INTO webhook_endpoint_queues (endpoint_id, next_due_at)
-    SELECT endpoint_id, min(next_attempt_at) FROM webhook_deliveries
-    WHERE state = 'pending' AND NOT held GROUP BY endpoint_id;
+INSERT INTO webhook_endpoint_queues (endpoint_id, next_due_at, head_id)
+    SELECT DISTINCT ON (endpoint_id) endpoint_id, next_attempt_at, id FROM webhook_deliveries
+    WHERE state = 'pending' AND NOT held ORDER BY endpoint_id, next_attempt_at, id;
 
 -- Inserts come in batches: one lowering per endpoint per statement, in
 -- endpoint order, so that two batches lock shared heads in the same order.
 CREATE FUNCTION hymical_queue_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO webhook_endpoint_queues AS q (endpoint_id, next_due_at)
-        SELECT endpoint_id, min(next_attempt_at) FROM inserted
+    INSERT INTO webhook_endpoint_queues AS q (endpoint_id, next_due_at, head_id)
+        SELECT DISTINCT ON (endpoint_id) endpoint_id, next_attempt_at, id FROM inserted
         WHERE state = 'pending' AND NOT held
-        GROUP BY endpoint_id ORDER BY endpoint_id
-    ON CONFLICT (endpoint_id) DO UPDATE SET next_due_at = excluded.next_due_at
-        WHERE q.next_due_at IS NULL OR excluded.next_due_at < q.next_due_at;
+        ORDER BY endpoint_id, next_attempt_at, id
+    ON CONFLICT (endpoint_id) DO UPDATE SET next_due_at = excluded.next_due_at, head_id = excluded.head_id
+        WHERE q.next_due_at IS NULL OR (excluded.next_due_at, excluded.head_id) < (q.next_due_at, q.head_id);
     RETURN NULL;
 END
 $$;
@@ -52,10 +55,10 @@ CREATE TRIGGER webhook_deliveries_queue_insert AFTER INSERT ON webhook_deliverie
 -- WHEN keeps every other update (a claim, a completion) from calling it.
 CREATE FUNCTION hymical_queue_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO webhook_endpoint_queues AS q (endpoint_id, next_due_at)
-        VALUES (NEW.endpoint_id, NEW.next_attempt_at)
-    ON CONFLICT (endpoint_id) DO UPDATE SET next_due_at = excluded.next_due_at
-        WHERE q.next_due_at IS NULL OR excluded.next_due_at < q.next_due_at;
+    INSERT INTO webhook_endpoint_queues AS q (endpoint_id, next_due_at, head_id)
+        VALUES (NEW.endpoint_id, NEW.next_attempt_at, NEW.id)
+    ON CONFLICT (endpoint_id) DO UPDATE SET next_due_at = excluded.next_due_at, head_id = excluded.head_id
+        WHERE q.next_due_at IS NULL OR (excluded.next_due_at, excluded.head_id) < (q.next_due_at, q.head_id);
     RETURN NULL;
 END
 $$;

@@ -70,7 +70,7 @@ ORDER BY d.next_attempt_at, d.id`
 // walks the endpoints' queue heads and probes their rows, then claims what
 // it picked and moves the heads in one statement.
 //
-// headsSQL locks the due heads in (next_due_at, endpoint_id) order, a
+// headsSQL locks the due heads in (next_due_at, head_id) order, a
 // range of webhook_endpoint_queues_due after the cursor ($2, $3), leaving
 // out the endpoints in $4 (those with no room) or, with $5, all but those;
 // SKIP LOCKED leaves the heads another claim holds to it. It runs in a
@@ -81,17 +81,17 @@ ORDER BY d.next_attempt_at, d.id`
 // last one locked, unlocked: the claim's cutoff (see storage.PickShare).
 const (
 	headsWhere = `next_due_at <= coalesce($1::timestamptz, now())
-	AND ($2::timestamptz IS NULL OR (next_due_at, endpoint_id) > ($2::timestamptz, $3::text))
+	AND ($2::timestamptz IS NULL OR (next_due_at, head_id) > ($2::timestamptz, $3::text))
 	AND endpoint_id <> ALL($4::text[])
 	AND (NOT $5::boolean OR endpoint_id = ANY($6::text[]))`
-	headsSQL = `SELECT endpoint_id, next_due_at, now() FROM webhook_endpoint_queues
+	headsSQL = `SELECT endpoint_id, next_due_at, head_id, now() FROM webhook_endpoint_queues
 WHERE ` + headsWhere + `
-ORDER BY next_due_at, endpoint_id
+ORDER BY next_due_at, head_id
 LIMIT $7
 FOR UPDATE SKIP LOCKED`
-	nextHeadSQL = `SELECT endpoint_id, next_due_at FROM webhook_endpoint_queues
+	nextHeadSQL = `SELECT endpoint_id, next_due_at, head_id FROM webhook_endpoint_queues
 WHERE ` + headsWhere + `
-ORDER BY next_due_at, endpoint_id
+ORDER BY next_due_at, head_id
 LIMIT 1`
 	// probeSQL reads each endpoint's first claimable rows ($1, $2:
 	// endpoints and how many), whenever due, through
@@ -116,26 +116,27 @@ CROSS JOIN LATERAL (
 	LIMIT e.n) AS d`
 	// claimPickedSQL claims the picked rows ($4) that are still claimable,
 	// skipping those another transaction holds, with the oldest expired
-	// leases, as claimSQL does; and moves each head looked at ($5, $6:
+	// leases, as claimSQL does; and moves each head looked at ($5, $6, $10:
 	// endpoints and where the pick would move them, NULL for none) to the
 	// first row probed ($7, $8, $9: endpoints, ids, due times) that was not
 	// claimed, or else to where the pick said.
 	claimPickedSQL = `
 WITH pending AS (
-	SELECT id, next_attempt_at FROM webhook_deliveries
-	WHERE id = ANY($4::text[])
-		AND state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())
-	ORDER BY next_attempt_at, id
-	FOR UPDATE SKIP LOCKED
-)` + claimExpiredCTEs + `, probed AS (
-	SELECT * FROM unnest($7::text[], $8::text[], $9::timestamptz[]) AS p(endpoint_id, id, due)
+	SELECT d.id, d.next_attempt_at FROM unnest($4::text[]) AS p(id)
+	JOIN webhook_deliveries AS d ON d.id = p.id
+	WHERE d.state = 'pending' AND NOT d.held AND d.next_attempt_at <= coalesce($1::timestamptz, now())
+	FOR UPDATE OF d SKIP LOCKED
+)` + claimExpiredCTEs + `, unclaimed AS (
+	SELECT DISTINCT ON (p.endpoint_id) p.endpoint_id, p.due, p.id
+	FROM unnest($7::text[], $8::text[], $9::timestamptz[]) AS p(endpoint_id, id, due)
+	WHERE NOT EXISTS (SELECT 1 FROM claimed AS c WHERE c.id = p.id)
+	ORDER BY p.endpoint_id, p.due, p.id
 ), moved AS (
 	UPDATE webhook_endpoint_queues AS q
-	SET next_due_at = coalesce(
-		(SELECT min(p.due) FROM probed AS p
-			WHERE p.endpoint_id = h.endpoint_id AND p.id NOT IN (SELECT id FROM claimed)),
-		h.head)
-	FROM unnest($5::text[], $6::timestamptz[]) AS h(endpoint_id, head)
+	SET next_due_at = CASE WHEN u.id IS NULL THEN h.due ELSE u.due END,
+		head_id = CASE WHEN u.id IS NULL THEN h.head ELSE u.id END
+	FROM unnest($5::text[], $6::timestamptz[], $10::text[]) AS h(endpoint_id, due, head)
+	LEFT JOIN unclaimed AS u ON u.endpoint_id = h.endpoint_id
 	WHERE q.endpoint_id = h.endpoint_id
 )` + claimTakeSelect
 )
@@ -202,7 +203,7 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	var afterAt any
 	afterID := ""
 	if after != nil {
-		afterAt, afterID = time.UnixMicro(after.Due).UTC(), after.EndpointID
+		afterAt, afterID = time.UnixMicro(after.Due).UTC(), after.ID
 	}
 	only := include != nil
 	if exclude == nil {
@@ -214,13 +215,14 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	}
 	var heads []storage.DueHead
 	for rows.Next() {
-		var id string
+		var d storage.DueHead
 		var due, now time.Time
-		if err := rows.Scan(&id, &due, &now); err != nil {
+		if err := rows.Scan(&d.EndpointID, &due, &d.ID, &now); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
-		heads = append(heads, storage.DueHead{EndpointID: id, Due: due.UnixMicro()})
+		d.Due = due.UnixMicro()
+		heads = append(heads, d)
 		if h.at == nil {
 			h.now = now.UnixMicro()
 		}
@@ -234,7 +236,7 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	last := heads[len(heads)-1]
 	var next storage.DueHead
 	var due time.Time
-	err = h.tx.QueryRow(ctx, nextHeadSQL, h.at, time.UnixMicro(last.Due).UTC(), last.EndpointID, exclude, only, include).Scan(&next.EndpointID, &due)
+	err = h.tx.QueryRow(ctx, nextHeadSQL, h.at, time.UnixMicro(last.Due).UTC(), last.ID, exclude, only, include).Scan(&next.EndpointID, &due, &next.ID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return heads, nil, nil
 	}
@@ -314,6 +316,7 @@ func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, co
 	var (
 		headIDs   = make([]string, len(heads))
 		headAt    = make([]*time.Time, len(heads))
+		headRows  = make([]*string, len(heads))
 		probedEps []string
 		probedIDs []string
 		probedAt  []time.Time
@@ -321,8 +324,8 @@ func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, co
 	for i, m := range heads {
 		headIDs[i] = m.EndpointID
 		if m.Fallback != nil {
-			t := time.UnixMicro(*m.Fallback).UTC()
-			headAt[i] = &t
+			t := time.UnixMicro(m.Fallback.Due).UTC()
+			headAt[i], headRows[i] = &t, &m.Fallback.ID
 		}
 		for _, r := range m.Rows {
 			probedEps, probedIDs, probedAt = append(probedEps, m.EndpointID), append(probedIDs, r.ID), append(probedAt, time.UnixMicro(r.Due).UTC())
@@ -332,7 +335,7 @@ func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, co
 		pick.IDs = []string{}
 	}
 	rows, err := tx.Query(ctx, claimPickedSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds(), pick.IDs,
-		headIDs, headAt, probedEps, probedIDs, probedAt)
+		headIDs, headAt, probedEps, probedIDs, probedAt, headRows)
 	if err != nil {
 		return nil, err
 	}

@@ -143,19 +143,19 @@ const (
 	headsWhere = `next_due_at IS NOT NULL AND next_due_at <= :now
 			AND endpoint_id NOT IN (SELECT value FROM json_each(:exclude))
 			AND (:only = 0 OR endpoint_id IN (SELECT value FROM json_each(:include)))`
-	headsFirstSQL = `SELECT endpoint_id, next_due_at
+	headsFirstSQL = `SELECT endpoint_id, next_due_at, head_id
 		FROM webhook_endpoint_queues INDEXED BY webhook_endpoint_queues_due
 		WHERE ` + headsWhere + `
-		ORDER BY next_due_at, endpoint_id LIMIT :n`
-	headsAfterSQL = `SELECT endpoint_id, next_due_at
+		ORDER BY next_due_at, head_id LIMIT :n`
+	headsAfterSQL = `SELECT endpoint_id, next_due_at, head_id
 		FROM webhook_endpoint_queues INDEXED BY webhook_endpoint_queues_due
-		WHERE ` + headsWhere + ` AND (next_due_at, endpoint_id) > (:after_due, :after_id)
-		ORDER BY next_due_at, endpoint_id LIMIT :n`
+		WHERE ` + headsWhere + ` AND (next_due_at, head_id) > (:after_due, :after_id)
+		ORDER BY next_due_at, head_id LIMIT :n`
 	probeSQL = `SELECT id, next_attempt_at
 		FROM webhook_deliveries INDEXED BY webhook_deliveries_endpoint_due
 		WHERE endpoint_id = :endpoint AND state = 'pending' AND held = 0
 		ORDER BY next_attempt_at, id LIMIT :n`
-	moveHeadSQL = `UPDATE webhook_endpoint_queues SET next_due_at = :head WHERE endpoint_id = :endpoint`
+	moveHeadSQL = `UPDATE webhook_endpoint_queues SET next_due_at = :due, head_id = :head WHERE endpoint_id = :endpoint`
 )
 
 // headSource reads heads and rows for storage.PickShare in a claim's
@@ -176,7 +176,7 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	st := h.first
 	if after != nil {
 		st = h.after
-		args = append(args, sql.Named("after_due", after.Due), sql.Named("after_id", after.EndpointID))
+		args = append(args, sql.Named("after_due", after.Due), sql.Named("after_id", after.ID))
 	}
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
@@ -186,7 +186,7 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	var heads []storage.DueHead
 	for rows.Next() {
 		var d storage.DueHead
-		if err := rows.Scan(&d.EndpointID, &d.Due); err != nil {
+		if err := rows.Scan(&d.EndpointID, &d.Due, &d.ID); err != nil {
 			return nil, nil, err
 		}
 		heads = append(heads, d)
@@ -290,7 +290,11 @@ func (s *Store) DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams
 			}
 			move := tx.StmtContext(ctx, st[6])
 			for _, m := range pick.Moves() {
-				if _, err := move.ExecContext(ctx, sql.Named("head", m.Head(claimed)), sql.Named("endpoint", m.EndpointID)); err != nil {
+				var due, head any // none: NULL
+				if h := m.Head(claimed); h != nil {
+					due, head = h.Due, h.ID
+				}
+				if _, err := move.ExecContext(ctx, sql.Named("due", due), sql.Named("head", head), sql.Named("endpoint", m.EndpointID)); err != nil {
 					return err
 				}
 			}

@@ -156,6 +156,15 @@ const createEventOp = "create event"
 var createEventsSQL = []string{insertEventSQL, fanOutEndpointsSQL, insertDeliverySQL,
 	`SAVEPOINT event_create`, `RELEASE event_create`, eventByKeySQL}
 
+// lowerHeadSQL brings an endpoint's queue head (see migration 0014) back to
+// a claimable delivery ahead of it. The update trigger does this for rows
+// made claimable by an update; a batch of creates does it here, once per
+// endpoint, since a trigger on inserts made every insert cost more the
+// more rows the table held.
+const lowerHeadSQL = `INSERT INTO webhook_endpoint_queues (endpoint_id, next_due_at, head_id) VALUES (?, ?, ?)
+	ON CONFLICT (endpoint_id) DO UPDATE SET next_due_at = excluded.next_due_at, head_id = excluded.head_id
+	WHERE next_due_at IS NULL OR (excluded.next_due_at, excluded.head_id) < (next_due_at, head_id)`
+
 // eventByKeySQL finds the event an idempotency key made.
 const eventByKeySQL = `SELECT ` + eventColumns + ` FROM webhook_events WHERE idempotency_key = ?`
 
@@ -207,7 +216,7 @@ func (s *Store) createEvents(batch eventBatch) {
 					return err
 				}
 			}
-			return nil
+			return lowerHeads(ctx, tx, batch)
 		})
 	} else {
 		err = s.mapErr(createEventOp, err)
@@ -224,6 +233,42 @@ func (s *Store) createEvents(batch eventBatch) {
 	if madeDue(batch) {
 		s.wake.Signal()
 	}
+}
+
+// lowerHeads lowers the queue head of each endpoint the batch made a
+// claimable delivery for to the first of them.
+func lowerHeads(ctx context.Context, tx *sql.Tx, batch eventBatch) error {
+	first := map[string]storage.Delivery{}
+	for _, c := range batch {
+		if c.Err != nil || c.Out.Duplicate {
+			continue
+		}
+		for _, d := range c.Out.Deliveries {
+			if d.Held || d.State != storage.StatePending {
+				continue
+			}
+			f, ok := first[d.EndpointID]
+			if !ok || d.NextAttemptAt.Before(f.NextAttemptAt) || d.NextAttemptAt.Equal(f.NextAttemptAt) && d.ID < f.ID {
+				first[d.EndpointID] = d
+			}
+		}
+	}
+	if len(first) == 0 {
+		return nil
+	}
+	// Prepared in the transaction, not in the store's cache: that would
+	// wait for the writer connection this transaction holds.
+	lower, err := tx.PrepareContext(ctx, lowerHeadSQL)
+	if err != nil {
+		return err
+	}
+	defer lower.Close()
+	for endpoint, d := range first {
+		if _, err := lower.ExecContext(ctx, endpoint, micros(d.NextAttemptAt), d.ID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // madeDue reports whether a committed batch of creates made a delivery

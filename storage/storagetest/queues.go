@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,15 +39,25 @@ func testQueueHeads(t *testing.T, b Backend) {
 			}
 			eps = append(eps, e)
 		}
+		// The events go to a form no endpoint takes, so this build writes
+		// no head for them; their deliveries are written as an earlier
+		// build wrote them, with nothing but the row.
 		want := map[string]bool{}
+		var rows strings.Builder
+		at := db.TimeLiteral(time.Now().Add(-time.Minute).Truncate(time.Millisecond))
 		for i := range 9 {
 			sub := storage.NewID("sub")
-			form := fmt.Sprintf("form_%d", i%len(eps))
-			res, err := s.EventCreate(ctx, storage.Event{Type: "submission.received", FormID: form, SubmissionID: sub, Payload: submissionPayload(sub, form)})
+			res, err := s.EventCreate(ctx, storage.Event{Type: "submission.received", FormID: "form_none", SubmissionID: sub, Payload: submissionPayload(sub, "form_none")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			want[res.Deliveries[0].ID] = true
+			id := storage.NewID("dlv")
+			fmt.Fprintf(&rows, "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at, held) VALUES ('%s', '%s', '%s', 'pending', 0, 0, %s, %s, FALSE);\n",
+				id, eps[i%len(eps)].ID, res.Event.ID, at, at)
+			want[id] = true
+		}
+		if err := db.Exec(ctx, rows.String()); err != nil {
+			t.Fatal(err)
 		}
 		if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
 			t.Fatal(err)
