@@ -13,6 +13,20 @@ import (
 // may hold while other endpoints have due work.
 const DefaultEndpointShare = 0.25
 
+// forgetQuick and forgetSlow are how long this process remembers the pace
+// of an endpoint that holds nothing, after its last claim ended. The
+// account is then O(endpoints sent to lately), not O(every endpoint ever
+// sent to): after delivering to 10,000 endpoints, every claim walked all of
+// them, and an idle serve kept spending a core's 7% on it. A quick endpoint
+// forgotten is new again, with one sender until a send to it ends; a slow
+// one is kept longer, past the early retries of a receiver that hangs, so
+// that it does not come back as new, with a sender of its own outside what
+// the slow endpoints share.
+const (
+	forgetQuick = time.Minute
+	forgetSlow  = 15 * time.Minute
+)
+
 // slowSend is how long a send may take before its endpoint counts as slow
 // (see fairShare): a receiver that answers within it is quick; one that
 // takes longer, or hangs, is slow until a send to it is quick again.
@@ -64,6 +78,21 @@ type endpointLoad struct {
 	sending []time.Time
 	// lastTook is how long its last finished send took; 0 before any.
 	lastTook time.Duration
+	// idleSince is when its last claim ended, while it holds none.
+	idleSince time.Time
+}
+
+// forgotten reports whether an endpoint that holds nothing has been idle
+// long enough at now to be forgotten.
+func (l *endpointLoad) forgotten(now time.Time) bool {
+	if l.held > 0 {
+		return false
+	}
+	after := forgetQuick
+	if l.lastTook >= slowSend {
+		after = forgetSlow
+	}
+	return now.Sub(l.idleSince) >= after
 }
 
 // endpointPace is what an endpoint is in this process; see fairShare.
@@ -114,7 +143,11 @@ func (f *fairShare) claimShare() *storage.ClaimShare {
 	defer f.mu.Unlock()
 	now := f.now()
 	slowHeld := 0
-	for _, l := range f.endpoints {
+	for id, l := range f.endpoints {
+		if l.forgotten(now) {
+			delete(f.endpoints, id)
+			continue
+		}
 		if l.pace(now) == paceSlow {
 			slowHeld += l.held
 		}
@@ -225,7 +258,8 @@ func (f *fairShare) sent(endpoint string, start time.Time, took time.Duration, r
 
 // done ends one claim of endpoint: sent, given back or failed before a
 // send. An endpoint none of whose sends has finished is forgotten once it
-// holds nothing; the others are kept, for their pace. It reports whether
+// holds nothing; the others are kept, for their pace, until forgotten
+// (forgetQuick, forgetSlow). It reports whether
 // the claimer waits after a claim the share may have left due deliveries
 // behind in: then it should look again, now that there is room.
 func (f *fairShare) done(endpoint string) (wake bool) {
@@ -238,8 +272,12 @@ func (f *fairShare) done(endpoint string) (wake bool) {
 		return wake
 	}
 	l.held--
-	if l.held <= 0 && l.lastTook == 0 {
-		delete(f.endpoints, endpoint)
+	if l.held <= 0 {
+		if l.lastTook == 0 {
+			delete(f.endpoints, endpoint)
+		} else {
+			l.idleSince = f.now()
+		}
 	}
 	return wake
 }

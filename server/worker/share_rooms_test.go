@@ -153,3 +153,42 @@ func TestFairShareSlowEndpointsShareWhatTheirClaimsLeaveOfOneRoom(t *testing.T) 
 		})
 	}
 }
+
+// The account keeps an endpoint that holds nothing only for a while after
+// its last claim ended: a quick one for forgetQuick, a slow one for
+// forgetSlow, one that holds a claim for as long as it does. So a claim's
+// share costs the endpoints sent to lately, not every endpoint ever sent
+// to. A forgotten endpoint is new again: one sender (the default room).
+func TestFairShareForgetsEndpointsIdleForAWhile(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name      string
+		load      load
+		idleFor   time.Duration
+		remembers bool
+	}{
+		{"a quick endpoint, just idle", load{took: 10 * time.Millisecond}, forgetQuick - time.Second, true},
+		{"a quick endpoint, idle for forgetQuick", load{took: 10 * time.Millisecond}, forgetQuick, false},
+		{"a slow endpoint, idle for forgetQuick", load{took: 5 * time.Second}, forgetQuick, true},
+		{"a slow endpoint, idle for forgetSlow", load{took: 5 * time.Second}, forgetSlow, false},
+		{"a quick endpoint holding a claim, long after", load{took: 10 * time.Millisecond, held: 1}, 2 * forgetSlow, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			now := start
+			f := shareOf(t, now, map[string]load{"ep_a": c.load})
+			f.now = func() time.Time { return now }
+			now = now.Add(c.idleFor)
+			s := f.claimShare()
+			_, kept := f.endpoints["ep_a"]
+			_, roomed := s.Room["ep_a"]
+			if kept != c.remembers {
+				t.Fatalf("after %s, the account keeps the endpoint: %v, want %v", c.idleFor, kept, c.remembers)
+			}
+			if !kept && (roomed || s.RoomOf("ep_a") != 1) {
+				t.Fatalf("a forgotten endpoint has room %d (its own: %v), want the default, 1", s.RoomOf("ep_a"), roomed)
+			}
+		})
+	}
+}
