@@ -162,7 +162,7 @@ func pickFromProbed(probed map[string][]DueRow, share *ClaimShare, limit int, no
 		}
 		room := min(share.RoomOf(id), len(free))
 		within = append(within, free[:room]...)
-		past = append(past, free[room:min(len(free), room+share.TopUp[id])]...)
+		past = append(past, free[room:min(len(free), room+share.TopUpOf(id))]...)
 	}
 	sortRows(within)
 	sure = true

@@ -371,6 +371,14 @@ type ClaimShare struct {
 	// its room may use every sender when nothing else is due, in the same
 	// claim that looks for anything else due first.
 	TopUp map[string]int
+	// Idle, when set, gives the room and top-up of an endpoint that
+	// neither Room nor TopUp names, in place of Default (ok false: the
+	// default). It is asked only of the endpoints a claim looks at, so a
+	// worker can leave the endpoints it knows but that hold nothing out
+	// of the maps, and a claim's share costs the endpoints in flight, not
+	// every endpoint known. With Default 0 a claim looks only at the
+	// endpoints the maps name.
+	Idle func(endpointID string) (room, topUp int, ok bool)
 }
 
 // RoomOf is the room of the endpoint with id.
@@ -378,12 +386,30 @@ func (s *ClaimShare) RoomOf(id string) int {
 	if r, ok := s.Room[id]; ok {
 		return r
 	}
+	if _, named := s.TopUp[id]; !named && s.Idle != nil {
+		if r, _, ok := s.Idle(id); ok {
+			return r
+		}
+	}
 	return s.Default
+}
+
+// TopUpOf is the top-up of the endpoint with id.
+func (s *ClaimShare) TopUpOf(id string) int {
+	if t, ok := s.TopUp[id]; ok {
+		return t
+	}
+	if _, named := s.Room[id]; !named && s.Idle != nil {
+		if _, t, ok := s.Idle(id); ok {
+			return t
+		}
+	}
+	return 0
 }
 
 // Most is the most a claim with s takes of the endpoint with id: its room
 // and its top-up.
-func (s *ClaimShare) Most(id string) int { return s.RoomOf(id) + s.TopUp[id] }
+func (s *ClaimShare) Most(id string) int { return s.RoomOf(id) + s.TopUpOf(id) }
 
 // DeliveryCompleteParams ends a claim with the outcome of the owner's request.
 type DeliveryCompleteParams struct {

@@ -435,8 +435,11 @@ func (p *Pool) claim(ctx context.Context, n int) (claims []storage.Claim, capped
 	if err != nil {
 		return nil, false, err
 	}
+	// Before the claims count as held: share's Idle lookup answers for
+	// endpoints as they were when it was made.
+	capped = len(claims) < n && filled(share, claims)
 	p.share.claimed(claims)
-	return claims, len(claims) < n && filled(share, claims), nil
+	return claims, capped, nil
 }
 
 // recorder records outcomes off the senders' path: a sender hands its

@@ -455,11 +455,23 @@ func layOut(t *testing.T, f *fixture, rng *rand.Rand, ids []string, now time.Tim
 }
 
 // randomShare is a share with a random default room, rooms of their own and
-// top-ups for some of eps.
+// top-ups for some of eps, and for some others a room and a top-up given
+// by the Idle lookup.
 func randomShare(rng *rand.Rand, eps []string) storage.ClaimShare {
 	s := storage.ClaimShare{Default: rng.IntN(4)}
+	idle := map[string][2]int{}
+	// With a default of 0 a claim looks only at the endpoints the maps
+	// name (see storage.ClaimShare.Idle).
+	if s.Default > 0 && rng.IntN(2) == 0 {
+		s.Idle = func(id string) (int, int, bool) {
+			r, ok := idle[id]
+			return r[0], r[1], ok
+		}
+	}
 	for _, e := range eps {
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
+		case 2:
+			idle[e] = [2]int{rng.IntN(5), rng.IntN(6)}
 		case 0:
 			if s.Room == nil {
 				s.Room = map[string]int{}
@@ -497,7 +509,7 @@ func shareRule(rows []storage.Delivery, share storage.ClaimShare, limit int, now
 		sortByDue(due)
 		room := min(share.RoomOf(e), len(due))
 		within = append(within, due[:room]...)
-		past = append(past, due[room:min(len(due), room+share.TopUp[e])]...)
+		past = append(past, due[room:min(len(due), room+share.TopUpOf(e))]...)
 	}
 	sortByDue(within)
 	sortByDue(past)
