@@ -8,14 +8,15 @@ import (
 )
 
 // A claim with a share finds its rows through the endpoints' queue heads:
-// one row per endpoint that has had claimable deliveries, holding a time no
-// later than its oldest claimable one (its head). Every write that makes a
-// delivery claimable lowers its endpoint's head, in the same transaction;
-// a claim raises the heads of the endpoints it looked at to what it left
-// behind. A head may be low (a delivery claimed or deferred by another
-// path), never high, so walking the due heads oldest first finds every
-// endpoint with due work, and the claim costs the endpoints it looks at,
-// not the endpoints that exist or that have work.
+// one row per endpoint that has had claimable deliveries, holding a
+// position in the claim's (due, id) order no later than its first
+// claimable one (its head). Every write that makes a delivery claimable
+// lowers its endpoint's head, in the same transaction; a claim moves the
+// heads of the endpoints it looked at to the first row it left behind. A
+// head may be early (a delivery claimed or deferred by another path),
+// never late, so walking the due heads in order finds every endpoint with
+// due work, and the claim costs the endpoints it looks at, not the
+// endpoints that exist or that have work.
 
 // DueHead is an endpoint's queue head as a claim reads it: a position in
 // the claim's (due, id) order no later than the endpoint's first claimable
@@ -83,10 +84,10 @@ const maxHeadRounds = 8
 // The clock is the source's (HeadSource.Now).
 //
 // It walks the due heads a limit's worth at a time and probes each
-// endpoint's first rows. The endpoints not yet looked at have no due row
-// before the next head (heads are never high), so every row found that is
-// due before it is in the rule's answer as far as the order goes; the
-// walk goes on until those fill the claim or no due head is left.
+// endpoint's first rows. The endpoints not yet looked at have no row
+// before the next head (heads are never late), so every row found before
+// it is in the rule's answer as far as the order goes; the walk goes on
+// until those fill the claim or no due head is left.
 func PickShare(ctx context.Context, src HeadSource, share *ClaimShare, limit int) (SharePick, error) {
 	pick := SharePick{probed: map[string][]DueRow{}, asked: map[string]int{}}
 	var exclude, include []string
