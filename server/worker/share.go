@@ -60,7 +60,7 @@ type fairShare struct {
 
 	mu        sync.Mutex
 	endpoints map[string]*endpointLoad
-	// listed holds the endpoints of endpoints a claim's share names: those
+	// listed holds the loads of the endpoints a claim's share names: those
 	// that hold claims, and the slow ones. A quick endpoint that holds
 	// nothing is left to the share's Idle lookup, asked only of the
 	// endpoints a claim looks at, so building a share costs the endpoints
