@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,107 @@ func explainFanOut(t *testing.T, db *database, registered int, analyzed bool) {
 			t.Errorf("the fan-out of forms %q scans a table of %d endpoints (statistics: %v)", args.forms, registered, analyzed)
 		}
 	}
+}
+
+// TestShareClaimBuffersAtScale spreads one backlog of 200,000 due
+// deliveries over 10, 1,000, 10,000 and 100,000 endpoints and reports the
+// buffers a claim of 64 with a share reads to find its rows: the walk of
+// the queue heads and the probe of their endpoints, each under EXPLAIN
+// (ANALYZE, BUFFERS) in a transaction rolled back. It fails if they grow
+// with the endpoints that have due work past the claim's 64.
+//
+//	go test ./storage/postgres -run TestShareClaimBuffersAtScale -bench-explain -v
+func TestShareClaimBuffersAtScale(t *testing.T) {
+	if !*benchExplain {
+		t.Skip("loads a large table; run with -bench-explain (and -v to see the plans)")
+	}
+	const backlog, limit = 200_000, 64
+	ctx := context.Background()
+	found := map[int]int{}
+	for _, endpoints := range []int{10, 1_000, 10_000, 100_000} {
+		db, _ := migrated(t)
+		seed := fmt.Sprintf(`
+			INSERT INTO webhook_events (id, type, payload, created_at)
+				SELECT 'evt_' || lpad(e::text, 10, '0'), 'submission.received', '{}', now()
+				FROM generate_series(0, %[1]d / %[2]d + 1) AS e;
+			INSERT INTO webhook_endpoints (id, transport, url, secrets, created_at, updated_at)
+				SELECT 'ep_' || lpad(k::text, 7, '0'), 'http', 'https://receiver.example/', '[]', now(), now()
+				FROM generate_series(0, %[2]d - 1) AS k;
+			INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, cycle_attempts, next_attempt_at, created_at)
+				SELECT 'dlv_' || lpad(g::text, 10, '0'), 'ep_' || lpad((g %% %[2]d)::text, 7, '0'),
+					'evt_' || lpad((g / %[2]d)::text, 10, '0'), 'pending', 0, 0,
+					now() - (g %% 3600) * interval '1 second', now()
+				FROM generate_series(1, %[1]d) AS g;
+			ANALYZE;`, backlog, endpoints)
+		if err := db.Exec(ctx, seed); err != nil {
+			t.Fatalf("seed %d rows over %d endpoints: %v", backlog, endpoints, err)
+		}
+		tx, err := db.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads := []any{nil, nil, "", []string{}, false, nil, limit}
+		rows, err := tx.Query(ctx, postgres.HeadsSQL, heads...)
+		ids, err := pgx.CollectRows(queried(t, rows, err), func(r pgx.CollectableRow) (string, error) {
+			var id, head string
+			var due, now time.Time
+			err := r.Scan(&id, &due, &head, &now)
+			return id, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback(ctx)
+		counts := make([]int32, len(ids))
+		for i := range counts {
+			counts[i] = 2
+		}
+		walk, walkPlan := explainBuffers(t, db, postgres.HeadsSQL, heads...)
+		probe, probePlan := explainBuffers(t, db, postgres.ProbeSQL, ids, counts)
+		t.Logf("%d endpoints, %d due rows each: the heads walk read %d buffers, the probe of %d endpoints %d (%.1f a claimed endpoint)\n%s\n%s",
+			endpoints, backlog/endpoints, walk, len(ids), probe, float64(walk+probe)/float64(len(ids)), walkPlan, probePlan)
+		found[endpoints] = (walk + probe) / len(ids)
+	}
+	if found[100_000] > 2*found[1_000] {
+		t.Errorf("buffers a claimed endpoint: %d at 100,000 endpoints, %d at 1,000: the claim's cost grows with the endpoints that have work", found[100_000], found[1_000])
+	}
+}
+
+// queried is rows, failing t on err.
+func queried(t *testing.T, rows pgx.Rows, err error) pgx.Rows {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// explainBuffers runs EXPLAIN (ANALYZE, BUFFERS) of q in a transaction it
+// rolls back and returns the buffers its top node read (hit and read) and
+// the plan.
+func explainBuffers(t *testing.T, db *database, q string, args ...any) (int, string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
+	lines, err := pgx.CollectRows(queried(t, rows, err), pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	buffers := -1
+	for _, line := range lines {
+		if m := regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`).FindStringSubmatch(line); m != nil && buffers < 0 {
+			hit, _ := strconv.Atoi(m[1])
+			read, _ := strconv.Atoi(m[2])
+			buffers = hit + read
+		}
+	}
+	if buffers < 0 {
+		t.Fatalf("no buffer counts in the plan:\n%s", strings.Join(lines, "\n"))
+	}
+	return buffers, strings.Join(lines, "\n")
 }

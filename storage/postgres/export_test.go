@@ -16,3 +16,10 @@ const WakeChannel = wakeChannel
 // FanOutEndpointsSQL lets the plan test EXPLAIN the exact read a batch of
 // creates makes of its endpoints.
 const FanOutEndpointsSQL = fanOutEndpointsSQL
+
+// HeadsSQL and ProbeSQL let the plan test EXPLAIN the share claim's walk of
+// the queue heads and its probe of their endpoints.
+const (
+	HeadsSQL = headsSQL
+	ProbeSQL = probeSQL
+)
