@@ -165,17 +165,17 @@ func pickFromProbed(probed map[string][]DueRow, share *ClaimShare, limit int, no
 		within = append(within, free[:room]...)
 		past = append(past, free[room:min(len(free), room+share.TopUpOf(id))]...)
 	}
-	sortRows(within)
+	SortDueRows(within)
 	sure = true
 	if cutoff != nil {
 		if w := beforeCutoff(within, cutoff); len(w) < limit {
 			within, past, sure = w, nil, false
 		}
 	}
-	sortRows(past)
+	SortDueRows(past)
 	within = within[:min(len(within), limit)]
 	take := append(within, past[:min(len(past), limit-len(within))]...)
-	sortRows(take)
+	SortDueRows(take)
 	ids = make([]string, len(take))
 	for i, r := range take {
 		ids[i] = r.ID
@@ -191,7 +191,8 @@ func beforeCutoff(rows []DueRow, cutoff *DueHead) []DueRow {
 	return rows[:n]
 }
 
-func sortRows(rows []DueRow) {
+// SortDueRows sorts rows in the claim's (due, id) order.
+func SortDueRows(rows []DueRow) {
 	slices.SortFunc(rows, func(a, b DueRow) int {
 		return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.ID, b.ID))
 	})

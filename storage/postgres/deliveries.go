@@ -1,12 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -291,9 +288,7 @@ func (h *headSource) Probe(ctx context.Context, endpoints []string, counts []int
 		for i := range rs {
 			rs[i].Held = !locked[rs[i].ID]
 		}
-		slices.SortFunc(rs, func(a, b storage.DueRow) int {
-			return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.ID, b.ID))
-		})
+		storage.SortDueRows(rs)
 		out[endpoint] = rs
 	}
 	return out, nil
