@@ -25,6 +25,12 @@ type DueHead struct {
 	EndpointID string
 	Due        int64
 	ID         string
+	// Version counts the writes to the head where a store shares it
+	// between processes (PostgreSQL): a claim moves a head only if its
+	// version is still the one read, so a write that made a delivery
+	// claimable since, lowering the head or not, keeps the claim from
+	// moving it past that delivery.
+	Version int64
 }
 
 // before reports whether r comes before position (due, id) in the claim's
@@ -71,6 +77,8 @@ type SharePick struct {
 	// how many rows were asked for.
 	probed map[string][]DueRow
 	asked  map[string]int
+	// versions are the heads' versions as the walk read them.
+	versions map[string]int64
 }
 
 // maxHeadRounds bounds how many times one claim walks on to further heads
@@ -89,7 +97,7 @@ const maxHeadRounds = 8
 // it is in the rule's answer as far as the order goes; the walk goes on
 // until those fill the claim or no due head is left.
 func PickShare(ctx context.Context, src HeadSource, share *ClaimShare, limit int) (SharePick, error) {
-	pick := SharePick{probed: map[string][]DueRow{}, asked: map[string]int{}}
+	pick := SharePick{probed: map[string][]DueRow{}, asked: map[string]int{}, versions: map[string]int64{}}
 	var exclude, include []string
 	if share.Default == 0 {
 		// Only the endpoints named may give anything: look at theirs.
@@ -127,6 +135,7 @@ func PickShare(ctx context.Context, src HeadSource, share *ClaimShare, limit int
 				// One row past what it may give: the claim's new head.
 				ids[i], counts[i] = h.EndpointID, min(share.Most(h.EndpointID), limit)+1
 				pick.asked[h.EndpointID] = counts[i]
+				pick.versions[h.EndpointID] = h.Version
 			}
 			rows, err := src.Probe(ctx, ids, counts)
 			if err != nil {
@@ -206,8 +215,10 @@ func SortDueRows(rows []DueRow) {
 // saw, so none goes past a row it did not.
 type HeadMove struct {
 	EndpointID string
-	Rows       []DueRow
-	Fallback   *DueRow
+	// Version is the head's as the claim read it (see DueHead.Version).
+	Version  int64
+	Rows     []DueRow
+	Fallback *DueRow
 }
 
 // Head is where m moves the head once the rows in claimed are claimed.
@@ -224,7 +235,7 @@ func (m HeadMove) Head(claimed map[string]bool) *DueRow {
 func (p SharePick) Moves() []HeadMove {
 	moves := make([]HeadMove, 0, len(p.probed))
 	for id, rows := range p.probed {
-		m := HeadMove{EndpointID: id, Rows: rows}
+		m := HeadMove{EndpointID: id, Version: p.versions[id], Rows: rows}
 		free := 0
 		for _, r := range rows {
 			if !r.Held {

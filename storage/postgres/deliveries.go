@@ -67,29 +67,25 @@ ORDER BY d.next_attempt_at, d.id`
 // walks the endpoints' queue heads and probes their rows, then claims what
 // it picked and moves the heads in one statement.
 //
-// headsSQL locks the due heads in (next_due_at, head_id) order, a
-// range of webhook_endpoint_queues_due after the cursor ($2, $3), leaving
-// out the endpoints in $4 (those with no room) or, with $5, all but those;
-// SKIP LOCKED leaves the heads another claim holds to it. It runs in a
-// statement of its own, before the probe: a create that lowered a head did
-// so under its lock, so once the head is locked here the probe's later
-// snapshot sees the create's rows, and a create still to come waits for
-// this claim and lowers what it leaves. nextHeadSQL is the head after the
-// last one locked, unlocked: the claim's cutoff (see storage.PickShare).
+// headsSQL reads the due heads in (next_due_at, head_id) order, a range of
+// webhook_endpoint_queues_due after the cursor ($2, $3), leaving out the
+// endpoints in $4 (those with no room) or, with $5, all but those; one more
+// than asked, which is the claim's cutoff (see storage.PickShare). It
+// locks nothing: other processes walk the same heads and split their rows
+// (the probe skips the rows another claim holds). It runs in a statement
+// of its own, before the probe, and reads each head's version: a write
+// that made a delivery claimable and committed before this read is seen
+// by the probe's later snapshot; one that commits after it changes the
+// version, and the claim then leaves that head where it is (see migration
+// 0015).
 const (
-	headsWhere = `next_due_at <= coalesce($1::timestamptz, now())
+	headsSQL = `SELECT endpoint_id, next_due_at, head_id, version, now() FROM webhook_endpoint_queues
+WHERE next_due_at <= coalesce($1::timestamptz, now())
 	AND ($2::timestamptz IS NULL OR (next_due_at, head_id) > ($2::timestamptz, $3::text))
 	AND endpoint_id <> ALL($4::text[])
-	AND (NOT $5::boolean OR endpoint_id = ANY($6::text[]))`
-	headsSQL = `SELECT endpoint_id, next_due_at, head_id, now() FROM webhook_endpoint_queues
-WHERE ` + headsWhere + `
+	AND (NOT $5::boolean OR endpoint_id = ANY($6::text[]))
 ORDER BY next_due_at, head_id
-LIMIT $7
-FOR UPDATE SKIP LOCKED`
-	nextHeadSQL = `SELECT endpoint_id, next_due_at, head_id FROM webhook_endpoint_queues
-WHERE ` + headsWhere + `
-ORDER BY next_due_at, head_id
-LIMIT 1`
+LIMIT $7`
 	// probeSQL reads each endpoint's first claimable rows ($1, $2:
 	// endpoints and how many), whenever due, through
 	// webhook_deliveries_endpoint_due: those it can lock, which it keeps
@@ -113,10 +109,14 @@ CROSS JOIN LATERAL (
 	LIMIT e.n) AS d`
 	// claimPickedSQL claims the picked rows ($4) that are still claimable,
 	// skipping those another transaction holds, with the oldest expired
-	// leases, as claimSQL does; and moves each head looked at ($5, $6, $10:
-	// endpoints and where the pick would move them, NULL for none) to the
-	// first row probed ($7, $8, $9: endpoints, ids, due times) that was not
-	// claimed, or else to where the pick said.
+	// leases, as claimSQL does; and moves each head looked at ($5, $6, $10,
+	// $11: endpoints, where the pick would move them, NULL for none, and
+	// the versions read) to the first row probed ($7, $8, $9: endpoints,
+	// ids, due times) that was not claimed, or else to where the pick said.
+	// A head moves only if it can be locked at once and its version is
+	// still the one read (checked again on the newest row version by the
+	// lock): otherwise a write since may have made a row claimable that
+	// the probe did not see, and the head stays, early.
 	claimPickedSQL = `
 WITH pending AS (
 	SELECT d.id, d.next_attempt_at FROM unnest($4::text[]) AS p(id)
@@ -128,11 +128,17 @@ WITH pending AS (
 	FROM unnest($7::text[], $8::text[], $9::timestamptz[]) AS p(endpoint_id, id, due)
 	WHERE NOT EXISTS (SELECT 1 FROM claimed AS c WHERE c.id = p.id)
 	ORDER BY p.endpoint_id, p.due, p.id
+), heads AS (
+	SELECT h.* FROM unnest($5::text[], $6::timestamptz[], $10::text[], $11::bigint[]) AS h(endpoint_id, due, head, version)
+	JOIN webhook_endpoint_queues AS q ON q.endpoint_id = h.endpoint_id
+	WHERE q.version = h.version
+	FOR UPDATE OF q SKIP LOCKED
 ), moved AS (
 	UPDATE webhook_endpoint_queues AS q
 	SET next_due_at = CASE WHEN u.id IS NULL THEN h.due ELSE u.due END,
-		head_id = CASE WHEN u.id IS NULL THEN h.head ELSE u.id END
-	FROM unnest($5::text[], $6::timestamptz[], $10::text[]) AS h(endpoint_id, due, head)
+		head_id = CASE WHEN u.id IS NULL THEN h.head ELSE u.id END,
+		version = q.version + 1
+	FROM heads AS h
 	LEFT JOIN unclaimed AS u ON u.endpoint_id = h.endpoint_id
 	WHERE q.endpoint_id = h.endpoint_id
 )` + claimTakeSelect
@@ -206,7 +212,7 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	if exclude == nil {
 		exclude = []string{}
 	}
-	rows, err := h.tx.Query(ctx, headsSQL, h.at, afterAt, afterID, exclude, only, include, n)
+	rows, err := h.tx.Query(ctx, headsSQL, h.at, afterAt, afterID, exclude, only, include, n+1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -214,7 +220,7 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	for rows.Next() {
 		var d storage.DueHead
 		var due, now time.Time
-		if err := rows.Scan(&d.EndpointID, &due, &d.ID, &now); err != nil {
+		if err := rows.Scan(&d.EndpointID, &due, &d.ID, &d.Version, &now); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
@@ -227,21 +233,10 @@ func (h *headSource) Heads(ctx context.Context, after *storage.DueHead, n int, e
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	if len(heads) < n {
+	if len(heads) <= n {
 		return heads, nil, nil
 	}
-	last := heads[len(heads)-1]
-	var next storage.DueHead
-	var due time.Time
-	err = h.tx.QueryRow(ctx, nextHeadSQL, h.at, time.UnixMicro(last.Due).UTC(), last.ID, exclude, only, include).Scan(&next.EndpointID, &due, &next.ID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return heads, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	next.Due = due.UnixMicro()
-	return heads, &next, nil
+	return heads[:n], &heads[n], nil
 }
 
 func (h *headSource) Now() int64 { return h.now }
@@ -312,12 +307,13 @@ func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, co
 		headIDs   = make([]string, len(heads))
 		headAt    = make([]*time.Time, len(heads))
 		headRows  = make([]*string, len(heads))
+		headVers  = make([]int64, len(heads))
 		probedEps []string
 		probedIDs []string
 		probedAt  []time.Time
 	)
 	for i, m := range heads {
-		headIDs[i] = m.EndpointID
+		headIDs[i], headVers[i] = m.EndpointID, m.Version
 		if m.Fallback != nil {
 			t := time.UnixMicro(m.Fallback.Due).UTC()
 			headAt[i], headRows[i] = &t, &m.Fallback.ID
@@ -330,7 +326,7 @@ func claimFair(ctx context.Context, tx pgx.Tx, p storage.DeliveryClaimParams, co
 		pick.IDs = []string{}
 	}
 	rows, err := tx.Query(ctx, claimPickedSQL, dbNow(p.Now), p.Limit, p.Lease.Microseconds(), pick.IDs,
-		headIDs, headAt, probedEps, probedIDs, probedAt, headRows)
+		headIDs, headAt, probedEps, probedIDs, probedAt, headRows, headVers)
 	if err != nil {
 		return nil, err
 	}

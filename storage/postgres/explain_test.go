@@ -291,7 +291,8 @@ func TestShareClaimBuffersAtScale(t *testing.T) {
 		ids, err := pgx.CollectRows(queried(t, rows, err), func(r pgx.CollectableRow) (string, error) {
 			var id, head string
 			var due, now time.Time
-			err := r.Scan(&id, &due, &head, &now)
+			var version int64
+			err := r.Scan(&id, &due, &head, &version, &now)
 			return id, err
 		})
 		if err != nil {
