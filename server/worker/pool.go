@@ -76,7 +76,9 @@ type Sender interface {
 
 // Config tunes the pool. Zero fields take the defaults in DefaultConfig.
 type Config struct {
-	// Concurrency is how many sends may be in flight at once.
+	// Concurrency is how many sends may be in flight at once, and a
+	// quarter of it more (at least one) for endpoints holding nothing else
+	// (see dispatch).
 	Concurrency int
 	// EndpointShare is the fraction of the Concurrency senders one endpoint
 	// may hold while other endpoints have due work (at least one sender);
@@ -290,7 +292,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 	}()
 
-	queue := make(chan queued, p.cfg.BatchSize)
+	d := newDispatch(p.cfg.Concurrency)
 	// taken wakes the claimer when a sender takes a claim off the queue.
 	taken := make(chan struct{}, 1)
 	rec := &recorder{done: make(chan completion), slots: make(chan struct{}, 2*p.cfg.Concurrency)}
@@ -298,19 +300,24 @@ func (p *Pool) Run(ctx context.Context) error {
 	var completer sync.WaitGroup
 	completer.Go(func() { p.completeLoop(record, rec.done) })
 	var senders sync.WaitGroup
-	for range p.cfg.Concurrency {
+	for range p.cfg.Concurrency + reserveOf(p.cfg.Concurrency) {
 		senders.Go(func() {
-			for c := range queue {
+			for {
+				c, ok := d.take()
+				if !ok {
+					return
+				}
 				select {
 				case taken <- struct{}{}:
 				default:
 				}
 				p.process(ctx, c.ctx, c.claim, c.at, rec)
+				d.done(c.claim.Delivery.EndpointID)
 			}
 		})
 	}
 	defer func() {
-		close(queue)
+		d.close()
 		senders.Wait()
 		rec.wg.Wait()
 		close(rec.done)
@@ -322,10 +329,28 @@ func (p *Pool) Run(ctx context.Context) error {
 	wake := p.store.Wakeups(ctx)
 	backoff := p.cfg.PollInterval
 	low := p.cfg.BatchSize / 2
+	var lastClaim time.Time
+	var lastTook time.Duration
+	// With the share off, claims take the oldest due whoever they go to:
+	// there are no newcomers to claim for apart.
+	newcomers := wake
+	if p.cfg.EndpointShare >= 1 {
+		newcomers = nil
+	}
 	for {
-		for len(queue) > low {
+		for d.waitingCount() > low {
 			select {
 			case <-taken:
+			case <-newcomers:
+				// Something became due while the senders have plenty to
+				// do: claim what endpoints holding nothing here have due,
+				// so that it waits for its turn at a sender, not for the
+				// queue to drain. Spaced as idle spaces claims.
+				if gap := max(minClaimGap, claimGapFactor*lastTook) - p.now().Sub(lastClaim); gap > 0 && !sleep(ctx, gap) {
+					return nil
+				}
+				lastClaim = p.now()
+				lastTook = p.claimNewcomers(ctx, record, d)
 			case <-ctx.Done():
 				return nil
 			}
@@ -333,7 +358,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		n := p.cfg.BatchSize - len(queue)
+		n := p.cfg.BatchSize - d.waitingCount()
 		claimStart := p.now()
 		// The claim statement is not cut short by shutdown: cancelled
 		// midway, it could commit claims this process never hears of, and
@@ -361,11 +386,8 @@ func (p *Pool) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = p.cfg.PollInterval
-		for _, c := range claims {
-			// The queue has room for every claim: n was its free space and
-			// only this loop adds to it.
-			queue <- queued{ctx: claimCtx, claim: c, at: at}
-		}
+		lastClaim, lastTook = claimStart, at.Sub(claimStart)
+		d.add(queuedClaims(claims, claimCtx, at))
 		// A full claim may have left more behind: claim again at once. A
 		// short one drained what was due, but for what the fair share
 		// kept back: wait for a wake-up, the end of a claim when the share
@@ -382,6 +404,50 @@ func (p *Pool) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// reserveOf is how many senders a pool of concurrency has on top of it,
+// for endpoints with no send in flight (see dispatch): a quarter, at
+// least one.
+func reserveOf(concurrency int) int { return max(1, concurrency/4) }
+
+// queuedClaims are claims as they wait for a sender: with the claim's span
+// context and when they were claimed.
+func queuedClaims(claims []storage.Claim, ctx context.Context, at time.Time) []queued {
+	out := make([]queued, len(claims))
+	for i, c := range claims {
+		out[i] = queued{ctx: ctx, claim: c, at: at}
+	}
+	return out
+}
+
+// claimNewcomers claims, while the senders' queue is more than half full,
+// what the endpoints that hold no claims in this process have due (see
+// fairShare.newcomerShare), up to half a batch and at most two batches
+// queued in all, and queues it for the senders. It returns how long the
+// claim took. A claim that fails is logged; the next claim of the main
+// loop tries again.
+func (p *Pool) claimNewcomers(ctx, record context.Context, d *dispatch) time.Duration {
+	n := min(max(1, p.cfg.BatchSize/2), 2*p.cfg.BatchSize-d.waitingCount())
+	if n <= 0 {
+		return 0
+	}
+	start := p.now()
+	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Lease)
+	claims, err := p.store.DeliveryClaim(stmtCtx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: p.share.newcomerShare()})
+	cancel()
+	at := p.now()
+	claimCtx := p.claimSpan(record, n, claims, err, start, at)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.observe(err)
+			p.log.Error("claiming deliveries of endpoints holding none failed; the next claim tries again", "error", err)
+		}
+		return at.Sub(start)
+	}
+	p.share.claimed(claims)
+	d.add(queuedClaims(claims, claimCtx, at))
+	return at.Sub(start)
 }
 
 // minClaimGap is the least time between the starts of two claims that a

@@ -211,6 +211,30 @@ func (f *fairShare) claimShare() *storage.ClaimShare {
 	return s
 }
 
+// newcomerShare is the share of a claim made while the senders' queue is
+// more than half full (see Pool.claimNewcomers): only the endpoints that
+// hold no claims here, and are not slow, may take anything, each up to
+// its room (one for an endpoint this process does not know), and none is
+// topped up. Those that hold claims get more once the queue drains.
+func (f *fairShare) newcomerShare() *storage.ClaimShare {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	s := &storage.ClaimShare{Default: 1, Room: map[string]int{}, Idle: f.idleRoom}
+	for id, l := range f.listed {
+		if l.held > 0 || l.pace(now) == paceSlow {
+			s.Room[id] = 0
+		}
+	}
+	return s
+}
+
+// idleRoom is idle without the top-up: the Idle lookup of newcomerShare.
+func (f *fairShare) idleRoom(endpoint string) (room, topUp int, ok bool) {
+	room, _, ok = f.idle(endpoint)
+	return room, 0, ok
+}
+
 // idle is the share's Idle lookup: the room and top-up of a quick
 // endpoint that holds nothing, as claimShare would list it; not ok for
 // one this process does not know (the default room, one sender) or one

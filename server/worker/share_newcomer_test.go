@@ -1,0 +1,92 @@
+package worker_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hymical/hymical/harness/e2etest"
+)
+
+// Endpoints whose receivers answer just under what makes an endpoint slow
+// take every sender and, before, filled the queue in front of the senders
+// too: a healthy endpoint's deliveries then waited behind their backlog
+// for many seconds (4.4-20.7 s measured through serve, issue 34). Claimed
+// work now waits per endpoint and the senders serve the endpoints in turn,
+// with a reserve only an endpoint with nothing in flight may use, and the
+// claimer claims a newly due endpoint's work even while the queue is full
+// of others': the healthy endpoint's deliveries go out as they come.
+func TestFairShareANewcomerIsNotBehindOthersBacklog(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		slow  int
+		delay time.Duration
+	}{{4, 950 * time.Millisecond}, {6, 950 * time.Millisecond}, {6, 500 * time.Millisecond}}
+	for name, open := range backends {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/%d endpoints at %s", name, tc.slow, tc.delay), func(t *testing.T) {
+				t.Parallel()
+				store, host := shareEnv(t, open)
+				for i := range tc.slow {
+					endpointFor(t, store, fmt.Sprintf("form_slow_%d", i), func(w http.ResponseWriter, r *http.Request) {
+						select {
+						case <-time.After(tc.delay):
+						case <-r.Context().Done():
+						}
+						w.WriteHeader(http.StatusNoContent)
+					})
+				}
+				var mu sync.Mutex
+				arrived := map[string]time.Time{}
+				endpointFor(t, store, "form_ok", func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					arrived[r.Header.Get("webhook-id")] = time.Now()
+					mu.Unlock()
+					w.WriteHeader(http.StatusNoContent)
+				})
+				e2etest.RunPool(t, store, host, shareConfig())
+				// 150 submissions to the slow endpoints: a backlog of
+				// several seconds at 16 senders.
+				for i := range 150 {
+					e2etest.Submit(t, store, fmt.Sprintf("form_slow_%d", i%tc.slow), 1)
+				}
+				// Then the healthy endpoint's, at 4 a second.
+				const healthy = 12
+				created := map[string]time.Time{}
+				for range healthy {
+					at := time.Now()
+					for id := range e2etest.Submit(t, store, "form_ok", 1) {
+						created[id] = at
+					}
+					time.Sleep(250 * time.Millisecond)
+				}
+				e2etest.WaitUntil(t, 60*time.Second, "the healthy endpoint's deliveries all arrived", func() (bool, string) {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(arrived) >= healthy, fmt.Sprintf("%d of %d", len(arrived), healthy)
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				var waits []time.Duration
+				for id, at := range created {
+					got, ok := arrived[id]
+					if !ok {
+						t.Fatalf("delivery %s of the healthy endpoint did not arrive; arrived: %v", id, arrived)
+					}
+					waits = append(waits, got.Sub(at))
+				}
+				slices.Sort(waits)
+				t.Logf("healthy endpoint, create to received: %v", waits)
+				// The claimer's gap is milliseconds and a sender is free
+				// for an endpoint with nothing in flight: one second is
+				// the issue's bound with room for a loaded machine.
+				if worst := waits[len(waits)-1]; worst > time.Second {
+					t.Errorf("a healthy delivery took %s from create to received behind %d endpoints at %s, want at most 1s", worst.Round(time.Millisecond), tc.slow, tc.delay)
+				}
+			})
+		}
+	}
+}
