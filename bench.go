@@ -38,9 +38,10 @@ default settings) on a fresh database, creates --endpoints endpoints through
 POST /v1/endpoints, and posts --submissions submissions to the ingest route
 from --producers goroutines, as fast as they go or paced by --rate. It
 prints deliveries per second, the latency from each POST to the receiver
-holding the verified message (p50, p99, max), and the CPU per delivery of
-the serve process, its plugins and the PostgreSQL server, sampled from
-/proc before and after. --concurrency, --batch, --poll-interval,
+holding the verified message (p50, p99, max), the ingest latency from each
+POST to its 202 answer (p50, p99), and the CPU per delivery of the serve
+process, its plugins and the PostgreSQL server, sampled from /proc before
+and after. --concurrency, --batch, --poll-interval,
 --endpoint-share, --lease and --log-level, when given, are passed to serve
 as its worker and log settings; --idle D measures serve with one endpoint and no traffic for D.
 

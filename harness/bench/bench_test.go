@@ -392,10 +392,13 @@ func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
 				if p.Rate <= 0 || p.P50 <= 0 || p.P99 < p.P50 || p.Max < p.P99 || p.InsertWall <= 0 {
 					t.Errorf("rate %.0f, p50 %s, p99 %s, max %s, posting %s", p.Rate, p.P50, p.P99, p.Max, p.InsertWall)
 				}
+				if p.IngestP50 <= 0 || p.IngestP99 < p.IngestP50 || p.IngestP99 > p.InsertWall {
+					t.Errorf("ingest p50 %s, p99 %s, posting all %s", p.IngestP50, p.IngestP99, p.InsertWall)
+				}
 				if p.CPUServer <= 0 || p.CPUPerMsg != p.CPUServerPerMsg+p.CPUPluginPerMsg+p.CPUDBPerMsg || p.CPUServerPerMsg <= 0 {
 					t.Errorf("cpu: server %s, per message %s = server %s + plugin %s + db %s", p.CPUServer, p.CPUPerMsg, p.CPUServerPerMsg, p.CPUPluginPerMsg, p.CPUDBPerMsg)
 				}
-				for _, want := range []string{PhaseHTTP, "50 submissions x 2 endpoints = 100 deliveries", "server/msg", "--webhook.allowed_networks=127.0.0.0/8"} {
+				for _, want := range []string{PhaseHTTP, "50 submissions x 2 endpoints = 100 deliveries", "server/msg", "ingest p99", "--webhook.allowed_networks=127.0.0.0/8"} {
 					if !strings.Contains(out.String(), want) {
 						t.Errorf("report does not say %q:\n%s", want, out.String())
 					}

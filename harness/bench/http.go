@@ -448,6 +448,7 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
+	ingest := ingestLatencies(sent)
 	if ok := r.recv.ok.Load(); ok != int64(total) {
 		return Phase{}, fmt.Errorf("%s: the receiver verified %d requests for %d deliveries", name, ok, total)
 	}
@@ -457,6 +458,7 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 		Rate:    float64(total) / wall.Seconds(),
 		Latency: "POST of the submission to the receiver holding the verified message", LatencySamples: len(lat),
 		P50: percentile(lat, 50), P99: percentile(lat, 99), Max: percentile(lat, 100),
+		IngestP50: percentile(ingest, 50), IngestP99: percentile(ingest, 99),
 		InsertWall: insertWall,
 		Received:   r.recv.ok.Load(),
 		where:      sv.where,
@@ -466,11 +468,24 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 	return p, nil
 }
 
-// posted is one submission: when its POST began and the deliveries the
-// server answered with.
+// posted is one submission: when its POST began, when its 202 answer had
+// been read, and the deliveries the server answered with.
 type posted struct {
 	at         time.Time
+	accepted   time.Time
 	deliveries []string
+}
+
+// ingestLatencies is, for every submission, its POST to its 202: what a
+// form front end waits for, apart from what the delivery takes after.
+func ingestLatencies(sent []posted) []time.Duration {
+	out := make([]time.Duration, 0, len(sent))
+	for _, s := range sent {
+		if !s.accepted.IsZero() {
+			out = append(out, s.accepted.Sub(s.at))
+		}
+	}
+	return out
 }
 
 // post creates the submissions through the ingest route on r.o.Producers
@@ -500,6 +515,7 @@ func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent
 					cancel(fmt.Errorf("submission %d: %w", i, err))
 					return
 				}
+				sent[i].accepted = time.Now()
 				if len(res.Deliveries) != r.o.Endpoints {
 					cancel(fmt.Errorf("submission %d fanned out to %d endpoints, want %d", i, len(res.Deliveries), r.o.Endpoints))
 					return
