@@ -195,6 +195,9 @@ func TestOptionsRefuseWhatCannotRun(t *testing.T) {
 		{"http mode without hymical", func(o *Options) { o.HTTP = true }, "hymical executable"},
 		{"http mode and preload", func(o *Options) { o.HTTP, o.Hymical, o.Preload = true, "hymical", true }, "preload does not apply"},
 		{"negative idle", func(o *Options) { o.HTTP, o.Hymical, o.Idle = true, "hymical", -time.Second }, "idle must not be negative"},
+		{"serves without the http mode", func(o *Options) { o.Serves = 2 }, "add --http"},
+		{"serves on sqlite", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", 2 }, "needs PostgreSQL"},
+		{"negative serves", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", -1 }, "at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -344,19 +347,22 @@ func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
 		backend string
 		rate    float64
 		idle    time.Duration
+		serves  int
 	}{
-		{"sqlite flat out", BackendSQLite, 0, 0},
-		{"sqlite paced", BackendSQLite, 200, 0},
-		{"postgres flat out", BackendPostgres, 0, 0},
-		{"sqlite idle", BackendSQLite, 0, time.Second},
-		{"postgres idle", BackendPostgres, 0, time.Second},
+		{"sqlite flat out", BackendSQLite, 0, 0, 1},
+		{"sqlite paced", BackendSQLite, 200, 0, 1},
+		{"postgres flat out", BackendPostgres, 0, 0, 1},
+		{"postgres flat out, 2 serves", BackendPostgres, 0, 0, 2},
+		{"sqlite idle", BackendSQLite, 0, time.Second, 1},
+		{"postgres idle", BackendPostgres, 0, time.Second, 1},
+		{"postgres idle, 3 serves", BackendPostgres, 0, time.Second, 3},
 	}
 	for _, tt := range tests {
 		// Not in parallel: the CPU of a phase is read per process, and
 		// the check for a server left behind looks at every child.
 		t.Run(tt.name, func(t *testing.T) {
 			o := small(t)
-			o.HTTP, o.Hymical, o.Backend, o.Rate, o.Idle = true, hymical, tt.backend, tt.rate, tt.idle
+			o.HTTP, o.Hymical, o.Backend, o.Rate, o.Idle, o.Serves = true, hymical, tt.backend, tt.rate, tt.idle, tt.serves
 			o.Submissions, o.Endpoints, o.Producers = 50, 2, 3
 			if tt.backend == BackendPostgres {
 				o.DatabaseURL = pgtest.BaseDSN(t)
@@ -366,8 +372,8 @@ func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			if len(rep.Phases) != 1 || rep.Mode != ModeHTTP {
-				t.Fatalf("mode %q with %d phases, want one of the http mode", rep.Mode, len(rep.Phases))
+			if len(rep.Phases) != 1 || rep.Mode != ModeHTTP || rep.Serves != tt.serves {
+				t.Fatalf("mode %q with %d phases and %d serves, want one of the http mode with %d", rep.Mode, len(rep.Phases), rep.Serves, tt.serves)
 			}
 			p := rep.Phases[0]
 			// The serve process and its plugin were found and read.
@@ -403,6 +409,9 @@ func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
 						t.Errorf("report does not say %q:\n%s", want, out.String())
 					}
 				}
+			}
+			if tt.serves > 1 && !strings.Contains(out.String(), fmt.Sprintf("%d processes on the one database", tt.serves)) {
+				t.Errorf("the report does not say %d serves ran:\n%s", tt.serves, out.String())
 			}
 			if left := children(t); len(left) > 0 {
 				t.Errorf("processes left running after the run: %v", left)
@@ -490,5 +499,50 @@ func TestReceiverVerifiesEachPathWithItsSecret(t *testing.T) {
 	}
 	if r.ok.Load() != 1 || r.bad.Load() != 2 || len(arr.at) != 1 {
 		t.Errorf("ok %d, bad %d, %d arrivals recorded; want 1, 2, 1", r.ok.Load(), r.bad.Load(), len(arr.at))
+	}
+}
+
+// With several serves, the meter reads every one of them and the plugins
+// of each, so the CPU per delivery is the whole deployment's.
+func TestServesAreMeteredTogether(t *testing.T) {
+	hymical, err := hymicalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := small(t)
+	o.HTTP, o.Hymical, o.Backend, o.Serves, o.DatabaseURL = true, hymical, BackendPostgres, 2, pgtest.BaseDSN(t)
+	o = o.withDefaults()
+	recv, err := startReceiver(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.close()
+	r := &runner{o: o, recv: recv}
+	_, err = r.withServe(t.Context(), "metered", 1, func(ctx context.Context, sv served) (Phase, error) {
+		pids := sv.pids()
+		if len(pids) != 2 || pids[0] == pids[1] {
+			t.Errorf("serve pids %v, want 2 distinct", pids)
+		}
+		m := startServerMeter(pids, 0, nil)
+		byParent := map[int]int{}
+		for pid := range m.plugin {
+			_, ppid, _, _ := procStat(pid)
+			byParent[ppid]++
+		}
+		for _, pid := range pids {
+			if byParent[pid] == 0 {
+				t.Errorf("no plugin process of serve %d metered; plugins by parent: %v", pid, byParent)
+			}
+		}
+		if u := m.stop(); u.ServerPeakRSS <= 0 {
+			t.Errorf("server peak RSS %d: not read", u.ServerPeakRSS)
+		}
+		return Phase{}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := children(t); len(left) > 0 {
+		t.Errorf("processes left running after the phase: %v", left)
 	}
 }

@@ -25,13 +25,13 @@ import (
 )
 
 // The HTTP mode drives what users drive: a real `hymical serve` process
-// (the same executable, its own plugins, a fresh database) that the bench
-// reaches only through its HTTP API, as a form front end and an operator
-// would. Endpoints are created with POST /v1/endpoints, so their secrets
+// (the same executable, its own plugins, a fresh database), or Serves of
+// them on one PostgreSQL database, that the bench reaches only through
+// their HTTP API, as a form front end and an operator would. Endpoints are created with POST /v1/endpoints, so their secrets
 // are the server's own; submissions go through the ingest route from
 // Producers goroutines; the loopback receiver verifies each message with
 // its endpoint's secret and notes when it arrived. The CPU of the serve
-// process, its plugin processes and the PostgreSQL server is read from
+// processes, their plugin processes and the PostgreSQL server is read from
 // /proc before and after the measured window; the bench's own is shown
 // apart and counted in no per-delivery figure.
 
@@ -74,6 +74,7 @@ func runHTTP(ctx context.Context, o Options) (*Report, error) {
 		Producers:   o.Producers,
 		Rate:        o.Rate,
 		Repeat:      o.Repeat,
+		Serves:      o.Serves,
 		Serve:       r.serveFlags(),
 		Idle:        o.Idle,
 		Started:     time.Now().UTC(),
@@ -130,6 +131,9 @@ func (r *runner) serveFlags() []string {
 
 // serveProc is a running `hymical serve` child process.
 type serveProc struct {
+	// name says which serve it is in messages: "serve", or "serve 2 of
+	// 3" when there are several.
+	name   string
 	cmd    *exec.Cmd
 	base   string
 	token  string
@@ -139,9 +143,9 @@ type serveProc struct {
 	err    error // set before exited is closed
 }
 
-// startServe runs serve on the database fs and waits until its /readyz
-// answers 200.
-func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, error) {
+// startServe runs serve, named name, on the database fs and waits until
+// its /readyz answers 200.
+func (r *runner) startServe(ctx context.Context, fs *freshStore, name string) (*serveProc, error) {
 	token, err := randomHex(24)
 	if err != nil {
 		return nil, err
@@ -168,7 +172,7 @@ func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, er
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s serve (build it with: go build -o bin/ .): %w", r.o.Hymical, err)
 	}
-	s := &serveProc{cmd: cmd, token: token, out: out, exited: make(chan struct{})}
+	s := &serveProc{name: name, cmd: cmd, token: token, out: out, exited: make(chan struct{})}
 	addr := make(chan string, 1)
 	var reading sync.WaitGroup
 	reading.Go(func() {
@@ -198,9 +202,9 @@ func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, er
 	case a := <-addr:
 		s.base = "http://" + a
 	case <-s.exited:
-		return nil, fmt.Errorf("serve exited before it listened (%v):\n%s", s.err, out)
+		return nil, fmt.Errorf("%s exited before it listened (%v):\n%s", name, s.err, out)
 	case <-ready.Done():
-		return nil, errors.Join(fmt.Errorf("serve did not say where it listens within a minute:\n%s", out), s.stop())
+		return nil, errors.Join(fmt.Errorf("%s did not say where it listens within a minute:\n%s", name, out), s.stop())
 	}
 	s.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: r.o.Producers + 4, DisableCompression: true,
@@ -212,9 +216,9 @@ func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, er
 		}
 		select {
 		case <-s.exited:
-			return nil, fmt.Errorf("serve exited before it was ready (%v):\n%s", s.err, out)
+			return nil, fmt.Errorf("%s exited before it was ready (%v):\n%s", name, s.err, out)
 		case <-ready.Done():
-			return nil, errors.Join(fmt.Errorf("serve was not ready within a minute: /readyz said %d %s (%v):\n%s", status, body, err, out), s.stop())
+			return nil, errors.Join(fmt.Errorf("%s was not ready within a minute: /readyz said %d %s (%v):\n%s", name, status, body, err, out), s.stop())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -239,13 +243,13 @@ func (s *serveProc) stop() error {
 	case <-time.After(30 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-s.exited
-		return fmt.Errorf("serve did not stop within 30 s of SIGTERM and was killed:\n%s", s.out)
+		return fmt.Errorf("%s did not stop within 30 s of SIGTERM and was killed:\n%s", s.name, s.out)
 	}
 }
 
 func (s *serveProc) exitErr() error {
 	if s.err != nil {
-		return fmt.Errorf("serve exited with %v:\n%s", s.err, s.out)
+		return fmt.Errorf("%s exited with %v:\n%s", s.name, s.err, s.out)
 	}
 	return nil
 }
@@ -376,23 +380,25 @@ func (r *runner) viaHTTP(ctx context.Context) (Phase, error) {
 	return r.withServe(ctx, PhaseHTTP, r.o.Endpoints, r.postAndMeasure)
 }
 
-// withServe runs phase against a serve process on a fresh store with
-// endpoints endpoints made, and stops and removes both after it.
+// withServe runs phase against r.o.Serves serve processes on a fresh
+// store, with endpoints endpoints made through the first, and stops and
+// removes them all after it.
 func (r *runner) withServe(ctx context.Context, name string, endpoints int, phase func(context.Context, served) (Phase, error)) (p Phase, err error) {
 	fs, err := openFresh(ctx, r.o)
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer fs.removeInto(ctx, name, &err)
-	srv, err := r.startServe(ctx, fs)
+	srvs, err := r.startServes(ctx, fs)
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer func() {
-		if serr := srv.stop(); serr != nil {
+		if serr := stopServes(srvs); serr != nil {
 			err = errors.Join(err, fmt.Errorf("%s: %w", name, serr))
 		}
 	}()
+	srv := srvs[0]
 	if err := srv.createEndpoints(ctx, r.recv, endpoints); err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -404,27 +410,106 @@ func (r *runner) withServe(ctx context.Context, name string, endpoints int, phas
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer closeOthers()
-	return phase(ctx, served{srv: srv, where: fs.where, others: others})
+	return phase(ctx, served{srvs: srvs, exited: anyExited(srvs), where: fs.where, others: others})
+}
+
+// startServes starts r.o.Serves serve processes on fs. The first starts
+// alone and is ready before the others start: the database is migrated
+// already (openFresh), so nothing at start-up needs one process alone,
+// but a failure then shows in the first serve's output only, and the
+// others start on a database a serve has already opened, as they would
+// join a running deployment.
+func (r *runner) startServes(ctx context.Context, fs *freshStore) ([]*serveProc, error) {
+	n := r.o.Serves
+	nameOf := func(i int) string {
+		if n == 1 {
+			return "serve"
+		}
+		return fmt.Sprintf("serve %d of %d", i+1, n)
+	}
+	first, err := r.startServe(ctx, fs, nameOf(0))
+	if err != nil {
+		return nil, err
+	}
+	srvs := make([]*serveProc, n)
+	srvs[0] = first
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Go(func() { srvs[i], errs[i] = r.startServe(ctx, fs, nameOf(i)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		var started []*serveProc
+		for _, s := range srvs {
+			if s != nil {
+				started = append(started, s)
+			}
+		}
+		return nil, errors.Join(err, stopServes(started))
+	}
+	return srvs, nil
+}
+
+// stopServes stops every serve at once, so that N of them take as long
+// to stop as the slowest, not the sum.
+func stopServes(srvs []*serveProc) error {
+	errs := make([]error, len(srvs))
+	var wg sync.WaitGroup
+	for i, s := range srvs {
+		wg.Go(func() { errs[i] = s.stop() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// anyExited returns a channel that gets each serve of srvs that exits, as
+// it exits. It has room for all of them, so the goroutines waiting end
+// when the serves are stopped, read or not.
+func anyExited(srvs []*serveProc) <-chan *serveProc {
+	ch := make(chan *serveProc, len(srvs))
+	for _, s := range srvs {
+		go func() {
+			<-s.exited
+			ch <- s
+		}()
+	}
+	return ch
 }
 
 // served is what a phase of the HTTP mode runs against: the serve
-// process, where its store is, and the PostgreSQL backends not its own.
+// processes (the first made the endpoints and answers the settled
+// checks), a channel that gets any of them that exits, where their store
+// is, and the PostgreSQL backends not its own.
 type served struct {
-	srv    *serveProc
+	srvs   []*serveProc
+	exited <-chan *serveProc
 	where  string
 	others func() map[int]bool
+}
+
+// first is the serve that made the endpoints and answers the settled
+// checks: any serve reads the same database.
+func (sv served) first() *serveProc { return sv.srvs[0] }
+
+// pids are the serve processes, for the meter.
+func (sv served) pids() []int {
+	out := make([]int, len(sv.srvs))
+	for i, s := range sv.srvs {
+		out[i] = s.cmd.Process.Pid
+	}
+	return out
 }
 
 // postAndMeasure is the traffic phase proper: it posts the submissions
 // and waits for every delivery to arrive.
 func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err error) {
 	name := PhaseHTTP
-	srv, others := sv.srv, sv.others
 	total := r.o.Deliveries()
 	r.recv.reset()
 	arr := r.recv.record(total)
 	sent := make([]posted, r.o.Submissions)
-	m := startServerMeter(srv.cmd.Process.Pid, r.dbPID, others)
+	m := startServerMeter(sv.pids(), r.dbPID, sv.others)
 	start := time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -432,11 +517,11 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 	var insertWall time.Duration
 	var bg sync.WaitGroup
 	bg.Go(func() {
-		err := r.post(runCtx, srv, start, sent)
+		err := r.post(runCtx, sv.srvs, start, sent)
 		insertWall = time.Since(start)
 		produced <- err
 	})
-	werr := r.waitSettled(runCtx, srv, name, total, produced)
+	werr := r.waitSettled(runCtx, sv, name, total, produced)
 	u := m.stop()
 	stop()
 	bg.Wait()
@@ -490,7 +575,9 @@ func ingestLatencies(sent []posted) []time.Duration {
 
 // post creates the submissions through the ingest route on r.o.Producers
 // goroutines, paced at r.o.Rate when it is set, and notes each in sent.
-func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent []posted) error {
+// Submission i goes to serve i%len(srvs), as a load balancer taking turns
+// would send it.
+func (r *runner) post(ctx context.Context, srvs []*serveProc, start time.Time, sent []posted) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
@@ -510,9 +597,10 @@ func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent
 					}
 				}
 				var res apiwire.IngestResult
+				srv := srvs[i%len(srvs)]
 				sent[i].at = time.Now()
 				if err := srv.call(ctx, http.MethodPost, path, http.StatusAccepted, formData, &res); err != nil {
-					cancel(fmt.Errorf("submission %d: %w", i, err))
+					cancel(fmt.Errorf("submission %d, to %s: %w", i, srv.name, err))
 					return
 				}
 				sent[i].accepted = time.Now()
@@ -535,7 +623,7 @@ func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent
 // has recorded them all delivered. Like waitDelivered, it asks the server
 // only near the end and every storeCheckEvery, so that waiting costs the
 // measured processes nothing to speak of.
-func (r *runner) waitSettled(ctx context.Context, srv *serveProc, name string, total int, produced <-chan error) error {
+func (r *runner) waitSettled(ctx context.Context, sv served, name string, total int, produced <-chan error) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	lastCheck, lastReport := time.Now(), time.Now()
@@ -546,8 +634,8 @@ func (r *runner) waitSettled(ctx context.Context, srv *serveProc, name string, t
 				return err
 			}
 			produced = nil
-		case <-srv.exited:
-			return fmt.Errorf("serve exited during the run (%v):\n%s", srv.err, srv.out)
+		case s := <-sv.exited:
+			return fmt.Errorf("%s exited during the run (%v):\n%s", s.name, s.err, s.out)
 		case <-ctx.Done():
 			return fmt.Errorf("gave up after %d of %d deliveries reached the receiver: %w", r.recv.ok.Load(), total, context.Cause(ctx))
 		case <-tick.C:
@@ -565,7 +653,7 @@ func (r *runner) waitSettled(ctx context.Context, srv *serveProc, name string, t
 			continue
 		}
 		lastCheck = time.Now()
-		done, err := srv.settled(ctx, periodic || got >= int64(total))
+		done, err := sv.first().settled(ctx, periodic || got >= int64(total))
 		if err != nil {
 			return err
 		}
@@ -605,27 +693,27 @@ func matchArrivals(sent []posted, arr *arrivals, total int) ([]time.Duration, ti
 	return lat, last, nil
 }
 
-// idle is the HTTP mode's idle phase: serve with one endpoint and no
-// traffic, measured for r.o.Idle after it settles.
+// idle is the HTTP mode's idle phase: serve (every one of r.o.Serves)
+// with one endpoint and no traffic, measured for r.o.Idle after it
+// settles.
 func (r *runner) idle(ctx context.Context) (Phase, error) {
 	return r.withServe(ctx, PhaseIdle, 1, r.measureIdle)
 }
 
-// measureIdle measures an idle serve for r.o.Idle.
+// measureIdle measures the idle serves for r.o.Idle.
 func (r *runner) measureIdle(ctx context.Context, sv served) (Phase, error) {
 	name := PhaseIdle
-	srv, others := sv.srv, sv.others
 	r.recv.reset()
 	if !sleep(ctx, serveSettle) {
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
 	r.progress("%s: measuring for %s", name, r.o.Idle)
-	m := startServerMeter(srv.cmd.Process.Pid, r.dbPID, others)
+	m := startServerMeter(sv.pids(), r.dbPID, sv.others)
 	start := time.Now()
 	select {
 	case <-time.After(r.o.Idle):
-	case <-srv.exited:
-		return Phase{}, fmt.Errorf("%s: serve exited while idle (%v):\n%s", name, srv.err, srv.out)
+	case s := <-sv.exited:
+		return Phase{}, fmt.Errorf("%s: %s exited while idle (%v):\n%s", name, s.name, s.err, s.out)
 	case <-ctx.Done():
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}

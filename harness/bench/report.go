@@ -171,6 +171,9 @@ type Report struct {
 	Rate        float64       `json:"submission_rate_per_s,omitempty"`
 	Preload     bool          `json:"preload"`
 	Repeat      int           `json:"repeat"`
+	// Serves is how many serve processes the HTTP mode ran on its one
+	// database.
+	Serves int `json:"serves,omitempty"`
 	// Serve is the flags the HTTP mode ran serve with; its settings are
 	// serve's defaults but for these.
 	Serve []string `json:"serve_flags,omitempty"`
@@ -352,7 +355,12 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 		fmt.Fprintf(&b, "load      %d submissions x %d endpoints = %d deliveries, %d producers posting to /v1/forms/%s/submissions, %s\n",
 			r.Submissions, r.Endpoints, r.Deliveries, r.Producers, benchForm, load)
 	}
-	fmt.Fprintf(&b, "serve     its defaults but for %s\n\n", strings.Join(r.Serve, " "))
+	if r.Serves > 1 {
+		fmt.Fprintf(&b, "serve     %d processes on the one database, each on its own port; submission i posted to serve i%%%d; the first made the endpoints\n", r.Serves, r.Serves)
+		fmt.Fprintf(&b, "          each with its defaults but for %s\n\n", strings.Join(r.Serve, " "))
+	} else {
+		fmt.Fprintf(&b, "serve     1 process, its defaults but for %s\n\n", strings.Join(r.Serve, " "))
+	}
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	rows := 0
@@ -383,6 +391,10 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 				secs(p.CPUDB), p.IdleDBPercent, secs(p.CPUSelf), mib(p.ServerPeakRSS), mib(p.PluginPeakRSS))
 		}
 		fmt.Fprintln(&b)
+	}
+	if r.Serves > 1 {
+		fmt.Fprintf(&b, "\nWith %d serves, server and plugin CPU are those of all %d serve processes and all their plugin\n", r.Serves, r.Serves)
+		fmt.Fprintln(&b, "processes, summed; server RSS is the largest serve's, plugin RSS the largest plugin's.")
 	}
 	if rows > 0 {
 		fmt.Fprintln(&b, "\nCPU per delivery by process: server is the serve process (with SQLite in it), plugin its plugin")
