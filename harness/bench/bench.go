@@ -122,6 +122,12 @@ type Options struct {
 	// Idle, in the HTTP mode, measures serve with one endpoint and no
 	// traffic for this long instead.
 	Idle time.Duration
+	// IdleWarm, with Idle, first posts one submission for each endpoint's
+	// form (the idle one, then for benchForm only, and the Registered
+	// others) from Producers goroutines and waits until each endpoint has
+	// had its delivery, verified, before the settle: the idle phase then
+	// measures a serve that has just delivered to every endpoint.
+	IdleWarm bool
 	// Serves, in the HTTP mode, is how many serve processes run on the one
 	// fresh database, each on its own port (PostgreSQL only: a SQLite file
 	// belongs to one process). The first makes the endpoints; submission i
@@ -213,6 +219,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("idle must not be negative, got %s", o.Idle)
 	case o.Idle > 0 && !o.HTTP:
 		return errors.New("idle measures a serve process: use it with the http mode (--http)")
+	case o.IdleWarm && o.Idle <= 0:
+		return errors.New("--idle-warm warms serve up before the idle phase: use it with --idle D")
 	case o.HTTP && o.Hymical == "":
 		return errors.New("the http mode runs `hymical serve`: give the hymical executable to run")
 	case o.HTTP && o.Preload:

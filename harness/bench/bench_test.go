@@ -198,6 +198,7 @@ func TestOptionsRefuseWhatCannotRun(t *testing.T) {
 		{"serves without the http mode", func(o *Options) { o.Serves = 2 }, "add --http"},
 		{"serves on sqlite", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", 2 }, "needs PostgreSQL"},
 		{"negative serves", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", -1 }, "at least 1"},
+		{"idle-warm without idle", func(o *Options) { o.HTTP, o.Hymical, o.IdleWarm = true, "hymical", true }, "use it with --idle"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -518,7 +519,7 @@ func TestServesAreMeteredTogether(t *testing.T) {
 	}
 	defer recv.close()
 	r := &runner{o: o, recv: recv}
-	_, err = r.withServe(t.Context(), "metered", 1, func(ctx context.Context, sv served) (Phase, error) {
+	_, err = r.withServe(t.Context(), "metered", 1, nil, func(ctx context.Context, sv served) (Phase, error) {
 		pids := sv.pids()
 		if len(pids) != 2 || pids[0] == pids[1] {
 			t.Errorf("serve pids %v, want 2 distinct", pids)
@@ -544,5 +545,53 @@ func TestServesAreMeteredTogether(t *testing.T) {
 	}
 	if left := children(t); len(left) > 0 {
 		t.Errorf("processes left running after the phase: %v", left)
+	}
+}
+
+// --idle-warm delivers once to every endpoint, the registered ones too,
+// each verified with the secret the server made for it, before the idle
+// phase measures; the idle phase itself then receives nothing.
+func TestIdleWarmDeliversToEveryEndpointOnce(t *testing.T) {
+	hymical, err := hymicalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		backend string
+		serves  int
+	}{
+		{"sqlite", BackendSQLite, 1},
+		{"postgres, 2 serves", BackendPostgres, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := small(t)
+			o.HTTP, o.Hymical, o.Backend, o.Serves = true, hymical, tt.backend, tt.serves
+			o.Idle, o.IdleWarm, o.Registered, o.Producers = time.Second, true, 40, 3
+			if tt.backend == BackendPostgres {
+				o.DatabaseURL = pgtest.BaseDSN(t)
+			}
+			rep, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			p := rep.Phases[0]
+			if !rep.IdleWarm || p.Kind != KindIdle || p.WarmEndpoints != 41 || p.WarmWall <= 0 || p.Received != 0 || p.Wall < o.Idle {
+				t.Errorf("idle warm %v, phase %s: warmed %d endpoints in %s, then %d received over %s; want 41 warmed, none received",
+					rep.IdleWarm, p.Kind, p.WarmEndpoints, p.WarmWall, p.Received, p.Wall)
+			}
+			var out strings.Builder
+			if err := rep.WriteText(&out); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"warm, having just delivered once to each of its 41 endpoints", "% of one core"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("report does not say %q:\n%s", want, out.String())
+				}
+			}
+			if left := children(t); len(left) > 0 {
+				t.Errorf("processes left running after the run: %v", left)
+			}
+		})
 	}
 }

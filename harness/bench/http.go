@@ -77,10 +77,15 @@ func runHTTP(ctx context.Context, o Options) (*Report, error) {
 		Serves:      o.Serves,
 		Serve:       r.serveFlags(),
 		Idle:        o.Idle,
+		IdleWarm:    o.IdleWarm,
 		Started:     time.Now().UTC(),
 	}
 	if o.Idle > 0 {
 		rep.Submissions, rep.Endpoints, rep.Deliveries, rep.Producers, rep.Rate = 0, 1, 0, 0, 0
+		if o.IdleWarm {
+			// They post the warm-up.
+			rep.Producers = o.Producers
+		}
 	}
 	for round := 1; round <= o.Repeat; round++ {
 		pctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -308,12 +313,12 @@ func (s *serveProc) call(ctx context.Context, method, path string, want int, in,
 
 // createEndpoints makes n endpoints through the API, each to its own path
 // on the receiver, which then verifies that path with the secret the
-// server made for it.
-func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int) error {
+// server made for it. They are for the forms named (none: every form).
+func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int, forms []string) error {
 	for i := range n {
 		var ep apiwire.EndpointCreated
 		err := s.call(ctx, http.MethodPost, "/v1/endpoints", http.StatusCreated, apiwire.EndpointCreate{
-			URL: recv.url(i), Description: "hymical bench receiver",
+			URL: recv.url(i), FormIDs: forms, Description: "hymical bench receiver",
 		}, &ep)
 		if err != nil {
 			return err
@@ -326,22 +331,31 @@ func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int) 
 }
 
 // registerOthers makes n endpoints through the API that no submission of
-// the bench matches, each for a form of its own, from 8 callers at once.
-func (s *serveProc) registerOthers(ctx context.Context, recv *receiver, n int) error {
+// the bench's traffic matches, each for a form of its own (otherForm(i))
+// and sending to path otherEndpoint(i) of the receiver, from 8 callers at
+// once. With verify, the receiver then verifies each of those paths with
+// the secret the server made for it, so that the warm-up of --idle-warm
+// can deliver to them; without, it refuses anything sent there.
+func (s *serveProc) registerOthers(ctx context.Context, recv *receiver, n int, verify bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	next := make(chan int)
+	// Each caller writes only the secrets of the endpoints it made.
+	secrets := make([]string, n)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for i := range next {
+				var ep apiwire.EndpointCreated
 				err := s.call(ctx, http.MethodPost, "/v1/endpoints", http.StatusCreated, apiwire.EndpointCreate{
-					URL: recv.url(1_000_000 + i), FormIDs: []string{fmt.Sprintf("bench_other_%d", i)},
+					URL: recv.url(otherEndpoint(i)), FormIDs: []string{otherForm(i)},
 					Description: "hymical bench: registered, matched by no submission",
-				}, nil)
+				}, &ep)
 				if err != nil {
 					cancel(fmt.Errorf("registering endpoint %d of %d: %w", i+1, n, err))
+					continue
 				}
+				secrets[i] = ep.Secret
 			}
 		})
 	}
@@ -350,8 +364,21 @@ func (s *serveProc) registerOthers(ctx context.Context, recv *receiver, n int) e
 	}
 	close(next)
 	wg.Wait()
-	return context.Cause(ctx)
+	if err := context.Cause(ctx); err != nil || !verify {
+		return err
+	}
+	byNumber := make(map[int]string, n)
+	for i, secret := range secrets {
+		byNumber[otherEndpoint(i)] = secret
+	}
+	return recv.verifyPaths(byNumber)
 }
+
+// otherForm is the form registered endpoint i is for, and otherEndpoint
+// its number at the receiver: apart from the bench's own endpoints, which
+// are numbered from 0.
+func otherForm(i int) string  { return fmt.Sprintf("bench_other_%d", i) }
+func otherEndpoint(i int) int { return 1_000_000 + i }
 
 // settled reports whether every delivery is recorded delivered: none is
 // pending or processing. A failed one is an error.
@@ -377,13 +404,14 @@ func (s *serveProc) settled(ctx context.Context, checkFailed bool) (bool, error)
 
 // viaHTTP is the HTTP mode's traffic phase.
 func (r *runner) viaHTTP(ctx context.Context) (Phase, error) {
-	return r.withServe(ctx, PhaseHTTP, r.o.Endpoints, r.postAndMeasure)
+	return r.withServe(ctx, PhaseHTTP, r.o.Endpoints, nil, r.postAndMeasure)
 }
 
 // withServe runs phase against r.o.Serves serve processes on a fresh
-// store, with endpoints endpoints made through the first, and stops and
-// removes them all after it.
-func (r *runner) withServe(ctx context.Context, name string, endpoints int, phase func(context.Context, served) (Phase, error)) (p Phase, err error) {
+// store, with endpoints endpoints for forms (none: every form) and the
+// r.o.Registered others made through the first, and stops and removes
+// them all after it.
+func (r *runner) withServe(ctx context.Context, name string, endpoints int, forms []string, phase func(context.Context, served) (Phase, error)) (p Phase, err error) {
 	fs, err := openFresh(ctx, r.o)
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
@@ -399,10 +427,11 @@ func (r *runner) withServe(ctx context.Context, name string, endpoints int, phas
 		}
 	}()
 	srv := srvs[0]
-	if err := srv.createEndpoints(ctx, r.recv, endpoints); err != nil {
+	if err := srv.createEndpoints(ctx, r.recv, endpoints, forms); err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
-	if err := srv.registerOthers(ctx, r.recv, r.o.Registered); err != nil {
+	// Only the warm-up delivers to the registered endpoints.
+	if err := srv.registerOthers(ctx, r.recv, r.o.Registered, r.o.IdleWarm); err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	others, closeOthers, err := otherBackends(ctx, fs)
@@ -517,7 +546,7 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 	var insertWall time.Duration
 	var bg sync.WaitGroup
 	bg.Go(func() {
-		err := r.post(runCtx, sv.srvs, start, sent)
+		err := r.post(runCtx, sv.srvs, start, sent, postPlan{form: func(int) string { return benchForm }, fanOut: r.o.Endpoints, rate: r.o.Rate})
 		insertWall = time.Since(start)
 		produced <- err
 	})
@@ -573,16 +602,22 @@ func ingestLatencies(sent []posted) []time.Duration {
 	return out
 }
 
+// postPlan says what post sends: submission i is for form(i) and must
+// fan out to fanOut endpoints; rate, when positive, paces them.
+type postPlan struct {
+	form   func(i int) string
+	fanOut int
+	rate   float64
+}
+
 // post creates the submissions through the ingest route on r.o.Producers
-// goroutines, paced at r.o.Rate when it is set, and notes each in sent.
-// Submission i goes to serve i%len(srvs), as a load balancer taking turns
-// would send it.
-func (r *runner) post(ctx context.Context, srvs []*serveProc, start time.Time, sent []posted) error {
+// goroutines, as plan says, and notes each in sent. Submission i goes to
+// serve i%len(srvs), as a load balancer taking turns would send it.
+func (r *runner) post(ctx context.Context, srvs []*serveProc, start time.Time, sent []posted, plan postPlan) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	path := "/v1/forms/" + benchForm + "/submissions"
 	for range r.o.Producers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -590,8 +625,8 @@ func (r *runner) post(ctx context.Context, srvs []*serveProc, start time.Time, s
 				if i >= len(sent) {
 					return
 				}
-				if r.o.Rate > 0 {
-					at := start.Add(time.Duration(float64(i) / r.o.Rate * float64(time.Second)))
+				if plan.rate > 0 {
+					at := start.Add(time.Duration(float64(i) / plan.rate * float64(time.Second)))
 					if d := time.Until(at); d > 0 && !sleep(ctx, d) {
 						return
 					}
@@ -599,13 +634,14 @@ func (r *runner) post(ctx context.Context, srvs []*serveProc, start time.Time, s
 				var res apiwire.IngestResult
 				srv := srvs[i%len(srvs)]
 				sent[i].at = time.Now()
+				path := "/v1/forms/" + plan.form(i) + "/submissions"
 				if err := srv.call(ctx, http.MethodPost, path, http.StatusAccepted, formData, &res); err != nil {
 					cancel(fmt.Errorf("submission %d, to %s: %w", i, srv.name, err))
 					return
 				}
 				sent[i].accepted = time.Now()
-				if len(res.Deliveries) != r.o.Endpoints {
-					cancel(fmt.Errorf("submission %d fanned out to %d endpoints, want %d", i, len(res.Deliveries), r.o.Endpoints))
+				if len(res.Deliveries) != plan.fanOut {
+					cancel(fmt.Errorf("submission %d (form %s) fanned out to %d endpoints, want %d", i, plan.form(i), len(res.Deliveries), plan.fanOut))
 					return
 				}
 				sent[i].deliveries = res.Deliveries
@@ -695,14 +731,27 @@ func matchArrivals(sent []posted, arr *arrivals, total int) ([]time.Duration, ti
 
 // idle is the HTTP mode's idle phase: serve (every one of r.o.Serves)
 // with one endpoint and no traffic, measured for r.o.Idle after it
-// settles.
+// settles. With r.o.IdleWarm the one endpoint is for benchForm only, so
+// that the warm-up reaches each endpoint exactly once.
 func (r *runner) idle(ctx context.Context) (Phase, error) {
-	return r.withServe(ctx, PhaseIdle, 1, r.measureIdle)
+	var forms []string
+	if r.o.IdleWarm {
+		forms = []string{benchForm}
+	}
+	return r.withServe(ctx, PhaseIdle, 1, forms, r.measureIdle)
 }
 
-// measureIdle measures the idle serves for r.o.Idle.
+// measureIdle measures the idle serves for r.o.Idle, after warming them
+// when r.o.IdleWarm says so.
 func (r *runner) measureIdle(ctx context.Context, sv served) (Phase, error) {
 	name := PhaseIdle
+	var w warmth
+	if r.o.IdleWarm {
+		var err error
+		if w, err = r.warm(ctx, sv); err != nil {
+			return Phase{}, fmt.Errorf("%s: warming up: %w", name, err)
+		}
+	}
 	r.recv.reset()
 	if !sleep(ctx, serveSettle) {
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
@@ -718,12 +767,67 @@ func (r *runner) measureIdle(ctx context.Context, sv served) (Phase, error) {
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
 	u := m.stop()
-	p := Phase{Name: name, Kind: KindIdle, Wall: time.Since(start), Received: r.recv.ok.Load(), where: sv.where}
+	p := Phase{
+		Name: name, Kind: KindIdle, Wall: time.Since(start), Received: r.recv.ok.Load(),
+		WarmEndpoints: w.endpoints, WarmWall: w.wall, where: sv.where,
+	}
 	if p.Received != 0 {
-		return Phase{}, fmt.Errorf("%s: the receiver got %d requests from a server with no submissions", name, p.Received)
+		return Phase{}, fmt.Errorf("%s: the receiver got %d requests from a server with no submissions left to deliver", name, p.Received)
 	}
 	p.setServerUsage(u, m.hwmReset)
 	return p, nil
+}
+
+// warmth is what the warm-up did.
+type warmth struct {
+	// endpoints is how many endpoints were delivered to, each once.
+	endpoints int
+	// wall is from the first POST to the last verified arrival.
+	wall time.Duration
+}
+
+// warm posts one submission for each endpoint's form, benchForm for the
+// idle phase's own and otherForm(i) for registered endpoint i, from
+// r.o.Producers goroutines across every serve, and waits until the
+// receiver has verified every delivery, once, and the first serve has
+// recorded them all delivered. Then the idle phase measures a serve that
+// has just delivered to every endpoint it has: whatever it keeps per
+// endpoint it has made, rather than an empty serve.
+func (r *runner) warm(ctx context.Context, sv served) (warmth, error) {
+	const name = "idle: warming up"
+	n := r.o.Registered + 1
+	form := func(i int) string {
+		if i == 0 {
+			return benchForm
+		}
+		return otherForm(i - 1)
+	}
+	r.recv.reset()
+	arr := r.recv.record(n)
+	sent := make([]posted, n)
+	r.progress("%s: one submission to each of %d endpoints' forms", name, n)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	produced := make(chan error, 1)
+	start := time.Now()
+	var bg sync.WaitGroup
+	bg.Go(func() { produced <- r.post(runCtx, sv.srvs, start, sent, postPlan{form: form, fanOut: 1}) })
+	err := r.waitSettled(runCtx, sv, name, n, produced)
+	stop()
+	bg.Wait()
+	if err != nil {
+		return warmth{}, err
+	}
+	_, last, err := matchArrivals(sent, arr, n)
+	if err != nil {
+		return warmth{}, err
+	}
+	if ok := r.recv.ok.Load(); ok != int64(n) {
+		return warmth{}, fmt.Errorf("the receiver verified %d requests for %d deliveries", ok, n)
+	}
+	w := warmth{endpoints: n, wall: last.Sub(start)}
+	r.progress("%s: delivered to %d endpoints in %s", name, n, w.wall.Round(time.Millisecond))
+	return w, nil
 }
 
 // otherBackends returns a function listing the PostgreSQL backends that

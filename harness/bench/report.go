@@ -97,7 +97,13 @@ type Phase struct {
 	// IdleDBPercent the database server's.
 	IdleCorePercent float64 `json:"idle_core_percent,omitempty"`
 	IdleDBPercent   float64 `json:"idle_db_core_percent,omitempty"`
-	PeakRSS         int64   `json:"peak_rss_bytes"`
+	// WarmEndpoints, for an idle phase with --idle-warm, is how many
+	// endpoints got one delivery each, verified, before the settle: every
+	// endpoint serve had. WarmWall is from the first of those POSTs to
+	// the last arrival.
+	WarmEndpoints int           `json:"warm_endpoints,omitempty"`
+	WarmWall      time.Duration `json:"warm_wall_ns,omitempty"`
+	PeakRSS       int64         `json:"peak_rss_bytes"`
 	// ServerPeakRSS is the serve process's peak resident set.
 	ServerPeakRSS int64 `json:"server_peak_rss_bytes,omitempty"`
 	// PeakRSSLifetime is set when the peak could not be reset per phase,
@@ -178,9 +184,12 @@ type Report struct {
 	// serve's defaults but for these.
 	Serve []string `json:"serve_flags,omitempty"`
 	// Idle is how long the HTTP mode's idle phase measured.
-	Idle    time.Duration `json:"idle_ns,omitempty"`
-	Started time.Time     `json:"started"`
-	Phases  []Phase       `json:"phases"`
+	Idle time.Duration `json:"idle_ns,omitempty"`
+	// IdleWarm says the idle phase first delivered once to every endpoint
+	// (Phase.WarmEndpoints of them).
+	IdleWarm bool      `json:"idle_warm,omitempty"`
+	Started  time.Time `json:"started"`
+	Phases   []Phase   `json:"phases"`
 }
 
 // best finds the round of a phase, by name prefix, with the highest rate;
@@ -345,9 +354,17 @@ func (r *Report) writeHead(b *strings.Builder) {
 func (r *Report) writeHTTPText(w io.Writer) error {
 	var b strings.Builder
 	r.writeHead(&b)
-	if r.Idle > 0 {
+	switch {
+	case r.Idle > 0 && r.IdleWarm:
+		fmt.Fprintf(&b, "load      none while measured, for %s after a %s settle; warm: before the settle, one submission to the form\n", r.Idle, serveSettle)
+		fmt.Fprintf(&b, "          of each of the %d endpoints (the idle one, for %s, and the %d registered), from %d producers,\n", r.Registered+1, benchForm, r.Registered, r.Producers)
+		fmt.Fprintln(&b, "          and every one of those deliveries verified at the receiver")
+	case r.Idle > 0:
 		fmt.Fprintf(&b, "load      none: one endpoint, no submissions, measured for %s after a %s settle\n", r.Idle, serveSettle)
-	} else {
+		if r.Registered > 0 {
+			fmt.Fprintf(&b, "          %d more endpoints registered, each for a form of its own, never delivered to\n", r.Registered)
+		}
+	default:
 		load := "as fast as they go"
 		if r.Rate > 0 {
 			load = fmt.Sprintf("paced at %.0f/s", r.Rate)
@@ -386,6 +403,10 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 			fmt.Fprintf(&b, "\n%s (round %d): %d deliveries in %s; latency is %s (%d samples); posting the submissions took %s",
 				p.Name, p.Round, p.Messages, p.Wall.Round(time.Millisecond), p.Latency, p.LatencySamples, p.InsertWall.Round(time.Millisecond))
 		case KindIdle:
+			if p.WarmEndpoints > 0 {
+				fmt.Fprintf(&b, "%s (round %d): warm, having just delivered once to each of its %d endpoints (in %s)\n",
+					p.Name, p.Round, p.WarmEndpoints, p.WarmWall.Round(time.Millisecond))
+			}
 			fmt.Fprintf(&b, "%s (round %d): over %s, server %s + plugins %s of CPU = %.2f%% of one core; database %s = %.2f%%; bench %s; peak RSS server %s, plugin %s",
 				p.Name, p.Round, p.Wall.Round(time.Millisecond), secs(p.CPUServer), secs(p.CPUPlugin), p.IdleCorePercent,
 				secs(p.CPUDB), p.IdleDBPercent, secs(p.CPUSelf), mib(p.ServerPeakRSS), mib(p.PluginPeakRSS))
