@@ -414,8 +414,8 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 		fmt.Fprintln(&b)
 	}
 	if r.Serves > 1 {
-		fmt.Fprintf(&b, "\nWith %d serves, server and plugin CPU are those of all %d serve processes and all their plugin\n", r.Serves, r.Serves)
-		fmt.Fprintln(&b, "processes, summed; server RSS is the largest serve's, plugin RSS the largest plugin's.")
+		fmt.Fprintf(&b, "\nWith %d serves, server and plugin CPU are summed over the %d serve processes and their plugin\n", r.Serves, r.Serves)
+		fmt.Fprintln(&b, "processes; server RSS is the largest serve's, plugin RSS the largest plugin's.")
 	}
 	if rows > 0 {
 		fmt.Fprintln(&b, "\nCPU per delivery by process: server is the serve process (with SQLite in it), plugin its plugin")
