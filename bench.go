@@ -38,11 +38,18 @@ default settings) on a fresh database, creates --endpoints endpoints through
 POST /v1/endpoints, and posts --submissions submissions to the ingest route
 from --producers goroutines, as fast as they go or paced by --rate. It
 prints deliveries per second, the latency from each POST to the receiver
-holding the verified message (p50, p99, max), and the CPU per delivery of
-the serve process, its plugins and the PostgreSQL server, sampled from
-/proc before and after. --concurrency, --batch, --poll-interval,
+holding the verified message (p50, p99, max), the ingest latency from each
+POST to its 202 answer (p50, p99), and the CPU per delivery of the serve
+process, its plugins and the PostgreSQL server, sampled from /proc before
+and after. --concurrency, --batch, --poll-interval,
 --endpoint-share, --lease and --log-level, when given, are passed to serve
 as its worker and log settings; --idle D measures serve with one endpoint and no traffic for D.
+--idle-warm first delivers once to every endpoint, the registered ones
+too, so the idle phase measures a serve that has just delivered to all of
+them. --serves N (PostgreSQL only) starts N serve processes on the one database
+instead, each on its own port, and posts submission i to serve i%N; the CPU
+per delivery is then that of all N and their plugins, summed, and with
+--idle all N idle.
 
 Examples:
   go build -o bin/ . && go build -o bin/hymical-plugin-http ./plugins/http
@@ -50,7 +57,9 @@ Examples:
   bin/hymical bench --backend postgres --database postgres://me@127.0.0.1/postgres
   bin/hymical bench --http --submissions 20000 --endpoints 2 --producers 4
   bin/hymical bench --http --submissions 1500 --endpoints 1 --rate 50
-  bin/hymical bench --http --idle 30s`
+  bin/hymical bench --http --idle 30s
+  bin/hymical bench --http --idle 30s --registered 100000 --idle-warm
+  bin/hymical bench --http --backend postgres --database postgres://me@127.0.0.1/postgres --serves 3`
 
 // runBench is `hymical bench`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -88,6 +97,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	viaHTTP := fs.Bool("http", false, "run a real `hymical serve` and drive it through its HTTP API instead of the phases above (see above)")
 	idle := fs.Duration("idle", 0, "with --http: measure serve with one endpoint and no traffic for this long instead, e.g. 30s (implies --http)")
 	hymical := fs.String("hymical", "", "with --http: the hymical executable whose serve is run (default: this one)")
+	idleWarm := fs.Bool("idle-warm", false, "with --idle: first post one submission to the form of each endpoint (the idle one and every --registered one) from --producers goroutines and wait until every endpoint has had its delivery, verified; then settle and measure a serve that has just delivered to all of them")
+	serves := fs.Int("serves", 1, "with --http and --backend postgres: run this many serve processes on the one database, each on its own port; the first makes the endpoints, submission i goes to serve i%N, and the CPU per delivery sums them all")
 	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
 	}
@@ -100,6 +111,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
 	}
 
+	if *serves < 1 {
+		// Options takes 0 for the default, 1; said outright, it is a mistake.
+		return fmt.Errorf("--serves %d: give at least 1 serve process", *serves)
+	}
 	if *idle != 0 {
 		*viaHTTP = true
 	}
@@ -118,7 +133,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o.Backend, o.DatabaseURL, o.SQLiteDir, o.Keep = *backend, *dbURL, *sqliteDir, *keep
 	o.Submissions, o.Endpoints, o.Producers, o.Rate, o.Preload = *subs, *endpoints, *producers, *rate, *preload
-	o.Registered = *registered
+	o.Registered, o.Serves, o.IdleWarm = *registered, *serves, *idleWarm
 	o.Worker.Concurrency, o.Worker.BatchSize, o.Worker.PollInterval = *conc, *batch, *poll
 	o.Worker.Lease, o.Worker.SendTimeout, o.Worker.EndpointShare = *lease, *sendTimeout, *share
 	o.Transports = nil

@@ -122,6 +122,18 @@ type Options struct {
 	// Idle, in the HTTP mode, measures serve with one endpoint and no
 	// traffic for this long instead.
 	Idle time.Duration
+	// IdleWarm, with Idle, first posts one submission for each endpoint's
+	// form (the idle one, then for benchForm only, and the Registered
+	// others) from Producers goroutines and waits until each endpoint has
+	// had its delivery, verified, before the settle: the idle phase then
+	// measures a serve that has just delivered to every endpoint.
+	IdleWarm bool
+	// Serves, in the HTTP mode, is how many serve processes run on the one
+	// fresh database, each on its own port (PostgreSQL only: a SQLite file
+	// belongs to one process). The first makes the endpoints; submission i
+	// goes to serve i%Serves; the CPU per delivery sums them all and their
+	// plugins. Zero means 1.
+	Serves int
 	// Hymical is the hymical executable whose serve the HTTP mode runs.
 	Hymical string
 	// ServeArgs are more flags for serve, such as
@@ -183,6 +195,9 @@ func (o Options) withDefaults() Options {
 	if o.Repeat == 0 {
 		o.Repeat = 1
 	}
+	if o.Serves == 0 {
+		o.Serves = 1
+	}
 	if o.LatencySample == 0 {
 		o.LatencySample = d.LatencySample
 	}
@@ -204,10 +219,18 @@ func (o Options) validate() error {
 		return fmt.Errorf("idle must not be negative, got %s", o.Idle)
 	case o.Idle > 0 && !o.HTTP:
 		return errors.New("idle measures a serve process: use it with the http mode (--http)")
+	case o.IdleWarm && o.Idle <= 0:
+		return errors.New("--idle-warm warms serve up before the idle phase: use it with --idle D")
 	case o.HTTP && o.Hymical == "":
 		return errors.New("the http mode runs `hymical serve`: give the hymical executable to run")
 	case o.HTTP && o.Preload:
 		return errors.New("the http mode creates submissions through the API while serve runs, so preload does not apply: use one or the other")
+	case o.Serves < 1:
+		return fmt.Errorf("serves must be at least 1, got %d", o.Serves)
+	case o.Serves > 1 && !o.HTTP:
+		return errors.New("--serves runs several serve processes, which only the http mode starts: add --http")
+	case o.Serves > 1 && o.Backend != BackendPostgres:
+		return fmt.Errorf("--serves %d runs %d serve processes on one database, which needs PostgreSQL (a SQLite file belongs to one process): add --backend postgres --database URL, or leave --serves out", o.Serves, o.Serves)
 	}
 	switch {
 	case o.Backend != BackendSQLite && o.Backend != BackendPostgres:

@@ -195,6 +195,10 @@ func TestOptionsRefuseWhatCannotRun(t *testing.T) {
 		{"http mode without hymical", func(o *Options) { o.HTTP = true }, "hymical executable"},
 		{"http mode and preload", func(o *Options) { o.HTTP, o.Hymical, o.Preload = true, "hymical", true }, "preload does not apply"},
 		{"negative idle", func(o *Options) { o.HTTP, o.Hymical, o.Idle = true, "hymical", -time.Second }, "idle must not be negative"},
+		{"serves without the http mode", func(o *Options) { o.Serves = 2 }, "add --http"},
+		{"serves on sqlite", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", 2 }, "needs PostgreSQL"},
+		{"negative serves", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", -1 }, "at least 1"},
+		{"idle-warm without idle", func(o *Options) { o.HTTP, o.Hymical, o.IdleWarm = true, "hymical", true }, "use it with --idle"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -344,19 +348,22 @@ func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
 		backend string
 		rate    float64
 		idle    time.Duration
+		serves  int
 	}{
-		{"sqlite flat out", BackendSQLite, 0, 0},
-		{"sqlite paced", BackendSQLite, 200, 0},
-		{"postgres flat out", BackendPostgres, 0, 0},
-		{"sqlite idle", BackendSQLite, 0, time.Second},
-		{"postgres idle", BackendPostgres, 0, time.Second},
+		{"sqlite flat out", BackendSQLite, 0, 0, 1},
+		{"sqlite paced", BackendSQLite, 200, 0, 1},
+		{"postgres flat out", BackendPostgres, 0, 0, 1},
+		{"postgres flat out, 2 serves", BackendPostgres, 0, 0, 2},
+		{"sqlite idle", BackendSQLite, 0, time.Second, 1},
+		{"postgres idle", BackendPostgres, 0, time.Second, 1},
+		{"postgres idle, 3 serves", BackendPostgres, 0, time.Second, 3},
 	}
 	for _, tt := range tests {
 		// Not in parallel: the CPU of a phase is read per process, and
 		// the check for a server left behind looks at every child.
 		t.Run(tt.name, func(t *testing.T) {
 			o := small(t)
-			o.HTTP, o.Hymical, o.Backend, o.Rate, o.Idle = true, hymical, tt.backend, tt.rate, tt.idle
+			o.HTTP, o.Hymical, o.Backend, o.Rate, o.Idle, o.Serves = true, hymical, tt.backend, tt.rate, tt.idle, tt.serves
 			o.Submissions, o.Endpoints, o.Producers = 50, 2, 3
 			if tt.backend == BackendPostgres {
 				o.DatabaseURL = pgtest.BaseDSN(t)
@@ -366,8 +373,8 @@ func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			if len(rep.Phases) != 1 || rep.Mode != ModeHTTP {
-				t.Fatalf("mode %q with %d phases, want one of the http mode", rep.Mode, len(rep.Phases))
+			if len(rep.Phases) != 1 || rep.Mode != ModeHTTP || rep.Serves != tt.serves {
+				t.Fatalf("mode %q with %d phases and %d serves, want one of the http mode with %d", rep.Mode, len(rep.Phases), rep.Serves, tt.serves)
 			}
 			p := rep.Phases[0]
 			// The serve process and its plugin were found and read.
@@ -392,14 +399,20 @@ func TestHTTPModeDeliversEverySubmissionOnce(t *testing.T) {
 				if p.Rate <= 0 || p.P50 <= 0 || p.P99 < p.P50 || p.Max < p.P99 || p.InsertWall <= 0 {
 					t.Errorf("rate %.0f, p50 %s, p99 %s, max %s, posting %s", p.Rate, p.P50, p.P99, p.Max, p.InsertWall)
 				}
+				if p.IngestP50 <= 0 || p.IngestP99 < p.IngestP50 || p.IngestP99 > p.InsertWall {
+					t.Errorf("ingest p50 %s, p99 %s, posting all %s", p.IngestP50, p.IngestP99, p.InsertWall)
+				}
 				if p.CPUServer <= 0 || p.CPUPerMsg != p.CPUServerPerMsg+p.CPUPluginPerMsg+p.CPUDBPerMsg || p.CPUServerPerMsg <= 0 {
 					t.Errorf("cpu: server %s, per message %s = server %s + plugin %s + db %s", p.CPUServer, p.CPUPerMsg, p.CPUServerPerMsg, p.CPUPluginPerMsg, p.CPUDBPerMsg)
 				}
-				for _, want := range []string{PhaseHTTP, "50 submissions x 2 endpoints = 100 deliveries", "server/msg", "--webhook.allowed_networks=127.0.0.0/8"} {
+				for _, want := range []string{PhaseHTTP, "50 submissions x 2 endpoints = 100 deliveries", "server/msg", "ingest p99", "--webhook.allowed_networks=127.0.0.0/8"} {
 					if !strings.Contains(out.String(), want) {
 						t.Errorf("report does not say %q:\n%s", want, out.String())
 					}
 				}
+			}
+			if tt.serves > 1 && !strings.Contains(out.String(), fmt.Sprintf("%d processes on the one database", tt.serves)) {
+				t.Errorf("the report does not say %d serves ran:\n%s", tt.serves, out.String())
 			}
 			if left := children(t); len(left) > 0 {
 				t.Errorf("processes left running after the run: %v", left)
@@ -487,5 +500,98 @@ func TestReceiverVerifiesEachPathWithItsSecret(t *testing.T) {
 	}
 	if r.ok.Load() != 1 || r.bad.Load() != 2 || len(arr.at) != 1 {
 		t.Errorf("ok %d, bad %d, %d arrivals recorded; want 1, 2, 1", r.ok.Load(), r.bad.Load(), len(arr.at))
+	}
+}
+
+// With several serves, the meter reads every one of them and the plugins
+// of each, so the CPU per delivery is the whole deployment's.
+func TestServesAreMeteredTogether(t *testing.T) {
+	hymical, err := hymicalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := small(t)
+	o.HTTP, o.Hymical, o.Backend, o.Serves, o.DatabaseURL = true, hymical, BackendPostgres, 2, pgtest.BaseDSN(t)
+	o = o.withDefaults()
+	recv, err := startReceiver(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.close()
+	r := &runner{o: o, recv: recv}
+	_, err = r.withServe(t.Context(), "metered", 1, nil, func(ctx context.Context, sv served) (Phase, error) {
+		pids := sv.pids()
+		if len(pids) != 2 || pids[0] == pids[1] {
+			t.Errorf("serve pids %v, want 2 distinct", pids)
+		}
+		m := startServerMeter(pids, 0, nil)
+		byParent := map[int]int{}
+		for pid := range m.plugin {
+			_, ppid, _, _ := procStat(pid)
+			byParent[ppid]++
+		}
+		for _, pid := range pids {
+			if byParent[pid] == 0 {
+				t.Errorf("no plugin process of serve %d metered; plugins by parent: %v", pid, byParent)
+			}
+		}
+		if u := m.stop(); u.ServerPeakRSS <= 0 {
+			t.Errorf("server peak RSS %d: not read", u.ServerPeakRSS)
+		}
+		return Phase{}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := children(t); len(left) > 0 {
+		t.Errorf("processes left running after the phase: %v", left)
+	}
+}
+
+// --idle-warm delivers once to every endpoint, the registered ones too,
+// each verified with the secret the server made for it, before the idle
+// phase measures; the idle phase itself then receives nothing.
+func TestIdleWarmDeliversToEveryEndpointOnce(t *testing.T) {
+	hymical, err := hymicalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		backend string
+		serves  int
+	}{
+		{"sqlite", BackendSQLite, 1},
+		{"postgres, 2 serves", BackendPostgres, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := small(t)
+			o.HTTP, o.Hymical, o.Backend, o.Serves = true, hymical, tt.backend, tt.serves
+			o.Idle, o.IdleWarm, o.Registered, o.Producers = time.Second, true, 40, 3
+			if tt.backend == BackendPostgres {
+				o.DatabaseURL = pgtest.BaseDSN(t)
+			}
+			rep, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			p := rep.Phases[0]
+			if !rep.IdleWarm || p.Kind != KindIdle || p.WarmEndpoints != 41 || p.WarmWall <= 0 || p.Received != 0 || p.Wall < o.Idle {
+				t.Errorf("idle warm %v, phase %s: warmed %d endpoints in %s, then %d received over %s; want 41 warmed, none received",
+					rep.IdleWarm, p.Kind, p.WarmEndpoints, p.WarmWall, p.Received, p.Wall)
+			}
+			var out strings.Builder
+			if err := rep.WriteText(&out); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"warm, having just delivered once to each of its 41 endpoints", "% of one core"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("report does not say %q:\n%s", want, out.String())
+				}
+			}
+			if left := children(t); len(left) > 0 {
+				t.Errorf("processes left running after the run: %v", left)
+			}
+		})
 	}
 }

@@ -25,13 +25,13 @@ import (
 )
 
 // The HTTP mode drives what users drive: a real `hymical serve` process
-// (the same executable, its own plugins, a fresh database) that the bench
-// reaches only through its HTTP API, as a form front end and an operator
-// would. Endpoints are created with POST /v1/endpoints, so their secrets
+// (the same executable, its own plugins, a fresh database), or Serves of
+// them on one PostgreSQL database, that the bench reaches only through
+// their HTTP API, as a form front end and an operator would. Endpoints are created with POST /v1/endpoints, so their secrets
 // are the server's own; submissions go through the ingest route from
 // Producers goroutines; the loopback receiver verifies each message with
 // its endpoint's secret and notes when it arrived. The CPU of the serve
-// process, its plugin processes and the PostgreSQL server is read from
+// processes, their plugin processes and the PostgreSQL server is read from
 // /proc before and after the measured window; the bench's own is shown
 // apart and counted in no per-delivery figure.
 
@@ -74,12 +74,18 @@ func runHTTP(ctx context.Context, o Options) (*Report, error) {
 		Producers:   o.Producers,
 		Rate:        o.Rate,
 		Repeat:      o.Repeat,
+		Serves:      o.Serves,
 		Serve:       r.serveFlags(),
 		Idle:        o.Idle,
+		IdleWarm:    o.IdleWarm,
 		Started:     time.Now().UTC(),
 	}
 	if o.Idle > 0 {
 		rep.Submissions, rep.Endpoints, rep.Deliveries, rep.Producers, rep.Rate = 0, 1, 0, 0, 0
+		if o.IdleWarm {
+			// They post the warm-up.
+			rep.Producers = o.Producers
+		}
 	}
 	for round := 1; round <= o.Repeat; round++ {
 		pctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -130,6 +136,9 @@ func (r *runner) serveFlags() []string {
 
 // serveProc is a running `hymical serve` child process.
 type serveProc struct {
+	// name says which serve it is in messages: "serve", or "serve 2 of
+	// 3" when there are several.
+	name   string
 	cmd    *exec.Cmd
 	base   string
 	token  string
@@ -139,9 +148,9 @@ type serveProc struct {
 	err    error // set before exited is closed
 }
 
-// startServe runs serve on the database fs and waits until its /readyz
-// answers 200.
-func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, error) {
+// startServe runs serve, named name, on the database fs and waits until
+// its /readyz answers 200.
+func (r *runner) startServe(ctx context.Context, fs *freshStore, name string) (*serveProc, error) {
 	token, err := randomHex(24)
 	if err != nil {
 		return nil, err
@@ -168,7 +177,7 @@ func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, er
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s serve (build it with: go build -o bin/ .): %w", r.o.Hymical, err)
 	}
-	s := &serveProc{cmd: cmd, token: token, out: out, exited: make(chan struct{})}
+	s := &serveProc{name: name, cmd: cmd, token: token, out: out, exited: make(chan struct{})}
 	addr := make(chan string, 1)
 	var reading sync.WaitGroup
 	reading.Go(func() {
@@ -198,9 +207,9 @@ func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, er
 	case a := <-addr:
 		s.base = "http://" + a
 	case <-s.exited:
-		return nil, fmt.Errorf("serve exited before it listened (%v):\n%s", s.err, out)
+		return nil, fmt.Errorf("%s exited before it listened (%v):\n%s", name, s.err, out)
 	case <-ready.Done():
-		return nil, errors.Join(fmt.Errorf("serve did not say where it listens within a minute:\n%s", out), s.stop())
+		return nil, errors.Join(fmt.Errorf("%s did not say where it listens within a minute:\n%s", name, out), s.stop())
 	}
 	s.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: r.o.Producers + 4, DisableCompression: true,
@@ -212,9 +221,9 @@ func (r *runner) startServe(ctx context.Context, fs *freshStore) (*serveProc, er
 		}
 		select {
 		case <-s.exited:
-			return nil, fmt.Errorf("serve exited before it was ready (%v):\n%s", s.err, out)
+			return nil, fmt.Errorf("%s exited before it was ready (%v):\n%s", name, s.err, out)
 		case <-ready.Done():
-			return nil, errors.Join(fmt.Errorf("serve was not ready within a minute: /readyz said %d %s (%v):\n%s", status, body, err, out), s.stop())
+			return nil, errors.Join(fmt.Errorf("%s was not ready within a minute: /readyz said %d %s (%v):\n%s", name, status, body, err, out), s.stop())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -239,13 +248,13 @@ func (s *serveProc) stop() error {
 	case <-time.After(30 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-s.exited
-		return fmt.Errorf("serve did not stop within 30 s of SIGTERM and was killed:\n%s", s.out)
+		return fmt.Errorf("%s did not stop within 30 s of SIGTERM and was killed:\n%s", s.name, s.out)
 	}
 }
 
 func (s *serveProc) exitErr() error {
 	if s.err != nil {
-		return fmt.Errorf("serve exited with %v:\n%s", s.err, s.out)
+		return fmt.Errorf("%s exited with %v:\n%s", s.name, s.err, s.out)
 	}
 	return nil
 }
@@ -304,12 +313,12 @@ func (s *serveProc) call(ctx context.Context, method, path string, want int, in,
 
 // createEndpoints makes n endpoints through the API, each to its own path
 // on the receiver, which then verifies that path with the secret the
-// server made for it.
-func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int) error {
+// server made for it. They are for the forms named (none: every form).
+func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int, forms []string) error {
 	for i := range n {
 		var ep apiwire.EndpointCreated
 		err := s.call(ctx, http.MethodPost, "/v1/endpoints", http.StatusCreated, apiwire.EndpointCreate{
-			URL: recv.url(i), Description: "hymical bench receiver",
+			URL: recv.url(i), FormIDs: forms, Description: "hymical bench receiver",
 		}, &ep)
 		if err != nil {
 			return err
@@ -322,22 +331,31 @@ func (s *serveProc) createEndpoints(ctx context.Context, recv *receiver, n int) 
 }
 
 // registerOthers makes n endpoints through the API that no submission of
-// the bench matches, each for a form of its own, from 8 callers at once.
-func (s *serveProc) registerOthers(ctx context.Context, recv *receiver, n int) error {
+// the bench's traffic matches, each for a form of its own (otherForm(i))
+// and sending to path otherEndpoint(i) of the receiver, from 8 callers at
+// once. With verify, the receiver then verifies each of those paths with
+// the secret the server made for it, so that the warm-up of --idle-warm
+// can deliver to them; without, it refuses anything sent there.
+func (s *serveProc) registerOthers(ctx context.Context, recv *receiver, n int, verify bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	next := make(chan int)
+	// Each caller writes only the secrets of the endpoints it made.
+	secrets := make([]string, n)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for i := range next {
+				var ep apiwire.EndpointCreated
 				err := s.call(ctx, http.MethodPost, "/v1/endpoints", http.StatusCreated, apiwire.EndpointCreate{
-					URL: recv.url(1_000_000 + i), FormIDs: []string{fmt.Sprintf("bench_other_%d", i)},
+					URL: recv.url(otherEndpoint(i)), FormIDs: []string{otherForm(i)},
 					Description: "hymical bench: registered, matched by no submission",
-				}, nil)
+				}, &ep)
 				if err != nil {
 					cancel(fmt.Errorf("registering endpoint %d of %d: %w", i+1, n, err))
+					continue
 				}
+				secrets[i] = ep.Secret
 			}
 		})
 	}
@@ -346,8 +364,21 @@ func (s *serveProc) registerOthers(ctx context.Context, recv *receiver, n int) e
 	}
 	close(next)
 	wg.Wait()
-	return context.Cause(ctx)
+	if err := context.Cause(ctx); err != nil || !verify {
+		return err
+	}
+	byNumber := make(map[int]string, n)
+	for i, secret := range secrets {
+		byNumber[otherEndpoint(i)] = secret
+	}
+	return recv.verifyPaths(byNumber)
 }
+
+// otherForm is the form registered endpoint i is for, and otherEndpoint
+// its number at the receiver: apart from the bench's own endpoints, which
+// are numbered from 0.
+func otherForm(i int) string  { return fmt.Sprintf("bench_other_%d", i) }
+func otherEndpoint(i int) int { return 1_000_000 + i }
 
 // settled reports whether every delivery is recorded delivered: none is
 // pending or processing. A failed one is an error.
@@ -373,30 +404,34 @@ func (s *serveProc) settled(ctx context.Context, checkFailed bool) (bool, error)
 
 // viaHTTP is the HTTP mode's traffic phase.
 func (r *runner) viaHTTP(ctx context.Context) (Phase, error) {
-	return r.withServe(ctx, PhaseHTTP, r.o.Endpoints, r.postAndMeasure)
+	return r.withServe(ctx, PhaseHTTP, r.o.Endpoints, nil, r.postAndMeasure)
 }
 
-// withServe runs phase against a serve process on a fresh store with
-// endpoints endpoints made, and stops and removes both after it.
-func (r *runner) withServe(ctx context.Context, name string, endpoints int, phase func(context.Context, served) (Phase, error)) (p Phase, err error) {
+// withServe runs phase against r.o.Serves serve processes on a fresh
+// store, with endpoints endpoints for forms (none: every form) and the
+// r.o.Registered others made through the first, and stops and removes
+// them all after it.
+func (r *runner) withServe(ctx context.Context, name string, endpoints int, forms []string, phase func(context.Context, served) (Phase, error)) (p Phase, err error) {
 	fs, err := openFresh(ctx, r.o)
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer fs.removeInto(ctx, name, &err)
-	srv, err := r.startServe(ctx, fs)
+	srvs, err := r.startServes(ctx, fs)
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer func() {
-		if serr := srv.stop(); serr != nil {
+		if serr := stopServes(srvs); serr != nil {
 			err = errors.Join(err, fmt.Errorf("%s: %w", name, serr))
 		}
 	}()
-	if err := srv.createEndpoints(ctx, r.recv, endpoints); err != nil {
+	srv := srvs[0]
+	if err := srv.createEndpoints(ctx, r.recv, endpoints, forms); err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
-	if err := srv.registerOthers(ctx, r.recv, r.o.Registered); err != nil {
+	// Only the warm-up delivers to the registered endpoints.
+	if err := srv.registerOthers(ctx, r.recv, r.o.Registered, r.o.IdleWarm); err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	others, closeOthers, err := otherBackends(ctx, fs)
@@ -404,27 +439,106 @@ func (r *runner) withServe(ctx context.Context, name string, endpoints int, phas
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer closeOthers()
-	return phase(ctx, served{srv: srv, where: fs.where, others: others})
+	return phase(ctx, served{srvs: srvs, exited: anyExited(srvs), where: fs.where, others: others})
+}
+
+// startServes starts r.o.Serves serve processes on fs. The first starts
+// alone and is ready before the others start: the database is migrated
+// already (openFresh), so nothing at start-up needs one process alone,
+// but a failure then shows in the first serve's output only, and the
+// others start on a database a serve has already opened, as they would
+// join a running deployment.
+func (r *runner) startServes(ctx context.Context, fs *freshStore) ([]*serveProc, error) {
+	n := r.o.Serves
+	nameOf := func(i int) string {
+		if n == 1 {
+			return "serve"
+		}
+		return fmt.Sprintf("serve %d of %d", i+1, n)
+	}
+	first, err := r.startServe(ctx, fs, nameOf(0))
+	if err != nil {
+		return nil, err
+	}
+	srvs := make([]*serveProc, n)
+	srvs[0] = first
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Go(func() { srvs[i], errs[i] = r.startServe(ctx, fs, nameOf(i)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		var started []*serveProc
+		for _, s := range srvs {
+			if s != nil {
+				started = append(started, s)
+			}
+		}
+		return nil, errors.Join(err, stopServes(started))
+	}
+	return srvs, nil
+}
+
+// stopServes stops every serve at once, so that N of them take as long
+// to stop as the slowest, not the sum.
+func stopServes(srvs []*serveProc) error {
+	errs := make([]error, len(srvs))
+	var wg sync.WaitGroup
+	for i, s := range srvs {
+		wg.Go(func() { errs[i] = s.stop() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// anyExited returns a channel that gets each serve of srvs that exits, as
+// it exits. It has room for all of them, so the goroutines waiting end
+// when the serves are stopped, read or not.
+func anyExited(srvs []*serveProc) <-chan *serveProc {
+	ch := make(chan *serveProc, len(srvs))
+	for _, s := range srvs {
+		go func() {
+			<-s.exited
+			ch <- s
+		}()
+	}
+	return ch
 }
 
 // served is what a phase of the HTTP mode runs against: the serve
-// process, where its store is, and the PostgreSQL backends not its own.
+// processes (the first made the endpoints and answers the settled
+// checks), a channel that gets any of them that exits, where their store
+// is, and the PostgreSQL backends not its own.
 type served struct {
-	srv    *serveProc
+	srvs   []*serveProc
+	exited <-chan *serveProc
 	where  string
 	others func() map[int]bool
+}
+
+// first is the serve that made the endpoints and answers the settled
+// checks: any serve reads the same database.
+func (sv served) first() *serveProc { return sv.srvs[0] }
+
+// pids are the serve processes, for the meter.
+func (sv served) pids() []int {
+	out := make([]int, len(sv.srvs))
+	for i, s := range sv.srvs {
+		out[i] = s.cmd.Process.Pid
+	}
+	return out
 }
 
 // postAndMeasure is the traffic phase proper: it posts the submissions
 // and waits for every delivery to arrive.
 func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err error) {
 	name := PhaseHTTP
-	srv, others := sv.srv, sv.others
 	total := r.o.Deliveries()
 	r.recv.reset()
 	arr := r.recv.record(total)
 	sent := make([]posted, r.o.Submissions)
-	m := startServerMeter(srv.cmd.Process.Pid, r.dbPID, others)
+	m := startServerMeter(sv.pids(), r.dbPID, sv.others)
 	start := time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -432,11 +546,11 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 	var insertWall time.Duration
 	var bg sync.WaitGroup
 	bg.Go(func() {
-		err := r.post(runCtx, srv, start, sent)
+		err := r.post(runCtx, sv.srvs, start, sent, postPlan{form: func(int) string { return benchForm }, fanOut: r.o.Endpoints, rate: r.o.Rate})
 		insertWall = time.Since(start)
 		produced <- err
 	})
-	werr := r.waitSettled(runCtx, srv, name, total, produced)
+	werr := r.waitSettled(runCtx, sv, name, total, produced)
 	u := m.stop()
 	stop()
 	bg.Wait()
@@ -448,6 +562,7 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 	if err != nil {
 		return Phase{}, fmt.Errorf("%s: %w", name, err)
 	}
+	ingest := ingestLatencies(sent)
 	if ok := r.recv.ok.Load(); ok != int64(total) {
 		return Phase{}, fmt.Errorf("%s: the receiver verified %d requests for %d deliveries", name, ok, total)
 	}
@@ -457,6 +572,7 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 		Rate:    float64(total) / wall.Seconds(),
 		Latency: "POST of the submission to the receiver holding the verified message", LatencySamples: len(lat),
 		P50: percentile(lat, 50), P99: percentile(lat, 99), Max: percentile(lat, 100),
+		IngestP50: percentile(ingest, 50), IngestP99: percentile(ingest, 99),
 		InsertWall: insertWall,
 		Received:   r.recv.ok.Load(),
 		where:      sv.where,
@@ -466,21 +582,42 @@ func (r *runner) postAndMeasure(ctx context.Context, sv served) (p Phase, err er
 	return p, nil
 }
 
-// posted is one submission: when its POST began and the deliveries the
-// server answered with.
+// posted is one submission: when its POST began, when its 202 answer had
+// been read, and the deliveries the server answered with.
 type posted struct {
 	at         time.Time
+	accepted   time.Time
 	deliveries []string
 }
 
+// ingestLatencies is, for every submission, its POST to its 202: what a
+// form front end waits for, apart from what the delivery takes after.
+func ingestLatencies(sent []posted) []time.Duration {
+	out := make([]time.Duration, 0, len(sent))
+	for _, s := range sent {
+		if !s.accepted.IsZero() {
+			out = append(out, s.accepted.Sub(s.at))
+		}
+	}
+	return out
+}
+
+// postPlan says what post sends: submission i is for form(i) and must
+// fan out to fanOut endpoints; rate, when positive, paces them.
+type postPlan struct {
+	form   func(i int) string
+	fanOut int
+	rate   float64
+}
+
 // post creates the submissions through the ingest route on r.o.Producers
-// goroutines, paced at r.o.Rate when it is set, and notes each in sent.
-func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent []posted) error {
+// goroutines, as plan says, and notes each in sent. Submission i goes to
+// serve i%len(srvs), as a load balancer taking turns would send it.
+func (r *runner) post(ctx context.Context, srvs []*serveProc, start time.Time, sent []posted, plan postPlan) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	path := "/v1/forms/" + benchForm + "/submissions"
 	for range r.o.Producers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -488,20 +625,23 @@ func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent
 				if i >= len(sent) {
 					return
 				}
-				if r.o.Rate > 0 {
-					at := start.Add(time.Duration(float64(i) / r.o.Rate * float64(time.Second)))
+				if plan.rate > 0 {
+					at := start.Add(time.Duration(float64(i) / plan.rate * float64(time.Second)))
 					if d := time.Until(at); d > 0 && !sleep(ctx, d) {
 						return
 					}
 				}
 				var res apiwire.IngestResult
+				srv := srvs[i%len(srvs)]
 				sent[i].at = time.Now()
+				path := "/v1/forms/" + plan.form(i) + "/submissions"
 				if err := srv.call(ctx, http.MethodPost, path, http.StatusAccepted, formData, &res); err != nil {
-					cancel(fmt.Errorf("submission %d: %w", i, err))
+					cancel(fmt.Errorf("submission %d, to %s: %w", i, srv.name, err))
 					return
 				}
-				if len(res.Deliveries) != r.o.Endpoints {
-					cancel(fmt.Errorf("submission %d fanned out to %d endpoints, want %d", i, len(res.Deliveries), r.o.Endpoints))
+				sent[i].accepted = time.Now()
+				if len(res.Deliveries) != plan.fanOut {
+					cancel(fmt.Errorf("submission %d (form %s) fanned out to %d endpoints, want %d", i, plan.form(i), len(res.Deliveries), plan.fanOut))
 					return
 				}
 				sent[i].deliveries = res.Deliveries
@@ -519,7 +659,7 @@ func (r *runner) post(ctx context.Context, srv *serveProc, start time.Time, sent
 // has recorded them all delivered. Like waitDelivered, it asks the server
 // only near the end and every storeCheckEvery, so that waiting costs the
 // measured processes nothing to speak of.
-func (r *runner) waitSettled(ctx context.Context, srv *serveProc, name string, total int, produced <-chan error) error {
+func (r *runner) waitSettled(ctx context.Context, sv served, name string, total int, produced <-chan error) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	lastCheck, lastReport := time.Now(), time.Now()
@@ -530,8 +670,8 @@ func (r *runner) waitSettled(ctx context.Context, srv *serveProc, name string, t
 				return err
 			}
 			produced = nil
-		case <-srv.exited:
-			return fmt.Errorf("serve exited during the run (%v):\n%s", srv.err, srv.out)
+		case s := <-sv.exited:
+			return fmt.Errorf("%s exited during the run (%v):\n%s", s.name, s.err, s.out)
 		case <-ctx.Done():
 			return fmt.Errorf("gave up after %d of %d deliveries reached the receiver: %w", r.recv.ok.Load(), total, context.Cause(ctx))
 		case <-tick.C:
@@ -549,7 +689,7 @@ func (r *runner) waitSettled(ctx context.Context, srv *serveProc, name string, t
 			continue
 		}
 		lastCheck = time.Now()
-		done, err := srv.settled(ctx, periodic || got >= int64(total))
+		done, err := sv.first().settled(ctx, periodic || got >= int64(total))
 		if err != nil {
 			return err
 		}
@@ -589,37 +729,105 @@ func matchArrivals(sent []posted, arr *arrivals, total int) ([]time.Duration, ti
 	return lat, last, nil
 }
 
-// idle is the HTTP mode's idle phase: serve with one endpoint and no
-// traffic, measured for r.o.Idle after it settles.
+// idle is the HTTP mode's idle phase: serve (every one of r.o.Serves)
+// with one endpoint and no traffic, measured for r.o.Idle after it
+// settles. With r.o.IdleWarm the one endpoint is for benchForm only, so
+// that the warm-up reaches each endpoint exactly once.
 func (r *runner) idle(ctx context.Context) (Phase, error) {
-	return r.withServe(ctx, PhaseIdle, 1, r.measureIdle)
+	var forms []string
+	if r.o.IdleWarm {
+		forms = []string{benchForm}
+	}
+	return r.withServe(ctx, PhaseIdle, 1, forms, r.measureIdle)
 }
 
-// measureIdle measures an idle serve for r.o.Idle.
+// measureIdle measures the idle serves for r.o.Idle, after warming them
+// when r.o.IdleWarm says so.
 func (r *runner) measureIdle(ctx context.Context, sv served) (Phase, error) {
 	name := PhaseIdle
-	srv, others := sv.srv, sv.others
+	var w warmth
+	if r.o.IdleWarm {
+		var err error
+		if w, err = r.warm(ctx, sv); err != nil {
+			return Phase{}, fmt.Errorf("%s: warming up: %w", name, err)
+		}
+	}
 	r.recv.reset()
 	if !sleep(ctx, serveSettle) {
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
 	r.progress("%s: measuring for %s", name, r.o.Idle)
-	m := startServerMeter(srv.cmd.Process.Pid, r.dbPID, others)
+	m := startServerMeter(sv.pids(), r.dbPID, sv.others)
 	start := time.Now()
 	select {
 	case <-time.After(r.o.Idle):
-	case <-srv.exited:
-		return Phase{}, fmt.Errorf("%s: serve exited while idle (%v):\n%s", name, srv.err, srv.out)
+	case s := <-sv.exited:
+		return Phase{}, fmt.Errorf("%s: %s exited while idle (%v):\n%s", name, s.name, s.err, s.out)
 	case <-ctx.Done():
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
 	u := m.stop()
-	p := Phase{Name: name, Kind: KindIdle, Wall: time.Since(start), Received: r.recv.ok.Load(), where: sv.where}
+	p := Phase{
+		Name: name, Kind: KindIdle, Wall: time.Since(start), Received: r.recv.ok.Load(),
+		WarmEndpoints: w.endpoints, WarmWall: w.wall, where: sv.where,
+	}
 	if p.Received != 0 {
-		return Phase{}, fmt.Errorf("%s: the receiver got %d requests from a server with no submissions", name, p.Received)
+		return Phase{}, fmt.Errorf("%s: the receiver got %d requests from a server with no submissions left to deliver", name, p.Received)
 	}
 	p.setServerUsage(u, m.hwmReset)
 	return p, nil
+}
+
+// warmth is what the warm-up did.
+type warmth struct {
+	// endpoints is how many endpoints were delivered to, each once.
+	endpoints int
+	// wall is from the first POST to the last verified arrival.
+	wall time.Duration
+}
+
+// warm posts one submission for each endpoint's form, benchForm for the
+// idle phase's own and otherForm(i) for registered endpoint i, from
+// r.o.Producers goroutines across every serve, and waits until the
+// receiver has verified every delivery, once, and the first serve has
+// recorded them all delivered. Then the idle phase measures a serve that
+// has just delivered to every endpoint it has: whatever it keeps per
+// endpoint it has made, rather than an empty serve.
+func (r *runner) warm(ctx context.Context, sv served) (warmth, error) {
+	const name = "idle: warming up"
+	n := r.o.Registered + 1
+	form := func(i int) string {
+		if i == 0 {
+			return benchForm
+		}
+		return otherForm(i - 1)
+	}
+	r.recv.reset()
+	arr := r.recv.record(n)
+	sent := make([]posted, n)
+	r.progress("%s: one submission to each of %d endpoints' forms", name, n)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	produced := make(chan error, 1)
+	start := time.Now()
+	var bg sync.WaitGroup
+	bg.Go(func() { produced <- r.post(runCtx, sv.srvs, start, sent, postPlan{form: form, fanOut: 1}) })
+	err := r.waitSettled(runCtx, sv, name, n, produced)
+	stop()
+	bg.Wait()
+	if err != nil {
+		return warmth{}, err
+	}
+	_, last, err := matchArrivals(sent, arr, n)
+	if err != nil {
+		return warmth{}, err
+	}
+	if ok := r.recv.ok.Load(); ok != int64(n) {
+		return warmth{}, fmt.Errorf("the receiver verified %d requests for %d deliveries", ok, n)
+	}
+	w := warmth{endpoints: n, wall: last.Sub(start)}
+	r.progress("%s: delivered to %d endpoints in %s", name, n, w.wall.Round(time.Millisecond))
+	return w, nil
 }
 
 // otherBackends returns a function listing the PostgreSQL backends that

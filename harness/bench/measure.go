@@ -25,12 +25,12 @@ type usage struct {
 	// Self is this process's user+system CPU time: the worker, the store
 	// client, the receiver and the load generator (and SQLite itself).
 	Self time.Duration
-	// Server is the CPU time of the `hymical serve` process the HTTP mode
-	// runs (with SQLite inside it); zero in the other phases, where the
-	// server's parts run in Self.
+	// Server is the CPU time of the `hymical serve` processes the HTTP
+	// mode runs (with SQLite inside it), summed; zero in the other phases,
+	// where the server's parts run in Self.
 	Server time.Duration
 	// Plugin is the CPU time of the plugin processes the server started:
-	// this process, or the serve process in the HTTP mode.
+	// this process, or the serve processes in the HTTP mode.
 	Plugin time.Duration
 	// DB is the CPU time of the PostgreSQL server: the postmaster that
 	// listens on the DSN's port and its children. Zero for SQLite, which
@@ -41,7 +41,8 @@ type usage struct {
 	Machine time.Duration
 	// PeakRSS is this process's peak resident set (VmHWM) during the phase,
 	// in bytes; PluginPeakRSS the largest plugin process's; ServerPeakRSS
-	// the serve process's over its life (it starts fresh for each phase).
+	// the largest serve process's over its life (each starts fresh for
+	// each phase).
 	PeakRSS       int64
 	PluginPeakRSS int64
 	ServerPeakRSS int64
@@ -54,16 +55,16 @@ type usage struct {
 type meter struct {
 	// dbPID is the PostgreSQL postmaster, 0 when unknown or SQLite.
 	dbPID int
-	// serverPID is the serve process of the HTTP mode, the parent of the
-	// plugins; 0 means this process is the server.
-	serverPID int
+	// serverPIDs are the serve processes of the HTTP mode, the parents of
+	// the plugins; none means this process is the server.
+	serverPIDs []int
 	// others, when set, lists PostgreSQL backends that serve other
 	// databases, such as other people's tests on a shared server, so their
 	// CPU is not counted as this phase's.
 	others  func() map[int]bool
 	skip    map[int]bool
 	self    time.Duration
-	server  time.Duration
+	server  map[int]time.Duration
 	plugin  map[int]time.Duration
 	db      map[int]time.Duration
 	machine time.Duration
@@ -76,23 +77,24 @@ type meter struct {
 
 // startMeter resets the peak RSS and takes the start readings.
 func startMeter(dbPID int) *meter {
-	return startServerMeter(0, dbPID, nil)
+	return startServerMeter(nil, dbPID, nil)
 }
 
-// startServerMeter is startMeter for a server running in process
-// serverPID (0: this one), leaving out the database backends others names.
-func startServerMeter(serverPID, dbPID int, others func() map[int]bool) *meter {
-	m := &meter{dbPID: dbPID, serverPID: serverPID, others: others, skip: map[int]bool{}}
+// startServerMeter is startMeter for a server running in the processes
+// serverPIDs (none: this one), leaving out the database backends others
+// names.
+func startServerMeter(serverPIDs []int, dbPID int, others func() map[int]bool) *meter {
+	m := &meter{dbPID: dbPID, serverPIDs: serverPIDs, others: others, skip: map[int]bool{}, server: map[int]time.Duration{}}
 	// Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0+).
 	m.hwmReset = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	if others != nil {
 		maps.Copy(m.skip, others())
 	}
 	m.self = selfCPU()
-	if serverPID != 0 {
-		_, _, m.server, _ = procStat(serverPID)
+	for _, pid := range serverPIDs {
+		_, _, m.server[pid], _ = procStat(pid)
 	}
-	m.plugin, m.db = processCPU(m.parent(), dbPID)
+	m.plugin, m.db = processCPU(m.parents(), dbPID)
 	m.machine = machineBusy()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -111,12 +113,12 @@ func (m *meter) stop() usage {
 		Mallocs:    ms.Mallocs - m.mallocs,
 		AllocBytes: ms.TotalAlloc - m.bytes,
 	}
-	if m.serverPID != 0 {
-		_, _, cpu, _ := procStat(m.serverPID)
-		u.Server = cpu - m.server
-		u.ServerPeakRSS = statusBytes(fmt.Sprintf("/proc/%d/status", m.serverPID), "VmHWM:")
+	for _, pid := range m.serverPIDs {
+		_, _, cpu, _ := procStat(pid)
+		u.Server += cpu - m.server[pid]
+		u.ServerPeakRSS = max(u.ServerPeakRSS, statusBytes(fmt.Sprintf("/proc/%d/status", pid), "VmHWM:"))
 	}
-	plugin, db := processCPU(m.parent(), m.dbPID)
+	plugin, db := processCPU(m.parents(), m.dbPID)
 	if m.others != nil {
 		maps.Copy(m.skip, m.others())
 	}
@@ -134,12 +136,16 @@ func (m *meter) stop() usage {
 	return u
 }
 
-// parent is the process whose children are the plugins.
-func (m *meter) parent() int {
-	if m.serverPID != 0 {
-		return m.serverPID
+// parents are the processes whose children are the plugins.
+func (m *meter) parents() map[int]bool {
+	out := map[int]bool{}
+	for _, pid := range m.serverPIDs {
+		out[pid] = true
 	}
-	return os.Getpid()
+	if len(out) == 0 {
+		out[os.Getpid()] = true
+	}
+	return out
 }
 
 func selfCPU() time.Duration {
@@ -151,11 +157,11 @@ func selfCPU() time.Duration {
 }
 
 // processCPU returns the CPU time of every running plugin process that is
-// a child of parent, and of the database server dbPID and its children,
+// a child of one of parents, and of the database server dbPID and its children,
 // by pid. Plugins are found by name because go-plugin does not hand out
 // the pid; the kernel's comm is cut to 15 bytes, which still holds
 // "hymical-plugin".
-func processCPU(parent, dbPID int) (plugin, db map[int]time.Duration) {
+func processCPU(parents map[int]bool, dbPID int) (plugin, db map[int]time.Duration) {
 	plugin, db = map[int]time.Duration{}, map[int]time.Duration{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
@@ -166,7 +172,7 @@ func processCPU(parent, dbPID int) (plugin, db map[int]time.Duration) {
 		comm, ppid, cpu, ok := procStat(pid)
 		switch {
 		case !ok:
-		case ppid == parent && strings.HasPrefix(comm, "hymical-plugin"):
+		case parents[ppid] && strings.HasPrefix(comm, "hymical-plugin"):
 			plugin[pid] = cpu
 		case dbPID != 0 && (pid == dbPID || ppid == dbPID):
 			db[pid] = cpu

@@ -46,6 +46,11 @@ type Phase struct {
 	RecordedP99 time.Duration `json:"recorded_p99_ns,omitempty"`
 	// Max, for HTTP phases, is the slowest latency sample.
 	Max time.Duration `json:"max_ns,omitempty"`
+	// IngestP50 and IngestP99, for HTTP phases, are from just before a
+	// submission's POST to its 202 answer read, over every submission:
+	// what the caller of the ingest route waits for.
+	IngestP50 time.Duration `json:"ingest_p50_ns,omitempty"`
+	IngestP99 time.Duration `json:"ingest_p99_ns,omitempty"`
 	// InsertWall is how long creating the submissions took.
 	InsertWall time.Duration `json:"insert_wall_ns,omitempty"`
 	// With preload, the phase's CPU (CPUPerMsg, which counts both) split
@@ -92,7 +97,13 @@ type Phase struct {
 	// IdleDBPercent the database server's.
 	IdleCorePercent float64 `json:"idle_core_percent,omitempty"`
 	IdleDBPercent   float64 `json:"idle_db_core_percent,omitempty"`
-	PeakRSS         int64   `json:"peak_rss_bytes"`
+	// WarmEndpoints, for an idle phase with --idle-warm, is how many
+	// endpoints got one delivery each, verified, before the settle: every
+	// endpoint serve had. WarmWall is from the first of those POSTs to
+	// the last arrival.
+	WarmEndpoints int           `json:"warm_endpoints,omitempty"`
+	WarmWall      time.Duration `json:"warm_wall_ns,omitempty"`
+	PeakRSS       int64         `json:"peak_rss_bytes"`
 	// ServerPeakRSS is the serve process's peak resident set.
 	ServerPeakRSS int64 `json:"server_peak_rss_bytes,omitempty"`
 	// PeakRSSLifetime is set when the peak could not be reset per phase,
@@ -166,13 +177,19 @@ type Report struct {
 	Rate        float64       `json:"submission_rate_per_s,omitempty"`
 	Preload     bool          `json:"preload"`
 	Repeat      int           `json:"repeat"`
+	// Serves is how many serve processes the HTTP mode ran on its one
+	// database.
+	Serves int `json:"serves,omitempty"`
 	// Serve is the flags the HTTP mode ran serve with; its settings are
 	// serve's defaults but for these.
 	Serve []string `json:"serve_flags,omitempty"`
 	// Idle is how long the HTTP mode's idle phase measured.
-	Idle    time.Duration `json:"idle_ns,omitempty"`
-	Started time.Time     `json:"started"`
-	Phases  []Phase       `json:"phases"`
+	Idle time.Duration `json:"idle_ns,omitempty"`
+	// IdleWarm says the idle phase first delivered once to every endpoint
+	// (Phase.WarmEndpoints of them).
+	IdleWarm bool      `json:"idle_warm,omitempty"`
+	Started  time.Time `json:"started"`
+	Phases   []Phase   `json:"phases"`
 }
 
 // best finds the round of a phase, by name prefix, with the highest rate;
@@ -337,9 +354,17 @@ func (r *Report) writeHead(b *strings.Builder) {
 func (r *Report) writeHTTPText(w io.Writer) error {
 	var b strings.Builder
 	r.writeHead(&b)
-	if r.Idle > 0 {
+	switch {
+	case r.Idle > 0 && r.IdleWarm:
+		fmt.Fprintf(&b, "load      none while measured, for %s after a %s settle; warm: before the settle, one submission to the form\n", r.Idle, serveSettle)
+		fmt.Fprintf(&b, "          of each of the %d endpoints (the idle one, for %s, and the %d registered), from %d producers,\n", r.Registered+1, benchForm, r.Registered, r.Producers)
+		fmt.Fprintln(&b, "          and every one of those deliveries verified at the receiver")
+	case r.Idle > 0:
 		fmt.Fprintf(&b, "load      none: one endpoint, no submissions, measured for %s after a %s settle\n", r.Idle, serveSettle)
-	} else {
+		if r.Registered > 0 {
+			fmt.Fprintf(&b, "          %d more endpoints registered, each for a form of its own, never delivered to\n", r.Registered)
+		}
+	default:
 		load := "as fast as they go"
 		if r.Rate > 0 {
 			load = fmt.Sprintf("paced at %.0f/s", r.Rate)
@@ -347,7 +372,12 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 		fmt.Fprintf(&b, "load      %d submissions x %d endpoints = %d deliveries, %d producers posting to /v1/forms/%s/submissions, %s\n",
 			r.Submissions, r.Endpoints, r.Deliveries, r.Producers, benchForm, load)
 	}
-	fmt.Fprintf(&b, "serve     its defaults but for %s\n\n", strings.Join(r.Serve, " "))
+	if r.Serves > 1 {
+		fmt.Fprintf(&b, "serve     %d processes on the one database, each on its own port; submission i posted to serve i%%%d; the first made the endpoints\n", r.Serves, r.Serves)
+		fmt.Fprintf(&b, "          each with its defaults but for %s\n\n", strings.Join(r.Serve, " "))
+	} else {
+		fmt.Fprintf(&b, "serve     1 process, its defaults but for %s\n\n", strings.Join(r.Serve, " "))
+	}
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	rows := 0
@@ -356,10 +386,11 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 			continue
 		}
 		if rows == 0 {
-			fmt.Fprintln(tw, "phase\tround\tmsgs/s\tp50\tp99\tmax\tserver/msg\tplugin/msg\tdb/msg\tcpu/msg\tcpu-bound/s\tbench cpu\tother\tserver RSS\tplugin RSS\t")
+			fmt.Fprintln(tw, "phase\tround\tmsgs/s\tp50\tp99\tmax\tingest p50\tingest p99\tserver/msg\tplugin/msg\tdb/msg\tcpu/msg\tcpu-bound/s\tbench cpu\tother\tserver RSS\tplugin RSS\t")
 		}
 		rows++
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t\n", p.Name, p.Round, p.Rate, ms(p.P50), ms(p.P99), ms(p.Max),
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t\n", p.Name, p.Round, p.Rate, ms(p.P50), ms(p.P99), ms(p.Max),
+			ms(p.IngestP50), ms(p.IngestP99),
 			us(p.CPUServerPerMsg), us(p.CPUPluginPerMsg), us(p.CPUDBPerMsg), us(p.CPUPerMsg), p.CPUBound,
 			secs(p.CPUSelf), secs(p.CPUOther), mib(p.ServerPeakRSS), mib(p.PluginPeakRSS))
 	}
@@ -372,18 +403,27 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 			fmt.Fprintf(&b, "\n%s (round %d): %d deliveries in %s; latency is %s (%d samples); posting the submissions took %s",
 				p.Name, p.Round, p.Messages, p.Wall.Round(time.Millisecond), p.Latency, p.LatencySamples, p.InsertWall.Round(time.Millisecond))
 		case KindIdle:
+			if p.WarmEndpoints > 0 {
+				fmt.Fprintf(&b, "%s (round %d): warm, having just delivered once to each of its %d endpoints (in %s)\n",
+					p.Name, p.Round, p.WarmEndpoints, p.WarmWall.Round(time.Millisecond))
+			}
 			fmt.Fprintf(&b, "%s (round %d): over %s, server %s + plugins %s of CPU = %.2f%% of one core; database %s = %.2f%%; bench %s; peak RSS server %s, plugin %s",
 				p.Name, p.Round, p.Wall.Round(time.Millisecond), secs(p.CPUServer), secs(p.CPUPlugin), p.IdleCorePercent,
 				secs(p.CPUDB), p.IdleDBPercent, secs(p.CPUSelf), mib(p.ServerPeakRSS), mib(p.PluginPeakRSS))
 		}
 		fmt.Fprintln(&b)
 	}
+	if r.Serves > 1 {
+		fmt.Fprintf(&b, "\nWith %d serves, server and plugin CPU are summed over the %d serve processes and their plugin\n", r.Serves, r.Serves)
+		fmt.Fprintln(&b, "processes; server RSS is the largest serve's, plugin RSS the largest plugin's.")
+	}
 	if rows > 0 {
 		fmt.Fprintln(&b, "\nCPU per delivery by process: server is the serve process (with SQLite in it), plugin its plugin")
 		fmt.Fprintln(&b, "processes, db the PostgreSQL server (backends of other databases left out); cpu/msg is their sum.")
 		fmt.Fprintln(&b, "bench cpu is this process (producers, receiver), counted in no per-delivery figure; other is the")
-		fmt.Fprintln(&b, "rest of the machine, in core-seconds. Latency: from just before a submission's POST to the receiver")
-		fmt.Fprintln(&b, "holding its verified message, for every delivery.")
+		fmt.Fprintln(&b, "rest of the machine, in core-seconds. Latency (p50, p99, max): from just before a submission's POST")
+		fmt.Fprintln(&b, "to the receiver holding its verified message, for every delivery; ingest: from just before the POST")
+		fmt.Fprintln(&b, "to its 202 answer read, for every submission.")
 	} else {
 		fmt.Fprintln(&b, "\nServer is the serve process (with SQLite in it), plugins its plugin processes, database the")
 		fmt.Fprintln(&b, "PostgreSQL server (backends of other databases left out); /proc counts CPU in 10 ms ticks.")
