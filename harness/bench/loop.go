@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -147,21 +149,30 @@ func (r *runner) ceiling(ctx context.Context) (Phase, error) {
 // message builds what the worker hands a transport for message i: the
 // same three signed headers and body.
 func (r *runner) message(i int, body []byte) (transport.Message, error) {
-	id := loopID(i)
-	h, err := webhook.SignHeaders(id, time.Now(), body, r.secret)
+	return SignedMessage(loopID(i), 1, r.recv.url(i%r.o.Endpoints), r.secret, body, time.Now())
+}
+
+// SignedMessage is the message hymical's worker hands a transport for one
+// attempt (server/worker builds it from a claim the same way): the
+// delivery's id, the attempt's number counting from 1, the endpoint's URL,
+// the three Standard Webhooks headers signed at now with secret, and the
+// body. harness/riverbench sends it through the plugin so River's messages
+// are byte for byte hymical's.
+func SignedMessage(deliveryID string, attempt int, url, secret string, body []byte, now time.Time) (transport.Message, error) {
+	h, err := webhook.SignHeaders(deliveryID, now, body, secret)
 	if err != nil {
 		return transport.Message{}, err
 	}
+	headers := make([]transport.Header, 0, 3)
+	for _, name := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+		headers = append(headers, transport.Header{Name: name, Value: h.Get(name)})
+	}
 	return transport.Message{
-		DeliveryID: id,
-		Attempt:    1,
-		Endpoint:   transport.Endpoint{URL: r.recv.url(i % r.o.Endpoints)},
-		Headers: []transport.Header{
-			{Name: webhook.HeaderID, Value: h.Get(webhook.HeaderID)},
-			{Name: webhook.HeaderTimestamp, Value: h.Get(webhook.HeaderTimestamp)},
-			{Name: webhook.HeaderSignature, Value: h.Get(webhook.HeaderSignature)},
-		},
-		Body: body,
+		DeliveryID: deliveryID,
+		Attempt:    attempt,
+		Endpoint:   transport.Endpoint{URL: url},
+		Headers:    headers,
+		Body:       body,
 	}, nil
 }
 
@@ -206,16 +217,36 @@ func (r *runner) sendPlugin(ctx context.Context) (Phase, error) {
 // startHost launches the real hymical-plugin-http from the plugin
 // directory, and only it: other plugins there are not this bench's.
 func (r *runner) startHost(ctx context.Context) (*pluginhost.Host, error) {
+	return StartPluginHost(ctx, r.o.PluginDir, r.o.Logger)
+}
+
+// StartPluginHost launches dir's hymical-plugin-http, and only it, through
+// the server's plugin host (hashicorp/go-plugin over gRPC, as `hymical
+// serve` runs it), configured as in every bench phase: the plugin's
+// default settings with the loopback receiver allowed. The host's Send is
+// the worker.Sender the server's worker calls (use the plugin name
+// "http"); Close stops the plugin. The plugin process is a child of this
+// one, so a Rival's readings count its CPU. logger may be nil
+// (slog.Default). harness/riverbench uses it to send through the same hop
+// as hymical.
+func StartPluginHost(ctx context.Context, dir string, logger *slog.Logger) (*pluginhost.Host, error) {
+	path := pluginPath(dir)
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	build := fmt.Sprintf("build it from the repository's root with: go build -o %s ./plugins/http", path)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("no http plugin at %s (%s): %w", path, build, err)
+	}
 	host, err := pluginhost.New(ctx, pluginhost.Config{
 		Plugins: []pluginhost.PluginConfig{{
 			Name:     "http",
-			Path:     pluginPath(r.o.PluginDir),
+			Path:     path,
 			Settings: pluginSettings(),
 		}},
-	}, r.o.Logger)
+	}, logger)
 	if err != nil {
-		return nil, fmt.Errorf("start the http plugin from %s (build it with: go build -o %s ./plugins/http): %w",
-			r.o.PluginDir, pluginPath(r.o.PluginDir), err)
+		return nil, fmt.Errorf("start the http plugin from %s (%s): %w", dir, build, err)
 	}
 	return host, nil
 }

@@ -27,10 +27,14 @@ type Rival struct {
 
 // RivalUsage is what a rival's measured window cost, read as the bench's
 // own phases are: Self is this process (the rival sender and the
-// receiver), DB the PostgreSQL server's postmaster and its children, and
-// Machine every core's busy time.
+// receiver), Plugin the plugin processes it started (a StartPluginHost's
+// hymical-plugin-http; zero when there are none), DB the PostgreSQL
+// server's postmaster and its children, and Machine every core's busy
+// time. Plugin and DB are read from /proc/<pid>/stat at Start and Stop, so
+// a process that exits in between is not counted: a plugin the host
+// restarted counts from its start, and the one it replaced not at all.
 type RivalUsage struct {
-	Self, DB, Machine time.Duration
+	Self, Plugin, DB, Machine time.Duration
 	// Wall is from Start to the last message's first arrival.
 	Wall time.Duration
 	// Arrived counts distinct messages verified, Again the ones that came
@@ -108,7 +112,7 @@ func (r *Rival) Arrived() int {
 // Stop ends the measured window.
 func (r *Rival) Stop() RivalUsage {
 	u := r.meter.stop()
-	out := RivalUsage{Self: u.Self, DB: u.DB, Machine: u.Machine, Bad: r.recv.bad.Load()}
+	out := RivalUsage{Self: u.Self, Plugin: u.Plugin, DB: u.DB, Machine: u.Machine, Bad: r.recv.bad.Load()}
 	r.arrivals.mu.Lock()
 	defer r.arrivals.mu.Unlock()
 	out.Arrived, out.Again = int64(len(r.arrivals.at)), r.arrivals.again

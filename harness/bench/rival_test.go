@@ -4,12 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/storage/postgres/pgtest"
 )
@@ -75,6 +81,63 @@ func TestRivalCountsWhatItsSenderDelivers(t *testing.T) {
 	if conn, err := pgx.Connect(ctx, r.DatabaseURL()); err == nil {
 		conn.Close(ctx)
 		t.Error("the rival's database is still there after Close")
+	}
+}
+
+// A rival can send through the real plugin as hymical does: the messages
+// SignedMessage builds pass the receiver's verification, and the plugin is
+// the child process whose CPU Stop counts.
+func TestRivalSendsThroughThePlugin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r, err := NewRival(ctx, pgtest.BaseDSN(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	host, err := StartPluginHost(ctx, pluginDir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	// Other tests running in parallel may have plugins of their own.
+	if plugins, _ := processCPU(os.Getpid(), 0); len(plugins) == 0 {
+		t.Error("no plugin process among this process's children: Stop cannot count the plugin's CPU")
+	}
+
+	body, err := r.Body()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	r.Start(n)
+	for i := range n {
+		url, secret := r.Endpoint(i % 2)
+		msg, err := SignedMessage(fmt.Sprintf("dlv_%d", i), 1, url, secret, body, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := host.Send(ctx, "http", msg, time.Now().Add(10*time.Second)); out.Kind != transport.OutcomeDelivered {
+			t.Fatalf("message %d: outcome %s: %s", i, out.Kind, out.Error)
+		}
+	}
+	if u := r.Stop(); u.Arrived != n || u.Again != 0 || u.Bad != 0 {
+		t.Errorf("Stop() = %+v, want %d arrived once each and none refused", u, n)
+	}
+}
+
+// Without the plugin, StartPluginHost says how to build it.
+func TestStartPluginHostSaysHowToBuildAMissingPlugin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, err := StartPluginHost(context.Background(), dir, slog.New(slog.DiscardHandler))
+	want := "go build -o " + filepath.Join(dir, "hymical-plugin-http") + " ./plugins/http"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("StartPluginHost(%s) = %v, want an error saying %q", dir, err, want)
 	}
 }
 
