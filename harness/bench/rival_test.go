@@ -105,7 +105,7 @@ func TestRivalSendsThroughThePlugin(t *testing.T) {
 	}
 	defer host.Close()
 	// Other tests running in parallel may have plugins of their own.
-	if plugins, _ := processCPU(os.Getpid(), 0); len(plugins) == 0 {
+	if plugins, _ := processCPU(map[int]bool{os.Getpid(): true}, 0); len(plugins) == 0 {
 		t.Error("no plugin process among this process's children: Stop cannot count the plugin's CPU")
 	}
 
