@@ -120,7 +120,11 @@ func (d *dispatch) done(endpoint string) {
 		delete(d.inFlight, endpoint)
 	}
 	d.busy--
-	d.cond.Broadcast()
+	// The sender that called goes on to take the claim this makes
+	// possible; one more may have become possible (another endpoint's
+	// extra send, once fewer than shared are in flight), so one waiting
+	// sender looks too. Senders are alike: if it finds nothing, none would.
+	d.cond.Signal()
 }
 
 // waitingCount is how many claims wait for a sender.

@@ -337,17 +337,28 @@ func (p *Pool) Run(ctx context.Context) error {
 	if p.cfg.EndpointShare >= 1 {
 		newcomers = nil
 	}
+	// newcomersDue fires when a claim for the endpoints holding nothing
+	// here is to be made; nil while none is.
+	var newcomersDue <-chan time.Time
 	for {
 		for d.waitingCount() > low {
 			select {
 			case <-taken:
 			case <-newcomers:
 				// Something became due while the senders have plenty to
-				// do: claim what endpoints holding nothing here have due,
-				// so that it waits for its turn at a sender, not for the
-				// queue to drain. Spaced as idle spaces claims.
-				if gap := max(minClaimGap, claimGapFactor*lastTook) - p.now().Sub(lastClaim); gap > 0 && !sleep(ctx, gap) {
-					return nil
+				// do. If the queue does not drain soon (a claim of the
+				// main loop would take it), claim what endpoints holding
+				// nothing here have due, so that it waits for its turn at
+				// a sender, not for the queue to drain.
+				if newcomersDue == nil {
+					newcomersDue = time.After(p.newcomerGap(lastClaim, lastTook))
+				}
+			case <-newcomersDue:
+				newcomersDue = nil
+				if gap := p.newcomerGap(lastClaim, lastTook); gap > 0 {
+					// A claim was made meanwhile: wait from it.
+					newcomersDue = time.After(gap)
+					continue
 				}
 				lastClaim = p.now()
 				lastTook = p.claimNewcomers(ctx, record, d)
@@ -355,6 +366,8 @@ func (p *Pool) Run(ctx context.Context) error {
 				return nil
 			}
 		}
+		// The claim below takes what the newcomers' would have.
+		newcomersDue = nil
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -419,6 +432,21 @@ func queuedClaims(claims []storage.Claim, ctx context.Context, at time.Time) []q
 		out[i] = queued{ctx: ctx, claim: c, at: at}
 	}
 	return out
+}
+
+// newcomerWait is how long after the last claim, while the senders' queue
+// stays more than half full, a wake-up brings a claim for the endpoints
+// holding nothing here. When the senders drain the queue quickly, the main
+// loop's next claim comes first and takes their deliveries, so a stream of
+// submissions costs no claims apart; when they do not (receivers that take
+// their time), newcomers wait this long at most for a claim of their own.
+const newcomerWait = 50 * time.Millisecond
+
+// newcomerGap is how long from now a claim for the newcomers waits after a
+// claim that started at last and took took: newcomerWait, and at least
+// claimGapFactor times took, as idle spaces claims.
+func (p *Pool) newcomerGap(last time.Time, took time.Duration) time.Duration {
+	return max(newcomerWait, claimGapFactor*took) - p.now().Sub(last)
 }
 
 // claimNewcomers claims, while the senders' queue is more than half full,
