@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"sync"
 
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/config"
@@ -44,6 +46,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if generated {
 		fmt.Fprintf(stdout, "  admin token for this run (shown once; set FORMS_SERVER_ADMIN_TOKEN to choose one): %s\n", cfg.Server.AdminToken.Reveal())
 	}
+	quiet, stopQuiet := context.WithCancel(ctx)
+	var returner sync.WaitGroup
+	returner.Go(func() { returnMemoryWhenQuiet(quiet, readHeap, debug.FreeOSMemory) })
+	defer func() {
+		stopQuiet()
+		returner.Wait()
+	}()
 	return srv.Run(ctx)
 }
 
