@@ -52,6 +52,19 @@ const benchForm = "form_bench"
 // heartbeat are start-up, not idling.
 const serveSettle = 2 * time.Second
 
+// warmSettle is serveSettle after a warm-up: the last completions of the
+// burst, and serve giving its heap's spare memory back once it has been
+// quiet for a moment (see gc.go), end a burst, not idling.
+const warmSettle = 5 * time.Second
+
+// settleOf is how long the idle phase waits before it measures.
+func settleOf(warm bool) time.Duration {
+	if warm {
+		return warmSettle
+	}
+	return serveSettle
+}
+
 // runHTTP is Run for the HTTP mode.
 func runHTTP(ctx context.Context, o Options) (*Report, error) {
 	recv, err := startReceiver(nil)
@@ -753,7 +766,7 @@ func (r *runner) measureIdle(ctx context.Context, sv served) (Phase, error) {
 		}
 	}
 	r.recv.reset()
-	if !sleep(ctx, serveSettle) {
+	if !sleep(ctx, settleOf(r.o.IdleWarm)) {
 		return Phase{}, fmt.Errorf("%s: %w", name, context.Cause(ctx))
 	}
 	r.progress("%s: measuring for %s", name, r.o.Idle)

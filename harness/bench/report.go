@@ -356,7 +356,7 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 	r.writeHead(&b)
 	switch {
 	case r.Idle > 0 && r.IdleWarm:
-		fmt.Fprintf(&b, "load      none while measured, for %s after a %s settle; warm: before the settle, one submission to the form\n", r.Idle, serveSettle)
+		fmt.Fprintf(&b, "load      none while measured, for %s after a %s settle; warm: before the settle, one submission to the form\n", r.Idle, warmSettle)
 		fmt.Fprintf(&b, "          of each of the %d endpoints (the idle one, for %s, and the %d registered), from %d producers,\n", r.Registered+1, benchForm, r.Registered, r.Producers)
 		fmt.Fprintln(&b, "          and every one of those deliveries verified at the receiver")
 	case r.Idle > 0:
