@@ -67,13 +67,14 @@ func (d *dispatch) take() (queued, bool) {
 		if i := d.next(); i >= 0 {
 			id := d.turns[i]
 			q := d.waiting[id][0]
+			copy(d.turns[i:], d.turns[i+1:])
 			if rest := d.waiting[id][1:]; len(rest) > 0 {
 				d.waiting[id] = rest
 				// Served: to the back of the turns.
-				d.turns = append(append(d.turns[:i:i], d.turns[i+1:]...), id)
+				d.turns[len(d.turns)-1] = id
 			} else {
 				delete(d.waiting, id)
-				d.turns = append(d.turns[:i:i], d.turns[i+1:]...)
+				d.turns = d.turns[:len(d.turns)-1]
 			}
 			d.queued--
 			d.inFlight[id]++

@@ -400,7 +400,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 		backoff = p.cfg.PollInterval
 		lastClaim, lastTook = claimStart, at.Sub(claimStart)
-		d.add(queuedClaims(claims, claimCtx, at))
+		d.add(queuedClaims(claimCtx, claims, at))
 		// A full claim may have left more behind: claim again at once. A
 		// short one drained what was due, but for what the fair share
 		// kept back: wait for a wake-up, the end of a claim when the share
@@ -426,7 +426,7 @@ func reserveOf(concurrency int) int { return max(1, concurrency/4) }
 
 // queuedClaims are claims as they wait for a sender: with the claim's span
 // context and when they were claimed.
-func queuedClaims(claims []storage.Claim, ctx context.Context, at time.Time) []queued {
+func queuedClaims(ctx context.Context, claims []storage.Claim, at time.Time) []queued {
 	out := make([]queued, len(claims))
 	for i, c := range claims {
 		out[i] = queued{ctx: ctx, claim: c, at: at}
@@ -474,7 +474,7 @@ func (p *Pool) claimNewcomers(ctx, record context.Context, d *dispatch) time.Dur
 		return at.Sub(start)
 	}
 	p.share.claimed(claims)
-	d.add(queuedClaims(claims, claimCtx, at))
+	d.add(queuedClaims(claimCtx, claims, at))
 	return at.Sub(start)
 }
 
