@@ -56,9 +56,10 @@ type HeadSource interface {
 	// Heads returns up to n due heads (Due <= now), first by (Due, ID),
 	// strictly after after (nil: from the first), leaving out
 	// the endpoints in exclude or, when include is not nil, every endpoint
-	// not in it. On PostgreSQL they are locked for the claim, skipping
-	// those another transaction holds. next is the due head that follows
-	// the last returned, or nil when there is none.
+	// not in it, each with its Version. Nothing is locked: a claim moves
+	// a head only if its version is still the one read (see DueHead).
+	// next is the due head that follows the last returned, or nil when
+	// there is none.
 	Heads(ctx context.Context, after *DueHead, n int, exclude, include []string) (heads []DueHead, next *DueHead, err error)
 	// Now is the claim's clock in Unix microseconds, once Heads was
 	// called: on PostgreSQL, without a clock given, the database's.

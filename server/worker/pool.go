@@ -420,8 +420,8 @@ func (p *Pool) Run(ctx context.Context) error {
 }
 
 // reserveOf is how many senders a pool of concurrency has on top of it,
-// for endpoints with no send in flight (see dispatch): a quarter, at
-// least one.
+// for endpoints holding nothing else, none in flight and no other claim
+// waiting (see dispatch): a quarter, at least one.
 func reserveOf(concurrency int) int { return max(1, concurrency/4) }
 
 // queuedClaims are claims as they wait for a sender: with the claim's span
