@@ -93,3 +93,40 @@ func testPrune(t *testing.T, b Backend) {
 		}
 	})
 }
+
+func testWorkers(t *testing.T, b Backend) {
+	t.Run("workers register, heartbeat, list by liveness and deregister", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		t0 := time.Now().UTC().Truncate(time.Millisecond)
+		w := storage.Worker{ID: "w1", Build: "v1", SchemaVersion: 4, Host: "h1", StartedAt: t0, HeartbeatAt: t0}
+		if err := f.store.WorkerHeartbeat(f.ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		old := storage.Worker{ID: "w2", Build: "v0", SchemaVersion: 3, Host: "h2", StartedAt: t0.Add(-time.Hour), HeartbeatAt: t0.Add(-time.Hour)}
+		if err := f.store.WorkerHeartbeat(f.ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		w.HeartbeatAt = t0.Add(time.Minute)
+		if err := f.store.WorkerHeartbeat(f.ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		live, err := f.store.WorkerList(f.ctx, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(live) != 1 || live[0].ID != "w1" || live[0].Build != "v1" || live[0].SchemaVersion != 4 || !live[0].HeartbeatAt.Equal(t0.Add(time.Minute)) || !live[0].StartedAt.Equal(t0) {
+			t.Fatalf("live workers = %+v", live)
+		}
+		all, _ := f.store.WorkerList(f.ctx, time.Time{})
+		if len(all) != 2 {
+			t.Fatalf("all workers = %d, want 2", len(all))
+		}
+		if err := f.store.WorkerDeregister(f.ctx, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		if live, _ := f.store.WorkerList(f.ctx, t0); len(live) != 0 {
+			t.Fatalf("deregistered worker still listed: %+v", live)
+		}
+	})
+}

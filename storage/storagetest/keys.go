@@ -14,83 +14,81 @@ import (
 // each needs microseconds to.
 const lineUp = 200 * time.Millisecond
 
-// race runs op from perStore goroutines on each of four independent
-// Stores on f's database, and returns what each returned; any error fails
-// the test. The goroutines are lined up behind a held lock on the keys,
-// as behind another process's write, and let go together: a key read in
-// one transaction and written in another is then read by several of them
-// before the first writes it, every run. (On SQLite the others of a
-// store queue for its one writer connection, which the first hands over
-// between its two transactions.)
-func race[R any](t *testing.T, f *fixture, op func(s storage.Store) (R, error)) []R {
-	t.Helper()
-	stores := []storage.Store{f.db.Open(t), f.db.Open(t), f.db.Open(t), f.db.Open(t)}
-	release := f.db.HoldKeyWrites(t)
-	const perStore = 4
-	var (
-		mu      sync.Mutex
-		results []R
-		wg      sync.WaitGroup
-	)
-	errs := make(chan error, len(stores)*perStore)
-	begin := make(chan struct{})
-	for _, s := range stores {
-		for range perStore {
-			wg.Go(func() {
-				<-begin
-				r, err := op(s)
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				results = append(results, r)
-				mu.Unlock()
-			})
-		}
-	}
-	close(begin)
-	time.Sleep(lineUp)
-	release()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	return results
-}
-
-// rotated is e with a new secret first and its others expiring an hour
-// after now, as a rotation leaves it.
-func rotated(e storage.Endpoint, now time.Time) (storage.Endpoint, storage.Secret, *time.Time) {
-	fresh := storage.NewSecret("whsec_"+storage.NewID("s"), nil)
-	until := now.Add(time.Hour).UTC().Truncate(time.Millisecond)
-	next := []storage.Secret{fresh}
-	for _, s := range e.Secrets {
-		next = append(next, storage.NewSecret(s.Reveal(), &until))
-	}
-	e.Secrets = next
-	return e, fresh, &until
-}
-
-// rotateOnce reads the endpoint, rotates it and writes it under the key,
-// reading again after a conflict as endpoint.Modify does.
-func rotateOnce(f *fixture, s storage.Store, id, key, hash string, now time.Time) (storage.EndpointRotateResult, error) {
-	for {
-		e, err := s.EndpointGet(f.ctx, id)
-		if err != nil {
-			return storage.EndpointRotateResult{}, err
-		}
-		next, fresh, until := rotated(e, f.now)
-		res, err := s.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{
-			Endpoint: next, SecretSHA256: storage.SecretFingerprint(fresh), PreviousSecretsExpireAt: until,
+// testEndpointCreateOnce holds the rules of an idempotency key on an
+// endpoint create.
+func testEndpointCreateOnce(t *testing.T, b Backend) {
+	create := func(f *fixture, s storage.Store, key, hash string, now time.Time) (storage.EndpointCreateResult, error) {
+		return s.EndpointCreateOnce(f.ctx, storage.EndpointCreateParams{
+			Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
+				Secrets: []storage.Secret{storage.NewSecret("whsec_"+storage.NewID("s"), nil)}},
 			Once: storage.Once{IdempotencyKey: key, RequestHash: hash}, Now: now,
 		})
-		if errors.Is(err, storage.ErrConflict) {
-			continue
-		}
-		return res, err
 	}
+	t.Run("a repeated key with the same request returns the first endpoint and writes nothing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		first, err := create(f, f.store, "endpoint:k1", "h1", f.now)
+		if err != nil || first.Duplicate {
+			t.Fatalf("first create: %+v, %v", first, err)
+		}
+		again, err := create(f, f.store, "endpoint:k1", "h1", f.at(time.Hour))
+		if err != nil || !again.Duplicate || again.Endpoint.ID != first.Endpoint.ID {
+			t.Fatalf("repeat: duplicate %v id %s, %v; want the first, %s", again.Duplicate, again.Endpoint.ID, err, first.Endpoint.ID)
+		}
+		if again.Endpoint.Secrets[0].Reveal() != first.Endpoint.Secrets[0].Reveal() {
+			t.Fatal("the repeat read back another secret than the first create stored")
+		}
+		_, err = create(f, f.store, "endpoint:k1", "h2", f.at(time.Hour))
+		wantErr(t, err, storage.ErrKeyReused, "the key with another request")
+		other, err := create(f, f.store, "endpoint:k2", "h1", f.at(time.Hour))
+		if err != nil || other.Duplicate || other.Endpoint.ID == first.Endpoint.ID {
+			t.Fatalf("another key: %+v, %v; want a new endpoint", other, err)
+		}
+		if all, _ := f.store.EndpointList(f.ctx); len(all) != 2 {
+			t.Fatalf("%d endpoints, want 2", len(all))
+		}
+	})
+
+	t.Run("a key past its window creates anew, and one whose endpoint was deleted says so", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		first, err := create(f, f.store, "endpoint:k", "h", f.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later, err := create(f, f.store, "endpoint:k", "other", f.at(storage.DefaultIdempotencyWindow+time.Second))
+		if err != nil || later.Duplicate || later.Endpoint.ID == first.Endpoint.ID {
+			t.Fatalf("after the window: %+v, %v; want a new endpoint", later, err)
+		}
+		if _, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: later.Endpoint.ID}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = create(f, f.store, "endpoint:k", "other", f.at(storage.DefaultIdempotencyWindow+time.Minute))
+		wantErr(t, err, storage.ErrDeleted, "a repeat of a key whose endpoint was deleted")
+	})
+
+	t.Run("concurrent creates with one key on independent connections make exactly one endpoint", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		results := race(t, f, func(s storage.Store) (storage.EndpointCreateResult, error) {
+			return create(f, s, "endpoint:race", "h", time.Time{})
+		})
+		created := 0
+		for _, r := range results {
+			if !r.Duplicate {
+				created++
+			}
+			if r.Endpoint.ID != results[0].Endpoint.ID {
+				t.Fatalf("one key answered with two endpoints: %s and %s", r.Endpoint.ID, results[0].Endpoint.ID)
+			}
+		}
+		if created != 1 {
+			t.Fatalf("%d creates said they created, want exactly 1", created)
+		}
+		if n := f.count(`SELECT count(*) FROM webhook_endpoints`); n != 1 {
+			t.Fatalf("%d endpoint rows, want 1", n)
+		}
+	})
 }
 
 // testEndpointRotateOnce holds the rules of an idempotency key on a
@@ -203,21 +201,6 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 	})
 }
 
-// failed makes a delivery that failed, of an endpoint of its own.
-func (f *fixture) failed() storage.Delivery {
-	f.t.Helper()
-	d := f.delivery()
-	done, _ := f.complete(f.store, f.claimOne(f.store, f.now, d.ID), storage.OutcomePermanent, f.now, 0)
-	return done
-}
-
-func replayOnce(f *fixture, s storage.Store, id, key, hash string, now time.Time) (storage.DeliveryReplayResult, error) {
-	return s.DeliveryReplayOnce(f.ctx, storage.DeliveryReplayOnceParams{
-		DeliveryReplayParams: storage.DeliveryReplayParams{DeliveryID: id, Actor: "ops", Now: now},
-		Once:                 storage.Once{IdempotencyKey: key, RequestHash: hash},
-	})
-}
-
 // testDeliveryReplayOnce holds the rules of an idempotency key on a
 // replay: one replay, one audit record and one cycle per key.
 func testDeliveryReplayOnce(t *testing.T, b Backend) {
@@ -290,30 +273,6 @@ func testDeliveryReplayOnce(t *testing.T, b Backend) {
 	})
 }
 
-func replayManyOnce(f *fixture, s storage.Store, endpointID, key, hash string, now time.Time) (storage.DeliveryReplayManyResult, error) {
-	return s.DeliveryReplayManyOnce(f.ctx, storage.DeliveryReplayManyOnceParams{
-		DeliveryReplayManyParams: storage.DeliveryReplayManyParams{
-			Filter: storage.DeliveryFilter{State: storage.StateFailed, EndpointID: endpointID}, Actor: "ops", Now: now},
-		Once: storage.Once{IdempotencyKey: key, RequestHash: hash},
-	})
-}
-
-// failedMany makes n failed deliveries to one endpoint.
-func (f *fixture) failedMany(n int) storage.Endpoint {
-	f.t.Helper()
-	e := f.endpoint()
-	for range n {
-		f.event("form_1")
-	}
-	for _, c := range f.claim(f.store, f.now, n) {
-		f.complete(f.store, c, storage.OutcomePermanent, f.now, 0)
-	}
-	if got := f.count(fmt.Sprintf(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = '%s' AND state = 'failed'`, e.ID)); got != int64(n) {
-		f.t.Fatalf("%d failed deliveries, want %d", got, n)
-	}
-	return e
-}
-
 // testDeliveryReplayManyOnce holds the rules of an idempotency key on a
 // bulk replay: its matches are replayed once, however often it is sent.
 func testDeliveryReplayManyOnce(t *testing.T, b Backend) {
@@ -381,6 +340,124 @@ func testDeliveryReplayManyOnce(t *testing.T, b Backend) {
 			t.Fatalf("%d replay records, want 3", n)
 		}
 	})
+}
+
+// race runs op from perStore goroutines on each of four independent
+// Stores on f's database, and returns what each returned; any error fails
+// the test. The goroutines are lined up behind a held lock on the keys,
+// as behind another process's write, and let go together: a key read in
+// one transaction and written in another is then read by several of them
+// before the first writes it, every run. (On SQLite the others of a
+// store queue for its one writer connection, which the first hands over
+// between its two transactions.)
+func race[R any](t *testing.T, f *fixture, op func(s storage.Store) (R, error)) []R {
+	t.Helper()
+	stores := []storage.Store{f.db.Open(t), f.db.Open(t), f.db.Open(t), f.db.Open(t)}
+	release := f.db.HoldKeyWrites(t)
+	const perStore = 4
+	var (
+		mu      sync.Mutex
+		results []R
+		wg      sync.WaitGroup
+	)
+	errs := make(chan error, len(stores)*perStore)
+	begin := make(chan struct{})
+	for _, s := range stores {
+		for range perStore {
+			wg.Go(func() {
+				<-begin
+				r, err := op(s)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				results = append(results, r)
+				mu.Unlock()
+			})
+		}
+	}
+	close(begin)
+	time.Sleep(lineUp)
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return results
+}
+
+// rotated is e with a new secret first and its others expiring an hour
+// after now, as a rotation leaves it.
+func rotated(e storage.Endpoint, now time.Time) (storage.Endpoint, storage.Secret, *time.Time) {
+	fresh := storage.NewSecret("whsec_"+storage.NewID("s"), nil)
+	until := now.Add(time.Hour).UTC().Truncate(time.Millisecond)
+	next := []storage.Secret{fresh}
+	for _, s := range e.Secrets {
+		next = append(next, storage.NewSecret(s.Reveal(), &until))
+	}
+	e.Secrets = next
+	return e, fresh, &until
+}
+
+// rotateOnce reads the endpoint, rotates it and writes it under the key,
+// reading again after a conflict as endpoint.Modify does.
+func rotateOnce(f *fixture, s storage.Store, id, key, hash string, now time.Time) (storage.EndpointRotateResult, error) {
+	for {
+		e, err := s.EndpointGet(f.ctx, id)
+		if err != nil {
+			return storage.EndpointRotateResult{}, err
+		}
+		next, fresh, until := rotated(e, f.now)
+		res, err := s.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{
+			Endpoint: next, SecretSHA256: storage.SecretFingerprint(fresh), PreviousSecretsExpireAt: until,
+			Once: storage.Once{IdempotencyKey: key, RequestHash: hash}, Now: now,
+		})
+		if errors.Is(err, storage.ErrConflict) {
+			continue
+		}
+		return res, err
+	}
+}
+
+// failed makes a delivery that failed, of an endpoint of its own.
+func (f *fixture) failed() storage.Delivery {
+	f.t.Helper()
+	d := f.delivery()
+	done, _ := f.complete(f.store, f.claimOne(f.store, f.now, d.ID), storage.OutcomePermanent, f.now, 0)
+	return done
+}
+
+func replayOnce(f *fixture, s storage.Store, id, key, hash string, now time.Time) (storage.DeliveryReplayResult, error) {
+	return s.DeliveryReplayOnce(f.ctx, storage.DeliveryReplayOnceParams{
+		DeliveryReplayParams: storage.DeliveryReplayParams{DeliveryID: id, Actor: "ops", Now: now},
+		Once:                 storage.Once{IdempotencyKey: key, RequestHash: hash},
+	})
+}
+
+func replayManyOnce(f *fixture, s storage.Store, endpointID, key, hash string, now time.Time) (storage.DeliveryReplayManyResult, error) {
+	return s.DeliveryReplayManyOnce(f.ctx, storage.DeliveryReplayManyOnceParams{
+		DeliveryReplayManyParams: storage.DeliveryReplayManyParams{
+			Filter: storage.DeliveryFilter{State: storage.StateFailed, EndpointID: endpointID}, Actor: "ops", Now: now},
+		Once: storage.Once{IdempotencyKey: key, RequestHash: hash},
+	})
+}
+
+// failedMany makes n failed deliveries to one endpoint.
+func (f *fixture) failedMany(n int) storage.Endpoint {
+	f.t.Helper()
+	e := f.endpoint()
+	for range n {
+		f.event("form_1")
+	}
+	for _, c := range f.claim(f.store, f.now, n) {
+		f.complete(f.store, c, storage.OutcomePermanent, f.now, 0)
+	}
+	if got := f.count(fmt.Sprintf(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = '%s' AND state = 'failed'`, e.ID)); got != int64(n) {
+		f.t.Fatalf("%d failed deliveries, want %d", got, n)
+	}
+	return e
 }
 
 // wantRotatedOnce checks what racing rotations of endpoint id with one key

@@ -3,12 +3,134 @@ package storagetest
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hymical/hymical/storage"
 )
+
+func testEndpoints(t *testing.T, b Backend) {
+	t.Run("an endpoint round-trips every field, secrets included", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		exp := time.Now().UTC().Add(24 * time.Hour).Truncate(time.Millisecond)
+		created := f.endpoint(func(e *storage.Endpoint) {
+			e.URL = "https://example.com/a?b=c"
+			e.Config = map[string]string{"header.x-team": "forms"}
+			e.EventTypes = []string{"submission.received"}
+			e.FormIDs = []string{"form_1", "form_2"}
+			e.Description = "CRM sync"
+			e.Secrets = []storage.Secret{storage.NewSecret("whsec_bmV3", nil), storage.NewSecret("whsec_b2xk", &exp)}
+		})
+		if created.ID == "" || created.CreatedAt.IsZero() || created.UpdatedAt.IsZero() {
+			t.Fatalf("create did not fill id and timestamps: %+v", created)
+		}
+		got, err := f.store.EndpointGet(f.ctx, created.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.URL != created.URL || got.Transport != "http" || got.Config["header.x-team"] != "forms" ||
+			len(got.EventTypes) != 1 || len(got.FormIDs) != 2 || got.FormIDs[1] != "form_2" || got.Description != "CRM sync" ||
+			got.DisabledAt != nil || !got.CreatedAt.Equal(created.CreatedAt) {
+			t.Fatalf("endpoint round trip:\ngot  %+v\nwant %+v", got, created)
+		}
+		if len(got.Secrets) != 2 || got.Secrets[0].Reveal() != "whsec_bmV3" || got.Secrets[0].ExpiresAt != nil ||
+			got.Secrets[1].Reveal() != "whsec_b2xk" || got.Secrets[1].ExpiresAt == nil || !got.Secrets[1].ExpiresAt.Equal(exp) {
+			t.Fatal("secrets did not round-trip")
+		}
+	})
+
+	t.Run("update replaces the mutable fields, list sees it, unknown ids are not found", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		a := f.endpoint()
+		bEp := f.endpoint()
+		disabled := time.Now().UTC().Truncate(time.Millisecond)
+		a.URL = "https://example.com/new"
+		a.DisabledAt = &disabled
+		a.EventTypes = nil
+		a.Secrets = []storage.Secret{storage.NewSecret("whsec_cm90YXRlZA==", nil)}
+		up, err := f.store.EndpointUpdate(f.ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up.URL != a.URL || up.DisabledAt == nil || !up.DisabledAt.Equal(disabled) || up.Secrets[0].Reveal() != "whsec_cm90YXRlZA==" {
+			t.Fatalf("update: %+v", up)
+		}
+		list, err := f.store.EndpointList(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []string{a.ID, bEp.ID}
+		sort.Strings(ids)
+		if len(list) != 2 || list[0].ID != ids[0] || list[1].ID != ids[1] {
+			t.Fatalf("list = %d endpoints, want %v in id order", len(list), ids)
+		}
+		_, err = f.store.EndpointGet(f.ctx, "ep_missing")
+		wantErr(t, err, storage.ErrNotFound, "get unknown endpoint")
+		missing := a
+		missing.ID = "ep_missing"
+		_, err = f.store.EndpointUpdate(f.ctx, missing)
+		wantErr(t, err, storage.ErrNotFound, "update unknown endpoint")
+	})
+
+	t.Run("an update based on a stale read is refused and changes nothing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		read := f.endpoint()
+		other := f.db.Open(t)
+		// Two writers, on two connections, both start from the same read.
+		first, second := read, read
+		first.Description = "first"
+		second.Secrets = append(second.Secrets, storage.NewSecret("whsec_c2Vjb25k", nil))
+		won, err := other.EndpointUpdate(f.ctx, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !won.UpdatedAt.After(read.UpdatedAt) {
+			t.Fatalf("updated_at did not move forward: %s then %s", read.UpdatedAt, won.UpdatedAt)
+		}
+		_, err = f.store.EndpointUpdate(f.ctx, second)
+		wantErr(t, err, storage.ErrConflict, "update from a stale read")
+		got, err := f.store.EndpointGet(f.ctx, read.ID)
+		if err != nil || got.Description != "first" || len(got.Secrets) != 1 || !got.UpdatedAt.Equal(won.UpdatedAt) {
+			t.Fatalf("after the refused update: %+v, %v", got, err)
+		}
+		// Reapplied on a fresh read it goes through; back to back, each
+		// update is a new version.
+		got.Secrets = second.Secrets
+		again, err := f.store.EndpointUpdate(f.ctx, got)
+		if err != nil || len(again.Secrets) != 2 {
+			t.Fatalf("reapplied update: %+v, %v", again, err)
+		}
+		again.Description = "third"
+		third, err := f.store.EndpointUpdate(f.ctx, again)
+		if err != nil || !third.UpdatedAt.After(again.UpdatedAt) {
+			t.Fatalf("back-to-back update: %+v, %v", third, err)
+		}
+		// A zero UpdatedAt overwrites unconditionally.
+		blind := third
+		blind.UpdatedAt = time.Time{}
+		blind.Description = "blind"
+		if _, err := f.store.EndpointUpdate(f.ctx, blind); err != nil {
+			t.Fatalf("unconditional update: %v", err)
+		}
+	})
+
+	t.Run("an endpoint without a transport or a secret is refused", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		_, err := f.store.EndpointCreate(f.ctx, storage.Endpoint{Transport: "http"})
+		wantErr(t, err, storage.ErrInvalid, "endpoint without secret")
+		_, err = f.store.EndpointCreate(f.ctx, storage.Endpoint{Secrets: []storage.Secret{storage.NewSecret("whsec_eA==", nil)}})
+		wantErr(t, err, storage.ErrInvalid, "endpoint without transport")
+		if list, _ := f.store.EndpointList(f.ctx); len(list) != 0 {
+			t.Fatalf("refused endpoints were written: %d", len(list))
+		}
+	})
+}
 
 // testEndpointDelete holds the rules of deleting an endpoint: nothing of
 // its history goes, nothing new reaches it, and no open delivery of it ends
@@ -282,83 +404,6 @@ func testEndpointDelete(t *testing.T, b Backend) {
 		}
 		if !slices.Equal(got, live) {
 			t.Fatalf("paged endpoints %v, want %v", got, live)
-		}
-	})
-}
-
-// testEndpointCreateOnce holds the rules of an idempotency key on an
-// endpoint create.
-func testEndpointCreateOnce(t *testing.T, b Backend) {
-	create := func(f *fixture, s storage.Store, key, hash string, now time.Time) (storage.EndpointCreateResult, error) {
-		return s.EndpointCreateOnce(f.ctx, storage.EndpointCreateParams{
-			Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
-				Secrets: []storage.Secret{storage.NewSecret("whsec_"+storage.NewID("s"), nil)}},
-			Once: storage.Once{IdempotencyKey: key, RequestHash: hash}, Now: now,
-		})
-	}
-	t.Run("a repeated key with the same request returns the first endpoint and writes nothing", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, b)
-		first, err := create(f, f.store, "endpoint:k1", "h1", f.now)
-		if err != nil || first.Duplicate {
-			t.Fatalf("first create: %+v, %v", first, err)
-		}
-		again, err := create(f, f.store, "endpoint:k1", "h1", f.at(time.Hour))
-		if err != nil || !again.Duplicate || again.Endpoint.ID != first.Endpoint.ID {
-			t.Fatalf("repeat: duplicate %v id %s, %v; want the first, %s", again.Duplicate, again.Endpoint.ID, err, first.Endpoint.ID)
-		}
-		if again.Endpoint.Secrets[0].Reveal() != first.Endpoint.Secrets[0].Reveal() {
-			t.Fatal("the repeat read back another secret than the first create stored")
-		}
-		_, err = create(f, f.store, "endpoint:k1", "h2", f.at(time.Hour))
-		wantErr(t, err, storage.ErrKeyReused, "the key with another request")
-		other, err := create(f, f.store, "endpoint:k2", "h1", f.at(time.Hour))
-		if err != nil || other.Duplicate || other.Endpoint.ID == first.Endpoint.ID {
-			t.Fatalf("another key: %+v, %v; want a new endpoint", other, err)
-		}
-		if all, _ := f.store.EndpointList(f.ctx); len(all) != 2 {
-			t.Fatalf("%d endpoints, want 2", len(all))
-		}
-	})
-
-	t.Run("a key past its window creates anew, and one whose endpoint was deleted says so", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, b)
-		first, err := create(f, f.store, "endpoint:k", "h", f.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		later, err := create(f, f.store, "endpoint:k", "other", f.at(storage.DefaultIdempotencyWindow+time.Second))
-		if err != nil || later.Duplicate || later.Endpoint.ID == first.Endpoint.ID {
-			t.Fatalf("after the window: %+v, %v; want a new endpoint", later, err)
-		}
-		if _, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: later.Endpoint.ID}); err != nil {
-			t.Fatal(err)
-		}
-		_, err = create(f, f.store, "endpoint:k", "other", f.at(storage.DefaultIdempotencyWindow+time.Minute))
-		wantErr(t, err, storage.ErrDeleted, "a repeat of a key whose endpoint was deleted")
-	})
-
-	t.Run("concurrent creates with one key on independent connections make exactly one endpoint", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, b)
-		results := race(t, f, func(s storage.Store) (storage.EndpointCreateResult, error) {
-			return create(f, s, "endpoint:race", "h", time.Time{})
-		})
-		created := 0
-		for _, r := range results {
-			if !r.Duplicate {
-				created++
-			}
-			if r.Endpoint.ID != results[0].Endpoint.ID {
-				t.Fatalf("one key answered with two endpoints: %s and %s", r.Endpoint.ID, results[0].Endpoint.ID)
-			}
-		}
-		if created != 1 {
-			t.Fatalf("%d creates said they created, want exactly 1", created)
-		}
-		if n := f.count(`SELECT count(*) FROM webhook_endpoints`); n != 1 {
-			t.Fatalf("%d endpoint rows, want 1", n)
 		}
 	})
 }
