@@ -187,13 +187,6 @@ func dsn(path string, busyTimeout time.Duration, writer bool) string {
 	return path + q + "&_pragma=query_only(1)"
 }
 
-// Wakeups returns a channel that receives a value, coalesced, after each
-// write of this Store that made a delivery due commits, and when a
-// delivery it made due later comes due; until ctx ends.
-func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
-	return s.wake.Subscribe(ctx)
-}
-
 // Close closes both connection pools.
 func (s *Store) Close() error {
 	s.wake.Close()
@@ -376,4 +369,11 @@ func boolInt(b bool) int {
 // rowScanner is what *sql.Row and *sql.Rows share.
 type rowScanner interface {
 	Scan(dest ...any) error
+}
+
+// querier is what *sql.DB and *sql.Tx share, so reads can run inside a
+// writer transaction or on the reader pool.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }

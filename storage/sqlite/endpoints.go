@@ -20,120 +20,6 @@ type endpointRow struct {
 	config, eventTypes, formIDs, secrets, retrySchedule string
 }
 
-// encodeEndpoint writes e's columns, its secrets sealed by codec when it
-// has a box.
-func encodeEndpoint(e storage.Endpoint, codec storage.SecretsCodec) (endpointRow, error) {
-	config := e.Config
-	if config == nil {
-		config = map[string]string{}
-	}
-	cfg, err := json.Marshal(config)
-	if err != nil {
-		return endpointRow{}, fmt.Errorf("encode endpoint config: %w", err)
-	}
-	types, forms := e.EventTypes, e.FormIDs
-	if types == nil {
-		types = []string{}
-	}
-	if forms == nil {
-		forms = []string{}
-	}
-	// Secrets' expiry times are normalised like every other time, so what
-	// is read back equals what was written.
-	secrets := make([]storage.Secret, len(e.Secrets))
-	for i, sec := range e.Secrets {
-		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
-	}
-	enc, err := codec.Encode(e.ID, secrets)
-	if err != nil {
-		return endpointRow{}, fmt.Errorf("encode endpoint secrets: %w", err)
-	}
-	return endpointRow{config: string(cfg), eventTypes: jsonList(types), formIDs: jsonList(forms), secrets: enc,
-		retrySchedule: storage.EncodeRetrySchedule(e.RetrySchedule)}, nil
-}
-
-func normTime(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	n := t.UTC().Truncate(time.Microsecond)
-	return &n
-}
-
-// scanEndpoint reads one endpoint, its secrets opened by codec.
-func scanEndpoint(r rowScanner, codec storage.SecretsCodec) (storage.Endpoint, error) {
-	var (
-		e                 storage.Endpoint
-		row               endpointRow
-		disabled, failing sql.NullInt64
-		deleted           sql.NullInt64
-		created, updated  int64
-		ordered           int64
-	)
-	if err := r.Scan(&e.ID, &e.Transport, &e.URL, &row.config, &row.eventTypes, &row.formIDs, &row.secrets,
-		&e.Description, &disabled, &created, &updated, &e.DisabledReason, &failing, &e.RateLimit, &e.RateBurst,
-		&e.MaxInFlight, &ordered, &row.retrySchedule, &deleted); err != nil {
-		return storage.Endpoint{}, err
-	}
-	e.Ordered = ordered != 0
-	e.FailingSince = fromNullMicros(failing)
-	schedule, err := storage.DecodeRetrySchedule(row.retrySchedule)
-	if err != nil {
-		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
-	}
-	e.RetrySchedule = schedule
-	if err := json.Unmarshal([]byte(row.config), &e.Config); err != nil {
-		return storage.Endpoint{}, fmt.Errorf("decode config of endpoint %s: %w", e.ID, err)
-	}
-	if err := json.Unmarshal([]byte(row.eventTypes), &e.EventTypes); err != nil {
-		return storage.Endpoint{}, fmt.Errorf("decode event types of endpoint %s: %w", e.ID, err)
-	}
-	if err := json.Unmarshal([]byte(row.formIDs), &e.FormIDs); err != nil {
-		return storage.Endpoint{}, fmt.Errorf("decode form ids of endpoint %s: %w", e.ID, err)
-	}
-	// The codec's errors name the endpoint and never hold a secret.
-	secrets, err := codec.Decode(e.ID, row.secrets)
-	if err != nil {
-		return storage.Endpoint{}, err
-	}
-	for i, sec := range secrets {
-		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
-	}
-	e.Secrets = secrets
-	// JSON null (or a hand-edited row) must not hand callers a nil.
-	if e.Config == nil {
-		e.Config = map[string]string{}
-	}
-	if e.EventTypes == nil {
-		e.EventTypes = []string{}
-	}
-	if e.FormIDs == nil {
-		e.FormIDs = []string{}
-	}
-	e.DisabledAt = fromNullMicros(disabled)
-	e.DeletedAt = fromNullMicros(deleted)
-	e.CreatedAt = fromMicros(created)
-	e.UpdatedAt = fromMicros(updated)
-	return e, nil
-}
-
-func listEndpoints(ctx context.Context, q querier, codec storage.SecretsCodec) ([]storage.Endpoint, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE deleted_at IS NULL ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []storage.Endpoint{}
-	for rows.Next() {
-		e, err := scanEndpoint(rows, codec)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 // EndpointCreate inserts e. ID defaults to a new "ep" id, CreatedAt to now
 // and UpdatedAt to CreatedAt.
 func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
@@ -155,31 +41,6 @@ func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage
 		return storage.Endpoint{}, err
 	}
 	return out, nil
-}
-
-// prepareEndpoint fills in what a new endpoint leaves empty and encodes it.
-func (s *Store) prepareEndpoint(e storage.Endpoint) (storage.Endpoint, endpointRow, error) {
-	if e.ID == "" {
-		e.ID = storage.NewID("ep")
-	}
-	e.CreatedAt = s.now(e.CreatedAt)
-	if e.UpdatedAt.IsZero() {
-		e.UpdatedAt = e.CreatedAt
-	}
-	e.UpdatedAt = s.now(e.UpdatedAt)
-	e.NormalizeControls()
-	row, err := encodeEndpoint(e, s.secrets)
-	return e, row, err
-}
-
-func (s *Store) insertEndpoint(ctx context.Context, tx *sql.Tx, e storage.Endpoint, row endpointRow) (storage.Endpoint, error) {
-	return scanEndpoint(tx.QueryRowContext(ctx, `
-		INSERT INTO webhook_endpoints (`+endpointColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL)
-		RETURNING `+endpointColumns,
-		e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
-		nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(e.UpdatedAt), e.DisabledReason,
-		e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule), s.secrets)
 }
 
 // EndpointCreateOnce creates the endpoint unless p.IdempotencyKey was used
@@ -235,6 +96,73 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 	})
 	if err != nil {
 		return storage.EndpointCreateResult{}, err
+	}
+	return res, nil
+}
+
+// EndpointRotateOnce writes the rotated endpoint and its key in one
+// IMMEDIATE transaction, or answers a repeat from the key's record.
+func (s *Store) EndpointRotateOnce(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error) {
+	op := "rotate endpoint secret once " + p.Endpoint.ID
+	if err := p.Validate(); err != nil {
+		return storage.EndpointRotateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	e := p.Endpoint
+	e.NormalizeControls()
+	row, err := encodeEndpoint(e, s.secrets)
+	if err != nil {
+		return storage.EndpointRotateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var readAt any // NULL: unconditional
+	if !e.UpdatedAt.IsZero() {
+		readAt = micros(e.UpdatedAt)
+	}
+	now := s.now(p.Now)
+	var (
+		res      storage.EndpointRotateResult
+		released bool
+	)
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
+		rec, held, err := heldKey(ctx, tx, p.Once, now)
+		if err != nil {
+			return err
+		}
+		if held {
+			if err := rec.repeats(storage.OpEndpointRotateSecret, e.ID, p.RequestHash); err != nil {
+				return err
+			}
+			cur, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, e.ID), s.secrets)
+			if err != nil {
+				return err
+			}
+			if cur.DeletedAt != nil {
+				return fmt.Errorf("%w: the idempotency key rotated the secret of endpoint %s, deleted since at %s",
+					storage.ErrDeleted, e.ID, cur.DeletedAt.UTC().Format(time.RFC3339))
+			}
+			res = storage.EndpointRotateResult{Endpoint: cur, SecretSHA256: rec.secretSHA256.String, Duplicate: true}
+			if rec.secretsExpireAt.Valid {
+				at := fromMicros(rec.secretsExpireAt.Int64)
+				res.PreviousSecretsExpireAt = &at
+			}
+			return nil
+		}
+		out, rel, err := s.updateEndpoint(ctx, tx, e, row, readAt)
+		if err != nil {
+			return err
+		}
+		released = rel
+		res = storage.EndpointRotateResult{Endpoint: out, SecretSHA256: p.SecretSHA256, PreviousSecretsExpireAt: p.PreviousSecretsExpireAt}
+		return recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
+			operation: storage.OpEndpointRotateSecret, requestHash: p.RequestHash,
+			endpointID: validString(e.ID), secretSHA256: validString(p.SecretSHA256),
+			secretsExpireAt: nullMicros(p.PreviousSecretsExpireAt),
+		}, now)
+	})
+	if err != nil {
+		return storage.EndpointRotateResult{}, err
+	}
+	if released {
+		s.wake.Signal()
 	}
 	return res, nil
 }
@@ -371,6 +299,128 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 	return out, nil
 }
 
+// prepareEndpoint fills in what a new endpoint leaves empty and encodes it.
+func (s *Store) prepareEndpoint(e storage.Endpoint) (storage.Endpoint, endpointRow, error) {
+	if e.ID == "" {
+		e.ID = storage.NewID("ep")
+	}
+	e.CreatedAt = s.now(e.CreatedAt)
+	if e.UpdatedAt.IsZero() {
+		e.UpdatedAt = e.CreatedAt
+	}
+	e.UpdatedAt = s.now(e.UpdatedAt)
+	e.NormalizeControls()
+	row, err := encodeEndpoint(e, s.secrets)
+	return e, row, err
+}
+
+// encodeEndpoint writes e's columns, its secrets sealed by codec when it
+// has a box.
+func encodeEndpoint(e storage.Endpoint, codec storage.SecretsCodec) (endpointRow, error) {
+	config := e.Config
+	if config == nil {
+		config = map[string]string{}
+	}
+	cfg, err := json.Marshal(config)
+	if err != nil {
+		return endpointRow{}, fmt.Errorf("encode endpoint config: %w", err)
+	}
+	types, forms := e.EventTypes, e.FormIDs
+	if types == nil {
+		types = []string{}
+	}
+	if forms == nil {
+		forms = []string{}
+	}
+	// Secrets' expiry times are normalised like every other time, so what
+	// is read back equals what was written.
+	secrets := make([]storage.Secret, len(e.Secrets))
+	for i, sec := range e.Secrets {
+		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
+	}
+	enc, err := codec.Encode(e.ID, secrets)
+	if err != nil {
+		return endpointRow{}, fmt.Errorf("encode endpoint secrets: %w", err)
+	}
+	return endpointRow{config: string(cfg), eventTypes: jsonList(types), formIDs: jsonList(forms), secrets: enc,
+		retrySchedule: storage.EncodeRetrySchedule(e.RetrySchedule)}, nil
+}
+
+func normTime(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	n := t.UTC().Truncate(time.Microsecond)
+	return &n
+}
+
+func (s *Store) insertEndpoint(ctx context.Context, tx *sql.Tx, e storage.Endpoint, row endpointRow) (storage.Endpoint, error) {
+	return scanEndpoint(tx.QueryRowContext(ctx, `
+		INSERT INTO webhook_endpoints (`+endpointColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL)
+		RETURNING `+endpointColumns,
+		e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
+		nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(e.UpdatedAt), e.DisabledReason,
+		e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule), s.secrets)
+}
+
+// scanEndpoint reads one endpoint, its secrets opened by codec.
+func scanEndpoint(r rowScanner, codec storage.SecretsCodec) (storage.Endpoint, error) {
+	var (
+		e                 storage.Endpoint
+		row               endpointRow
+		disabled, failing sql.NullInt64
+		deleted           sql.NullInt64
+		created, updated  int64
+		ordered           int64
+	)
+	if err := r.Scan(&e.ID, &e.Transport, &e.URL, &row.config, &row.eventTypes, &row.formIDs, &row.secrets,
+		&e.Description, &disabled, &created, &updated, &e.DisabledReason, &failing, &e.RateLimit, &e.RateBurst,
+		&e.MaxInFlight, &ordered, &row.retrySchedule, &deleted); err != nil {
+		return storage.Endpoint{}, err
+	}
+	e.Ordered = ordered != 0
+	e.FailingSince = fromNullMicros(failing)
+	schedule, err := storage.DecodeRetrySchedule(row.retrySchedule)
+	if err != nil {
+		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+	}
+	e.RetrySchedule = schedule
+	if err := json.Unmarshal([]byte(row.config), &e.Config); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("decode config of endpoint %s: %w", e.ID, err)
+	}
+	if err := json.Unmarshal([]byte(row.eventTypes), &e.EventTypes); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("decode event types of endpoint %s: %w", e.ID, err)
+	}
+	if err := json.Unmarshal([]byte(row.formIDs), &e.FormIDs); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("decode form ids of endpoint %s: %w", e.ID, err)
+	}
+	// The codec's errors name the endpoint and never hold a secret.
+	secrets, err := codec.Decode(e.ID, row.secrets)
+	if err != nil {
+		return storage.Endpoint{}, err
+	}
+	for i, sec := range secrets {
+		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
+	}
+	e.Secrets = secrets
+	// JSON null (or a hand-edited row) must not hand callers a nil.
+	if e.Config == nil {
+		e.Config = map[string]string{}
+	}
+	if e.EventTypes == nil {
+		e.EventTypes = []string{}
+	}
+	if e.FormIDs == nil {
+		e.FormIDs = []string{}
+	}
+	e.DisabledAt = fromNullMicros(disabled)
+	e.DeletedAt = fromNullMicros(deleted)
+	e.CreatedAt = fromMicros(created)
+	e.UpdatedAt = fromMicros(updated)
+	return e, nil
+}
+
 // updateEndpoint is EndpointUpdate's write, in tx: e's fields, on the
 // condition that the endpoint is still at readAt when that is set. It
 // reports whether holds were let go.
@@ -422,4 +472,21 @@ func (s *Store) updateEndpoint(ctx context.Context, tx *sql.Tx, e storage.Endpoi
 		}
 	}
 	return out, false, err // sql.ErrNoRows becomes ErrNotFound
+}
+
+func listEndpoints(ctx context.Context, q querier, codec storage.SecretsCodec) ([]storage.Endpoint, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE deleted_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []storage.Endpoint{}
+	for rows.Next() {
+		e, err := scanEndpoint(rows, codec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }

@@ -10,6 +10,61 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
+// DeliveryPrune removes delivered deliveries completed before the cutoff,
+// oldest ids first, with everything that hangs off them, in one writer
+// transaction.
+func (s *Store) DeliveryPrune(ctx context.Context, p storage.DeliveryPruneParams) (int, error) {
+	const op = "prune deliveries"
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var n int
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		// The doomed rows go into a temporary table so that every delete
+		// below names exactly the same set.
+		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS prune_ids (id TEXT PRIMARY KEY, event_id TEXT NOT NULL)`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM prune_ids`); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `
+			INSERT INTO prune_ids (id, event_id)
+			SELECT id, event_id FROM webhook_deliveries
+			WHERE state = 'delivered' AND completed_at < ?
+			ORDER BY state, id
+			LIMIT ?`, micros(p.CompletedBefore), p.BatchSize())
+		if err != nil {
+			return err
+		}
+		affected, err := res.RowsAffected()
+		if err != nil || affected == 0 {
+			return err
+		}
+		n = int(affected)
+		// Attempts and replay records reference the delivery, the
+		// delivery references its event: remove them in that order, then
+		// the events nothing references any more.
+		for _, q := range []string{
+			`DELETE FROM webhook_delivery_attempts WHERE delivery_id IN (SELECT id FROM prune_ids)`,
+			`DELETE FROM webhook_delivery_replays WHERE delivery_id IN (SELECT id FROM prune_ids)`,
+			`DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM prune_ids)`,
+			`DELETE FROM webhook_events WHERE id IN (SELECT event_id FROM prune_ids)
+				AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.event_id = webhook_events.id)`,
+			`DELETE FROM prune_ids`,
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
 // WorkerHeartbeat registers w or refreshes it. StartedAt and HeartbeatAt
 // default to the Go clock; a refresh keeps the StartedAt first registered.
 func (s *Store) WorkerHeartbeat(ctx context.Context, w storage.Worker) error {

@@ -15,50 +15,8 @@ import (
 const eventColumns = `id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at,
 	endpoint_id`
 
-// querier is what *sql.DB and *sql.Tx share, so reads can run inside a
-// writer transaction or on the reader pool.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func scanEvent(r rowScanner) (storage.Event, error) {
-	var (
-		ev      storage.Event
-		payload []byte
-		key     sql.NullString
-		created int64
-	)
-	if err := r.Scan(&ev.ID, &ev.Type, &ev.FormID, &ev.SubmissionID, &payload, &key, &ev.TraceParent, &created, &ev.EndpointID); err != nil {
-		return storage.Event{}, err
-	}
-	ev.Payload = payload
-	ev.IdempotencyKey = key.String
-	ev.CreatedAt = fromMicros(created)
-	return ev, nil
-}
-
 const eventsByIDSQL = `SELECT ` + eventColumns + ` FROM webhook_events
 	WHERE id IN (SELECT value FROM json_each(?))`
-
-// eventsByID reads the events named in ids (repeats allowed) with the
-// prepared eventsByIDSQL.
-func eventsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]storage.Event, error) {
-	rows, err := st.QueryContext(ctx, jsonList(ids))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string]storage.Event, len(ids))
-	for rows.Next() {
-		ev, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out[ev.ID] = ev
-	}
-	return out, rows.Err()
-}
 
 const insertEventSQL = `INSERT INTO webhook_events (` + eventColumns + `)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -88,60 +46,6 @@ const fanOutEndpointsSQL = `SELECT e.id, e.event_types, e.form_ids, e.disabled_a
 		SELECT value FROM json_each(?2))
 	ORDER BY e.id`
 
-// fanOutEndpoints reads the endpoints that can match the creates of batch
-// (storage.FanOutKeys) with what Endpoint.Matches looks at.
-func fanOutEndpoints(ctx context.Context, st *sql.Stmt, batch eventBatch) ([]storage.Endpoint, error) {
-	forms, addressed := storage.FanOutKeys(groupcommit.Inputs(batch))
-	rows, err := st.QueryContext(ctx, jsonList(forms), jsonList(addressed))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []storage.Endpoint
-	for rows.Next() {
-		var e storage.Endpoint
-		var types, forms string
-		var disabled sql.NullInt64
-		if err := rows.Scan(&e.ID, &types, &forms, &disabled, &e.Ordered); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(types), &e.EventTypes); err != nil {
-			return nil, fmt.Errorf("decode event types of endpoint %s: %w", e.ID, err)
-		}
-		if err := json.Unmarshal([]byte(forms), &e.FormIDs); err != nil {
-			return nil, fmt.Errorf("decode form ids of endpoint %s: %w", e.ID, err)
-		}
-		e.DisabledAt = fromNullMicros(disabled)
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
-// EventCreate inserts the event and one pending delivery, due at the event's
-// CreatedAt (the Go clock when zero), for every endpoint that matches it, or
-// for ev.EndpointID alone when it names one. A delivery to a disabled or
-// ordered endpoint starts held. With an idempotency key already seen it
-// writes nothing and returns the first event and its deliveries, marked
-// Duplicate. Concurrent creates share one write transaction (see
-// createEvents); each still succeeds or fails alone.
-func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
-	if err := ev.Validate(); err != nil {
-		return storage.EventCreateResult{}, createEventError(err)
-	}
-	if ev.ID == "" {
-		ev.ID = storage.NewID("evt")
-	}
-	ev.CreatedAt = s.now(ev.CreatedAt)
-	ev.Payload = append([]byte(nil), ev.Payload...)
-	return s.events.Do(ctx, ev)
-}
-
-// createEventError says where an error of a create came from when no
-// statement made it: the caller's context ended, or its batch stopped.
-func createEventError(err error) error {
-	return fmt.Errorf("sqlite: %s: %w", createEventOp, err)
-}
-
 // maxEventBatch bounds the creates that share one transaction.
 const maxEventBatch = 64
 
@@ -167,6 +71,46 @@ const lowerHeadSQL = `INSERT INTO webhook_endpoint_queues (endpoint_id, next_due
 
 // eventByKeySQL finds the event an idempotency key made.
 const eventByKeySQL = `SELECT ` + eventColumns + ` FROM webhook_events WHERE idempotency_key = ?`
+
+// createStmts are a batch's statements, bound to its transaction:
+// insertEventSQL, insertDeliverySQL and eventByKeySQL.
+type createStmts struct {
+	event, delivery, byKey *sql.Stmt
+}
+
+// EventCreate inserts the event and one pending delivery, due at the event's
+// CreatedAt (the Go clock when zero), for every endpoint that matches it, or
+// for ev.EndpointID alone when it names one. A delivery to a disabled or
+// ordered endpoint starts held. With an idempotency key already seen it
+// writes nothing and returns the first event and its deliveries, marked
+// Duplicate. Concurrent creates share one write transaction (see
+// createEvents); each still succeeds or fails alone.
+func (s *Store) EventCreate(ctx context.Context, ev storage.Event) (storage.EventCreateResult, error) {
+	if err := ev.Validate(); err != nil {
+		return storage.EventCreateResult{}, createEventError(err)
+	}
+	if ev.ID == "" {
+		ev.ID = storage.NewID("evt")
+	}
+	ev.CreatedAt = s.now(ev.CreatedAt)
+	ev.Payload = append([]byte(nil), ev.Payload...)
+	return s.events.Do(ctx, ev)
+}
+
+// EventGet reads one event.
+func (s *Store) EventGet(ctx context.Context, id string) (storage.Event, error) {
+	ev, err := scanEvent(s.reader.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM webhook_events WHERE id = ?`, id))
+	if err != nil {
+		return storage.Event{}, s.mapErr("get event "+id, err)
+	}
+	return ev, nil
+}
+
+// createEventError says where an error of a create came from when no
+// statement made it: the caller's context ended, or its batch stopped.
+func createEventError(err error) error {
+	return fmt.Errorf("sqlite: %s: %w", createEventOp, err)
+}
 
 // createEvents writes batch in one write transaction. SQLite has one
 // writer, so creates arriving together would each wait for the lock and
@@ -235,62 +179,33 @@ func (s *Store) createEvents(batch eventBatch) {
 	}
 }
 
-// lowerHeads lowers the queue head of each endpoint the batch made a
-// claimable delivery for to the first of them.
-func lowerHeads(ctx context.Context, tx *sql.Tx, batch eventBatch) error {
-	first := map[string]storage.Delivery{}
-	for _, c := range batch {
-		if c.Err != nil || c.Out.Duplicate {
-			continue
-		}
-		for _, d := range c.Out.Deliveries {
-			if d.Held || d.State != storage.StatePending {
-				continue
-			}
-			f, ok := first[d.EndpointID]
-			if !ok || d.NextAttemptAt.Before(f.NextAttemptAt) || d.NextAttemptAt.Equal(f.NextAttemptAt) && d.ID < f.ID {
-				first[d.EndpointID] = d
-			}
-		}
-	}
-	if len(first) == 0 {
-		return nil
-	}
-	// Prepared in the transaction, not in the store's cache: that would
-	// wait for the writer connection this transaction holds.
-	lower, err := tx.PrepareContext(ctx, lowerHeadSQL)
+// fanOutEndpoints reads the endpoints that can match the creates of batch
+// (storage.FanOutKeys) with what Endpoint.Matches looks at.
+func fanOutEndpoints(ctx context.Context, st *sql.Stmt, batch eventBatch) ([]storage.Endpoint, error) {
+	forms, addressed := storage.FanOutKeys(groupcommit.Inputs(batch))
+	rows, err := st.QueryContext(ctx, jsonList(forms), jsonList(addressed))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer lower.Close()
-	for endpoint, d := range first {
-		if _, err := lower.ExecContext(ctx, endpoint, micros(d.NextAttemptAt), d.ID); err != nil {
-			return err
+	defer rows.Close()
+	var out []storage.Endpoint
+	for rows.Next() {
+		var e storage.Endpoint
+		var types, forms string
+		var disabled sql.NullInt64
+		if err := rows.Scan(&e.ID, &types, &forms, &disabled, &e.Ordered); err != nil {
+			return nil, err
 		}
+		if err := json.Unmarshal([]byte(types), &e.EventTypes); err != nil {
+			return nil, fmt.Errorf("decode event types of endpoint %s: %w", e.ID, err)
+		}
+		if err := json.Unmarshal([]byte(forms), &e.FormIDs); err != nil {
+			return nil, fmt.Errorf("decode form ids of endpoint %s: %w", e.ID, err)
+		}
+		e.DisabledAt = fromNullMicros(disabled)
+		out = append(out, e)
 	}
-	return nil
-}
-
-// madeDue reports whether a committed batch of creates made a delivery
-// that is due now: one not held, of a create that was not a duplicate.
-func madeDue(batch eventBatch) bool {
-	for _, c := range batch {
-		if c.Err != nil || c.Out.Duplicate {
-			continue
-		}
-		for _, d := range c.Out.Deliveries {
-			if !d.Held {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// createStmts are a batch's statements, bound to its transaction:
-// insertEventSQL, insertDeliverySQL and eventByKeySQL.
-type createStmts struct {
-	event, delivery, byKey *sql.Stmt
+	return out, rows.Err()
 }
 
 // createEvent is one create inside a batch's transaction, with the batch's
@@ -363,11 +278,89 @@ func createEvent(ctx context.Context, tx *sql.Tx, st createStmts, endpoints []st
 	return storage.EventCreateResult{Event: ev, Deliveries: ds}, nil
 }
 
-// EventGet reads one event.
-func (s *Store) EventGet(ctx context.Context, id string) (storage.Event, error) {
-	ev, err := scanEvent(s.reader.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM webhook_events WHERE id = ?`, id))
-	if err != nil {
-		return storage.Event{}, s.mapErr("get event "+id, err)
+func scanEvent(r rowScanner) (storage.Event, error) {
+	var (
+		ev      storage.Event
+		payload []byte
+		key     sql.NullString
+		created int64
+	)
+	if err := r.Scan(&ev.ID, &ev.Type, &ev.FormID, &ev.SubmissionID, &payload, &key, &ev.TraceParent, &created, &ev.EndpointID); err != nil {
+		return storage.Event{}, err
 	}
+	ev.Payload = payload
+	ev.IdempotencyKey = key.String
+	ev.CreatedAt = fromMicros(created)
 	return ev, nil
+}
+
+// lowerHeads lowers the queue head of each endpoint the batch made a
+// claimable delivery for to the first of them.
+func lowerHeads(ctx context.Context, tx *sql.Tx, batch eventBatch) error {
+	first := map[string]storage.Delivery{}
+	for _, c := range batch {
+		if c.Err != nil || c.Out.Duplicate {
+			continue
+		}
+		for _, d := range c.Out.Deliveries {
+			if d.Held || d.State != storage.StatePending {
+				continue
+			}
+			f, ok := first[d.EndpointID]
+			if !ok || d.NextAttemptAt.Before(f.NextAttemptAt) || d.NextAttemptAt.Equal(f.NextAttemptAt) && d.ID < f.ID {
+				first[d.EndpointID] = d
+			}
+		}
+	}
+	if len(first) == 0 {
+		return nil
+	}
+	// Prepared in the transaction, not in the store's cache: that would
+	// wait for the writer connection this transaction holds.
+	lower, err := tx.PrepareContext(ctx, lowerHeadSQL)
+	if err != nil {
+		return err
+	}
+	defer lower.Close()
+	for endpoint, d := range first {
+		if _, err := lower.ExecContext(ctx, endpoint, micros(d.NextAttemptAt), d.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// madeDue reports whether a committed batch of creates made a delivery
+// that is due now: one not held, of a create that was not a duplicate.
+func madeDue(batch eventBatch) bool {
+	for _, c := range batch {
+		if c.Err != nil || c.Out.Duplicate {
+			continue
+		}
+		for _, d := range c.Out.Deliveries {
+			if !d.Held {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// eventsByID reads the events named in ids (repeats allowed) with the
+// prepared eventsByIDSQL.
+func eventsByID(ctx context.Context, st *sql.Stmt, ids []string) (map[string]storage.Event, error) {
+	rows, err := st.QueryContext(ctx, jsonList(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]storage.Event, len(ids))
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[ev.ID] = ev
+	}
+	return out, rows.Err()
 }

@@ -1,0 +1,255 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/hymical/hymical/storage"
+)
+
+// replaySet is the one definition of what replay does to a row: due now, a
+// fresh retry cycle, attempts kept, no reason left from the last cycle.
+const replaySet = `SET state = 'pending', next_attempt_at = :now, cycle_attempts = 0,
+	completed_at = NULL, claim_token = NULL, claim_expires_at = NULL, held = 0, unsent_reason = ''`
+
+// DeliveryReplay puts one terminal delivery back in the queue and writes the
+// audit record.
+func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.Delivery, error) {
+	op := "replay delivery " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	var d storage.Delivery
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		d, err = replayOne(ctx, tx, p, now)
+		return err
+	})
+	if err != nil {
+		return storage.Delivery{}, err
+	}
+	// Due now, or, held at an ordered endpoint, another of its deliveries
+	// may have been let go in its place.
+	s.wake.Signal()
+	return d, nil
+}
+
+// DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
+// match the filter, oldest first, each with its audit record.
+func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error) {
+	const op = "replay deliveries"
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := micros(s.now(p.Now))
+	var n int
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		n, err = replayMany(ctx, tx, p, now)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 {
+		s.wake.Signal()
+	}
+	return n, nil
+}
+
+// DeliveryReplayOnce replays the delivery and records its key in one
+// IMMEDIATE transaction, or answers a repeat with the delivery as it is.
+func (s *Store) DeliveryReplayOnce(ctx context.Context, p storage.DeliveryReplayOnceParams) (storage.DeliveryReplayResult, error) {
+	op := "replay delivery once " + p.DeliveryID
+	if err := p.Validate(); err != nil {
+		return storage.DeliveryReplayResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := s.now(p.Now)
+	var res storage.DeliveryReplayResult
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		rec, held, err := heldKey(ctx, tx, p.Once, now)
+		if err != nil {
+			return err
+		}
+		if held {
+			if err := rec.repeats(storage.OpDeliveryReplay, p.DeliveryID, p.RequestHash); err != nil {
+				return err
+			}
+			d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
+			res = storage.DeliveryReplayResult{Delivery: d, Duplicate: true}
+			return err
+		}
+		d, err := replayOne(ctx, tx, p.DeliveryReplayParams, micros(now))
+		if err != nil {
+			return err
+		}
+		res = storage.DeliveryReplayResult{Delivery: d}
+		return recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
+			operation: storage.OpDeliveryReplay, requestHash: p.RequestHash, deliveryID: validString(p.DeliveryID),
+		}, now)
+	})
+	if err != nil {
+		return storage.DeliveryReplayResult{}, err
+	}
+	if !res.Duplicate {
+		s.wake.Signal()
+	}
+	return res, nil
+}
+
+// DeliveryReplayManyOnce replays the matching deliveries and records the
+// key with their count in one IMMEDIATE transaction, or answers a repeat
+// with the first count.
+func (s *Store) DeliveryReplayManyOnce(ctx context.Context, p storage.DeliveryReplayManyOnceParams) (storage.DeliveryReplayManyResult, error) {
+	const op = "replay deliveries once"
+	if err := p.Validate(); err != nil {
+		return storage.DeliveryReplayManyResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	now := s.now(p.Now)
+	var res storage.DeliveryReplayManyResult
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		rec, held, err := heldKey(ctx, tx, p.Once, now)
+		if err != nil {
+			return err
+		}
+		if held {
+			if err := rec.repeats(storage.OpDeliveryReplayMany, "", p.RequestHash); err != nil {
+				return err
+			}
+			res = storage.DeliveryReplayManyResult{Count: int(rec.replayed.Int64), Duplicate: true}
+			return nil
+		}
+		n, err := replayMany(ctx, tx, p.DeliveryReplayManyParams, micros(now))
+		if err != nil {
+			return err
+		}
+		res = storage.DeliveryReplayManyResult{Count: n}
+		return recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
+			operation: storage.OpDeliveryReplayMany, requestHash: p.RequestHash,
+			replayed: sql.NullInt64{Int64: int64(n), Valid: true},
+		}, now)
+	})
+	if err != nil {
+		return storage.DeliveryReplayManyResult{}, err
+	}
+	if res.Count > 0 && !res.Duplicate {
+		s.wake.Signal()
+	}
+	return res, nil
+}
+
+// replayOne is DeliveryReplay's write, in tx.
+func replayOne(ctx context.Context, tx *sql.Tx, p storage.DeliveryReplayParams, now int64) (storage.Delivery, error) {
+	// Read then write is safe here: the IMMEDIATE transaction holds the
+	// write lock, so the state cannot change in between.
+	var prev, endpointID string
+	var deleted sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT d.state, d.endpoint_id, ep.deleted_at
+		FROM webhook_deliveries AS d JOIN webhook_endpoints AS ep ON ep.id = d.endpoint_id
+		WHERE d.id = ?`, p.DeliveryID).Scan(&prev, &endpointID, &deleted); err != nil {
+		return storage.Delivery{}, err // sql.ErrNoRows becomes ErrNotFound
+	}
+	if !storage.DeliveryState(prev).Terminal() {
+		return storage.Delivery{}, fmt.Errorf("%w: it is %s", storage.ErrNotTerminal, prev)
+	}
+	if deleted.Valid {
+		return storage.Delivery{}, fmt.Errorf("%w: endpoint %s, which the delivery goes to, was deleted at %s",
+			storage.ErrDeleted, endpointID, fromMicros(deleted.Int64).Format(time.RFC3339))
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries `+replaySet+` WHERE id = :id`,
+		sql.Named("now", now), sql.Named("id", p.DeliveryID)); err != nil {
+		return storage.Delivery{}, err
+	}
+	if err := requeued(ctx, tx, []string{p.DeliveryID}); err != nil {
+		return storage.Delivery{}, err
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+		VALUES (?, ?, ?, ?)`, p.DeliveryID, p.Actor, prev, now); err != nil {
+		return storage.Delivery{}, err
+	}
+	return scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
+}
+
+// requeued holds the deliveries in ids that just re-entered the queue if
+// their endpoint is disabled or ordered, and lets each ordered endpoint's
+// next delivery go if none of it is under way or due.
+func requeued(ctx context.Context, tx *sql.Tx, ids []string) error {
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT endpoint_id FROM webhook_deliveries
+		WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
+	if err != nil {
+		return err
+	}
+	endpointIDs, err := collectStrings(rows)
+	if err != nil {
+		return err
+	}
+	controls, err := endpointControls(ctx, tx, endpointIDs)
+	if err != nil {
+		return err
+	}
+	var holdable []string
+	for id, c := range controls {
+		if c.holdable() {
+			holdable = append(holdable, id)
+		}
+	}
+	if len(holdable) == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET held = 1
+		WHERE id IN (SELECT value FROM json_each(?)) AND endpoint_id IN (SELECT value FROM json_each(?))`,
+		jsonList(ids), jsonList(holdable)); err != nil {
+		return err
+	}
+	_, err = promoteAll(ctx, tx, controls)
+	return err
+}
+
+// replayMany is DeliveryReplayMany's write, in tx; it returns how many it
+// replayed.
+func replayMany(ctx context.Context, tx *sql.Tx, p storage.DeliveryReplayManyParams, now int64) (int, error) {
+	where, args := filterSQL(p.Filter)
+	// The selection cannot change under us: this transaction holds the
+	// write lock from its first statement.
+	rows, err := tx.QueryContext(ctx, `
+		SELECT id FROM webhook_deliveries
+		WHERE `+where+`
+			AND endpoint_id NOT IN (SELECT id FROM webhook_endpoints WHERE deleted_at IS NOT NULL)
+		ORDER BY id
+		LIMIT :limit`,
+		append(args, sql.Named("limit", p.BatchSize()))...)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := collectStrings(rows)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	idList := sql.Named("ids", jsonList(ids))
+	// The audit record goes first, while the row still shows the state
+	// it is leaving.
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO webhook_delivery_replays (delivery_id, actor, previous_state, replayed_at)
+		SELECT id, :actor, state, :now FROM webhook_deliveries
+		WHERE id IN (SELECT value FROM json_each(:ids))
+		ORDER BY id`,
+		sql.Named("actor", p.Actor), sql.Named("now", now), idList); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, `
+		UPDATE webhook_deliveries `+replaySet+`
+		WHERE id IN (SELECT value FROM json_each(:ids))`,
+		sql.Named("now", now), idList)
+	if err != nil {
+		return 0, err
+	}
+	updated, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return int(updated), requeued(ctx, tx, ids)
+}
