@@ -109,6 +109,66 @@ func (s *Store) keyedEndpoint(ctx context.Context, p storage.EndpointCreateParam
 	return storage.EndpointCreateResult{Endpoint: e, Duplicate: true}, nil
 }
 
+// EndpointRotateOnce claims the key, then writes the rotated endpoint as
+// EndpointUpdate does, in one transaction; a key found held answers from
+// its record with the endpoint as it is now.
+func (s *Store) EndpointRotateOnce(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error) {
+	op := "endpoint rotate secret once " + p.Endpoint.ID
+	if err := p.Validate(); err != nil {
+		return storage.EndpointRotateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	e := normalizeEndpoint(p.Endpoint)
+	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
+	if err != nil {
+		return storage.EndpointRotateResult{}, fmt.Errorf("postgres: %s: encode secrets: %w", op, err)
+	}
+	var readAt *time.Time
+	if !e.UpdatedAt.IsZero() {
+		readAt = &e.UpdatedAt
+	}
+	var (
+		out      storage.Endpoint
+		released bool
+	)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := claimKey(ctx, tx, p.IdempotencyKey, keyRecord{
+			operation: storage.OpEndpointRotateSecret, requestHash: p.RequestHash, endpointID: ptr(e.ID),
+			secretSHA256: ptr(p.SecretSHA256), secretsExpireAt: p.PreviousSecretsExpireAt,
+		}, p.Now, p.KeyWindow()); err != nil {
+			return err
+		}
+		var err error
+		out, released, err = s.updateEndpoint(ctx, tx, e, secrets, readAt)
+		return err
+	})
+	if errors.Is(err, errKeyTaken) {
+		rec, err := s.heldKey(ctx, p.IdempotencyKey, storage.KeyUse{Operation: storage.OpEndpointRotateSecret, Target: e.ID, RequestHash: p.RequestHash})
+		if err != nil {
+			return storage.EndpointRotateResult{}, mapErr(op, err)
+		}
+		cur, err := s.EndpointGet(ctx, e.ID)
+		if err != nil {
+			return storage.EndpointRotateResult{}, err
+		}
+		if cur.DeletedAt != nil {
+			return storage.EndpointRotateResult{}, fmt.Errorf("postgres: %s: %w: the idempotency key rotated the secret of endpoint %s, deleted since at %s",
+				op, storage.ErrDeleted, e.ID, cur.DeletedAt.UTC().Format(time.RFC3339))
+		}
+		res := storage.EndpointRotateResult{Endpoint: cur, PreviousSecretsExpireAt: rec.secretsExpireAt, Duplicate: true}
+		if rec.secretSHA256 != nil {
+			res.SecretSHA256 = *rec.secretSHA256
+		}
+		return res, nil
+	}
+	if err := s.updateError(ctx, op, err, e.ID, readAt); err != nil {
+		return storage.EndpointRotateResult{}, err
+	}
+	if released {
+		s.notified()
+	}
+	return storage.EndpointRotateResult{Endpoint: out, SecretSHA256: p.SecretSHA256, PreviousSecretsExpireAt: p.PreviousSecretsExpireAt}, nil
+}
+
 // EndpointGet returns the endpoint with this id, or storage.ErrNotFound.
 func (s *Store) EndpointGet(ctx context.Context, id string) (storage.Endpoint, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, id)
@@ -390,4 +450,84 @@ func (s *Store) updateError(ctx context.Context, op string, err error, id string
 		return mapErr(op, err)
 	}
 	return nil
+}
+
+const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
+	disabled_at, created_at, updated_at, disabled_reason, failing_since, rate_limit, rate_burst,
+	max_in_flight, ordered, retry_schedule, deleted_at`
+
+// epEndpointColumns is endpointColumns read through the alias ep, for
+// queries that read an endpoint beside other tables.
+const epEndpointColumns = `ep.id, ep.transport, ep.url, ep.config, ep.event_types, ep.form_ids,
+	ep.secrets, ep.description, ep.disabled_at, ep.created_at, ep.updated_at, ep.disabled_reason,
+	ep.failing_since, ep.rate_limit, ep.rate_burst, ep.max_in_flight, ep.ordered, ep.retry_schedule,
+	ep.deleted_at`
+
+// endpointScan holds the columns that need converting after the scan.
+type endpointScan struct {
+	e                      storage.Endpoint
+	secrets, retrySchedule string
+}
+
+func (s *endpointScan) dest() []any {
+	e := &s.e
+	return []any{&e.ID, &e.Transport, &e.URL, &e.Config, &e.EventTypes, &e.FormIDs, &s.secrets,
+		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt, &e.DisabledReason, &e.FailingSince,
+		&e.RateLimit, &e.RateBurst, &e.MaxInFlight, &e.Ordered, &s.retrySchedule, &e.DeletedAt}
+}
+
+// endpoint is the scanned endpoint, its secrets opened by codec.
+func (s *endpointScan) endpoint(codec storage.SecretsCodec) (storage.Endpoint, error) {
+	e := s.e
+	var err error
+	// The codec's errors name the endpoint and never carry a secret.
+	if e.Secrets, err = codec.Decode(e.ID, s.secrets); err != nil {
+		return storage.Endpoint{}, err
+	}
+	if e.RetrySchedule, err = storage.DecodeRetrySchedule(s.retrySchedule); err != nil {
+		return storage.Endpoint{}, fmt.Errorf("endpoint %s: %w", e.ID, err)
+	}
+	return normalizeEndpoint(e), nil
+}
+
+func scanEndpoint(row pgx.Row, codec storage.SecretsCodec) (storage.Endpoint, error) {
+	var s endpointScan
+	if err := row.Scan(s.dest()...); err != nil {
+		return storage.Endpoint{}, err
+	}
+	return s.endpoint(codec)
+}
+
+// normalizeEndpoint makes absent collections empty rather than nil, and
+// secret expiries UTC, so an endpoint reads back the same however it was
+// written.
+func normalizeEndpoint(e storage.Endpoint) storage.Endpoint {
+	if e.Config == nil {
+		e.Config = map[string]string{}
+	}
+	if e.EventTypes == nil {
+		e.EventTypes = []string{}
+	}
+	if e.FormIDs == nil {
+		e.FormIDs = []string{}
+	}
+	secrets := make([]storage.Secret, len(e.Secrets))
+	for i, s := range e.Secrets {
+		if s.ExpiresAt != nil {
+			t := s.ExpiresAt.UTC()
+			s = storage.NewSecret(s.Reveal(), &t)
+		}
+		secrets[i] = s
+	}
+	e.Secrets = secrets
+	if e.FailingSince != nil {
+		t := e.FailingSince.UTC()
+		e.FailingSince = &t
+	}
+	if e.DeletedAt != nil {
+		t := e.DeletedAt.UTC()
+		e.DeletedAt = &t
+	}
+	e.NormalizeControls()
+	return e
 }

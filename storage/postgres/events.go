@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -445,4 +446,36 @@ func (s *Store) EventGet(ctx context.Context, id string) (storage.Event, error) 
 		return storage.Event{}, mapErr("event get "+id, err)
 	}
 	return ev, nil
+}
+
+const eventColumns = `e.id, e.type, e.form_id, e.submission_id, e.payload, e.idempotency_key,
+	e.trace_parent, e.created_at, e.endpoint_id`
+
+// eventScan holds the columns that need converting after the scan.
+type eventScan struct {
+	ev      storage.Event
+	payload []byte
+	key     *string
+}
+
+func (s *eventScan) dest() []any {
+	return []any{&s.ev.ID, &s.ev.Type, &s.ev.FormID, &s.ev.SubmissionID, &s.payload, &s.key,
+		&s.ev.TraceParent, &s.ev.CreatedAt, &s.ev.EndpointID}
+}
+
+func (s *eventScan) event() storage.Event {
+	ev := s.ev
+	ev.Payload = json.RawMessage(s.payload)
+	if s.key != nil {
+		ev.IdempotencyKey = *s.key
+	}
+	return ev
+}
+
+func scanEvent(row pgx.Row) (storage.Event, error) {
+	var s eventScan
+	if err := row.Scan(s.dest()...); err != nil {
+		return storage.Event{}, err
+	}
+	return s.event(), nil
 }

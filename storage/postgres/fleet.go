@@ -10,6 +10,60 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
+// DeliveryPrune removes delivered deliveries completed before the cutoff,
+// oldest ids first, with everything that hangs off them, in one
+// transaction. Rows locked by anyone else are skipped, for the next run.
+func (s *Store) DeliveryPrune(ctx context.Context, p storage.DeliveryPruneParams) (int, error) {
+	const op = "delivery prune"
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id FROM webhook_deliveries
+			WHERE state = 'delivered' AND completed_at < $1
+			ORDER BY state, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED`, p.CompletedBefore, p.BatchSize())
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		n = len(ids)
+		// Attempts and replay records reference the delivery, the
+		// delivery references its event: remove them in that order, then
+		// the events nothing references any more.
+		_, err = tx.Exec(ctx, `
+			WITH a AS (DELETE FROM webhook_delivery_attempts WHERE delivery_id = ANY($1::text[])),
+			     r AS (DELETE FROM webhook_delivery_replays WHERE delivery_id = ANY($1::text[]))
+			SELECT 1`, ids)
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `DELETE FROM webhook_deliveries WHERE id = ANY($1::text[]) RETURNING event_id`, ids)
+		if err != nil {
+			return err
+		}
+		events, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			DELETE FROM webhook_events AS e
+			WHERE e.id = ANY($1::text[])
+			  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.event_id = e.id)`, events)
+		return err
+	})
+	if err != nil {
+		return 0, mapErr(op, err)
+	}
+	return n, nil
+}
+
 // WorkerHeartbeat registers w or refreshes it. Zero StartedAt and
 // HeartbeatAt become the database clock; a refresh with a zero StartedAt
 // keeps the one registered first.

@@ -121,14 +121,6 @@ func nullStatus(code int) any {
 	return code
 }
 
-// deliveryExists tells a missing delivery from a fenced UPDATE that matched
-// nothing.
-func deliveryExists(ctx context.Context, tx pgx.Tx, id string) (bool, error) {
-	var ok bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = $1)`, id).Scan(&ok)
-	return ok, err
-}
-
 // dsnError describes why a DSN did not parse without echoing its password.
 // pgconn masks passwords in its message, but only on a best-effort basis for
 // malformed input, so every password-shaped value of the DSN is masked again.
