@@ -25,6 +25,107 @@ func queuedClaims(ctx context.Context, claims []storage.Claim, at time.Time) []q
 	return out
 }
 
+// claimLoop keeps the senders' queue d topped up until ctx ends: it claims
+// a batch once the queue is half empty, claims apart for the endpoints
+// holding nothing here while the queue stays full, and between claims
+// waits for something to become due. taken hears a sender take a claim;
+// record is Run's recording context, which the claims' spans descend from.
+func (p *Pool) claimLoop(ctx, record context.Context, d *dispatch, taken <-chan struct{}) {
+	// Subscribed before the first claim, so nothing that becomes due
+	// after it goes unheard.
+	wake := p.store.Wakeups(ctx)
+	backoff := p.cfg.PollInterval
+	low := p.cfg.BatchSize / 2
+	var lastClaim time.Time
+	var lastTook time.Duration
+	// With the share off, claims take the oldest due whoever they go to:
+	// there are no newcomers to claim for apart.
+	newcomers := wake
+	if p.cfg.EndpointShare >= 1 {
+		newcomers = nil
+	}
+	// newcomersDue fires when a claim for the endpoints holding nothing
+	// here is to be made; nil while none is.
+	var newcomersDue <-chan time.Time
+	for {
+		for d.waitingCount() > low {
+			select {
+			case <-taken:
+			case <-newcomers:
+				// Something became due while the senders have plenty to
+				// do. If the queue does not drain soon (a claim of the
+				// main loop would take it), claim what endpoints holding
+				// nothing here have due, so that it waits for its turn at
+				// a sender, not for the queue to drain.
+				if newcomersDue == nil {
+					newcomersDue = time.After(p.newcomerGap(lastClaim, lastTook))
+				}
+			case <-newcomersDue:
+				newcomersDue = nil
+				if gap := p.newcomerGap(lastClaim, lastTook); gap > 0 {
+					// A claim was made meanwhile: wait from it.
+					newcomersDue = time.After(gap)
+					continue
+				}
+				lastClaim = p.now()
+				lastTook = p.claimNewcomers(ctx, record, d)
+			case <-ctx.Done():
+				return
+			}
+		}
+		// The claim below takes what the newcomers' would have.
+		newcomersDue = nil
+		if ctx.Err() != nil {
+			return
+		}
+		n := p.cfg.BatchSize - d.waitingCount()
+		claimStart := p.now()
+		// The claim statement is not cut short by shutdown: cancelled
+		// midway, it could commit claims this process never hears of, and
+		// those would wait out their lease. Claims that arrive after
+		// shutdown began are given back unspent by the senders.
+		stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Lease)
+		ended := p.share.endedCount()
+		claims, capped, err := p.claim(stmtCtx, n)
+		cancel()
+		at := p.now()
+		claimCtx := p.claimSpan(record, n, claims, err, claimStart, at)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// The database is away, or full: nothing is lost (every
+			// delivery is still in it), so wait and try again, backing off
+			// to a cap.
+			p.observe(err)
+			p.log.Error("claiming deliveries failed; retrying", "error", err, "retry_in", backoff)
+			backoff = min(backoff*2, 30*time.Second)
+			if !sleep(ctx, backoff) {
+				return
+			}
+			continue
+		}
+		backoff = p.cfg.PollInterval
+		lastClaim, lastTook = claimStart, at.Sub(claimStart)
+		d.add(queuedClaims(claimCtx, claims, at))
+		// A full claim may have left more behind: claim again at once. A
+		// short one drained what was due, but for what the fair share
+		// kept back: wait for a wake-up, the end of a claim when the share
+		// kept some back, or the poll. Each brings one claim, so however
+		// many arrive the claimer never spins.
+		if len(claims) >= n {
+			continue
+		}
+		if p.share.waiting(capped, ended) {
+			// A claim ended while this one read the rooms from before.
+			continue
+		}
+		if !p.idle(ctx, wake, claimStart, at.Sub(claimStart)) {
+			return
+		}
+	}
+}
+
 // newcomerWait is how long after the last claim, while the senders' queue
 // stays more than half full, a wake-up brings a claim for the endpoints
 // holding nothing here. When the senders drain the queue quickly, the main
