@@ -22,10 +22,64 @@ import (
 // soon after its plugin is back.
 const maxUnsentDelay = time.Minute
 
+// unsentKind is why a claim ended without a request. It decides what
+// becomes of the delivery (see unsent); label maps it to the value the
+// metrics and spans show, which nothing branches on.
+type unsentKind int
+
+// The zero unsentKind is none of these, so a kind left unset is not taken
+// for one.
+const (
+	// unsentUnavailable: the transport could not send for now (its plugin
+	// is not running, or said not now).
+	unsentUnavailable unsentKind = iota + 1
+	// unsentRefused: the transport is unknown, or refused the target before
+	// sending.
+	unsentRefused
+	// unsentUnsignable: the message could not be signed (no active secret).
+	unsentUnsignable
+)
+
+// passing reports whether the cause may pass by itself, so that the claim
+// is given back rather than the delivery failed.
+func (k unsentKind) passing() bool { return k == unsentUnavailable }
+
+// label is the kind as the metrics and spans name it: one of the
+// telemetry.Unsent* values.
+func (k unsentKind) label() string {
+	switch k {
+	case unsentUnavailable:
+		return telemetry.UnsentUnavailable
+	case unsentRefused:
+		return telemetry.UnsentRefused
+	case unsentUnsignable:
+		return telemetry.UnsentUnsignable
+	}
+	return "unknown"
+}
+
+// unsentOf reports whether a transport's outcome is a send that made no
+// request and, if so, its kind: the transport classifies a refusal it
+// expects to pass as retryable, a lasting one as permanent. A delivered
+// outcome, or one of a kind no transport should report, is recorded as an
+// attempt whatever NoRequest says (see finish).
+func unsentOf(o transport.Outcome) (unsentKind, bool) {
+	if !o.NoRequest {
+		return 0, false
+	}
+	switch o.Kind {
+	case transport.OutcomeRetryable:
+		return unsentUnavailable, true
+	case transport.OutcomePermanent:
+		return unsentRefused, true
+	}
+	return 0, false
+}
+
 // unsent ends a claim that made no request: no attempt is recorded and no
 // allowance spent, since an attempt is a request that went out. The reason
-// is kept on the delivery. A passing cause (kind UnsentUnavailable: the
-// plugin is not running, or said not now) gives the claim back, due again
+// is kept on the delivery. A passing cause (kind.passing: the plugin is
+// not running, or said not now) gives the claim back, due again
 // after the first step of the delivery's retry schedule (the plugin's
 // retryAfter as a floor), at most maxUnsentDelay, however often it
 // happens: the delivery did nothing wrong, so its schedule does not
@@ -33,17 +87,17 @@ const maxUnsentDelay = time.Minute
 // the message cannot be signed) fails the delivery, for an operator to fix
 // and replay. A superseded worker's write changes nothing, and there is no
 // request to record late.
-func (p *Pool) unsent(ctx context.Context, log deliveryLog, c storage.Claim, transportName, kind, reason string, retryAfter time.Duration) {
+func (p *Pool) unsent(ctx context.Context, log deliveryLog, c storage.Claim, transportName string, kind unsentKind, reason string, retryAfter time.Duration) {
 	if strings.TrimSpace(reason) == "" {
 		reason = fmt.Sprintf("transport %q made no request and gave no reason", transportName)
 	}
 	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.AttrUnsent.String(kind))
+		span.SetAttributes(telemetry.AttrUnsent.String(kind.label()))
 		span.SetStatus(codes.Error, reason)
 	}
-	p.metrics.RecordUnsent(ctx, transportName, kind)
-	if kind == telemetry.UnsentUnavailable {
+	p.metrics.RecordUnsent(ctx, transportName, kind.label())
+	if kind.passing() {
 		schedule, _ := p.retryFor(c.Endpoint)
 		delay := min(schedule.Delay(1, retryAfter), maxUnsentDelay)
 		err := p.retryStore(ctx, c, func() error {

@@ -8,7 +8,6 @@ import (
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
-	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -63,7 +62,7 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 		// no attempt; the delivery fails with why.
 		rec.record(func() {
 			defer span.End()
-			p.unsent(actx, log, c, ep.Transport, telemetry.UnsentUnsignable, "signing failed: "+err.Error(), 0)
+			p.unsent(actx, log, c, ep.Transport, unsentUnsignable, "signing failed: "+err.Error(), 0)
 		})
 		return
 	}
@@ -82,11 +81,7 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 		out.Error = redact.TextFor(out.Error, redact.SecretsOf(ep.URL, ep.Config))
 	}
 	p.share.sent(c.Delivery.EndpointID, start, p.now().Sub(start), !out.NoRequest)
-	if out.NoRequest && (out.Kind == transport.OutcomeRetryable || out.Kind == transport.OutcomePermanent) {
-		kind := telemetry.UnsentRefused
-		if out.Kind == transport.OutcomeRetryable {
-			kind = telemetry.UnsentUnavailable
-		}
+	if kind, ok := unsentOf(out); ok {
 		rec.record(func() {
 			defer span.End()
 			p.unsent(actx, log, c, ep.Transport, kind, out.Error, out.RetryAfter)
