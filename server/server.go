@@ -462,8 +462,8 @@ func (s *Server) observe() (*telemetry.Metrics, error) {
 	}
 	metrics.SeedSeries(context.Background(), s.host.Names(),
 		[]string{string(storage.OutcomeDelivered), string(storage.OutcomeRetryable), string(storage.OutcomePermanent)},
-		[]string{storage.DisabledGone, storage.DisabledFailing})
-	disableReasons := []string{storage.DisabledByOperator, storage.DisabledGone, storage.DisabledFailing}
+		[]string{string(storage.DisabledGone), string(storage.DisabledFailing)})
+	disableReasons := []string{string(storage.DisabledByOperator), string(storage.DisabledGone), string(storage.DisabledFailing)}
 	_, err = telemetry.ObserveDisabledEndpoints(mp, disableReasons, func(ctx context.Context) (map[string]int64, error) {
 		endpoints, err := s.store.EndpointList(ctx)
 		if err != nil {
@@ -472,7 +472,7 @@ func (s *Server) observe() (*telemetry.Metrics, error) {
 		byReason := map[string]int64{}
 		for _, e := range endpoints {
 			if e.DisabledAt != nil {
-				byReason[e.DisabledReason]++
+				byReason[string(e.DisabledReason)]++
 			}
 		}
 		return byReason, nil

@@ -352,7 +352,7 @@ func (e Endpoint) Validate() error {
 			return fmt.Errorf("%w: endpoint retry delay %d is %s, want at least 1ms", ErrInvalid, i+1, d)
 		}
 	}
-	if e.DisabledAt != nil && e.DisabledReason != "" && !validDisabledReason(e.DisabledReason) {
+	if e.DisabledAt != nil && e.DisabledReason != "" && !e.DisabledReason.Valid() {
 		return fmt.Errorf("%w: endpoint disabled reason %q is not %s, %s or %s", ErrInvalid, e.DisabledReason,
 			DisabledByOperator, DisabledGone, DisabledFailing)
 	}
@@ -367,10 +367,6 @@ const (
 	MaxInFlightCap   = 100_000
 	MaxRetrySchedule = 100
 )
-
-func validDisabledReason(r string) bool {
-	return r == DisabledByOperator || r == DisabledGone || r == DisabledFailing
-}
 
 // NormalizeControls is how every store writes an endpoint's state fields: a
 // disabled endpoint without a reason was disabled by an operator, an

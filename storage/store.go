@@ -155,7 +155,7 @@ type Endpoint struct {
 	DisabledAt *time.Time
 	// DisabledReason says who or what disabled it: one of the Disabled*
 	// reasons. Empty while enabled.
-	DisabledReason string
+	DisabledReason DisabledReason
 	// FailingSince is when the current run of failed attempts to the
 	// endpoint began; nil once an attempt is delivered, and when the
 	// endpoint is enabled again. The store keeps it as attempts complete;
@@ -186,16 +186,28 @@ type Endpoint struct {
 	DeletedAt *time.Time
 }
 
+// DisabledReason says who or what disabled an endpoint.
+type DisabledReason string
+
 // The reasons an endpoint is disabled.
 const (
 	// DisabledByOperator: an operator disabled it through the API, CLI or console.
-	DisabledByOperator = "operator"
+	DisabledByOperator DisabledReason = "operator"
 	// DisabledGone: the receiver answered 410 Gone.
-	DisabledGone = "gone"
+	DisabledGone DisabledReason = "gone"
 	// DisabledFailing: every attempt to it failed for longer than the
 	// configured span.
-	DisabledFailing = "failing"
+	DisabledFailing DisabledReason = "failing"
 )
+
+// Valid reports whether r is one of the three reasons.
+func (r DisabledReason) Valid() bool {
+	switch r {
+	case DisabledByOperator, DisabledGone, DisabledFailing:
+		return true
+	}
+	return false
+}
 
 // Burst is the burst in force: RateBurst, or RateLimit rounded up.
 func (e Endpoint) Burst() int {

@@ -26,7 +26,7 @@ func viewEndpoint(e storage.Endpoint, now time.Time) apiwire.Endpoint {
 		// secret-named setting is not.
 		EventTypes: nonNil(e.EventTypes), FormIDs: nonNil(e.FormIDs), Config: redact.Map(e.Config),
 		Description: e.Description, Disabled: e.DisabledAt != nil, DisabledAt: utcPtr(e.DisabledAt),
-		DisabledReason: e.DisabledReason, FailingSince: utcPtr(e.FailingSince),
+		DisabledReason: string(e.DisabledReason), FailingSince: utcPtr(e.FailingSince),
 		RateLimit: e.RateLimit, RateBurst: e.RateBurst, MaxInFlight: e.MaxInFlight, Ordered: e.Ordered,
 		RetrySchedule: durations(e.RetrySchedule),
 		Secrets:       []apiwire.SecretInfo{},

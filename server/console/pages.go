@@ -446,7 +446,7 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
 	}
 	row.Scheme = endpoint.Scheme(e)
 	row.PublicKeys = endpoint.PublicKeys(e, now)
-	row.DisabledReason, row.FailingSince = e.DisabledReason, e.FailingSince
+	row.DisabledReason, row.FailingSince = string(e.DisabledReason), e.FailingSince
 	if e.RateLimit > 0 {
 		row.Controls = append(row.Controls, fmt.Sprintf("at most %s sends a second, %d at once", strconv.FormatFloat(e.RateLimit, 'g', -1, 64), e.Burst()))
 	}

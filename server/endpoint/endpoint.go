@@ -97,7 +97,7 @@ func SetDisabled(ctx context.Context, store Store, id string, disable bool, now 
 // endpoint as read inside the optimistic update. It reports whether this
 // call disabled it: among processes disabling one endpoint at once,
 // exactly one does.
-func Disable(ctx context.Context, store Store, id, reason string, now time.Time, still func(storage.Endpoint) bool) (storage.Endpoint, bool, error) {
+func Disable(ctx context.Context, store Store, id string, reason storage.DisabledReason, now time.Time, still func(storage.Endpoint) bool) (storage.Endpoint, bool, error) {
 	flipped := false
 	e, err := Modify(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
 		flipped = e.DisabledAt == nil && (still == nil || still(*e))

@@ -165,7 +165,7 @@ func EndpointDisabled(e storage.Endpoint, operatorEndpoint string) (storage.Even
 	body, err := json.Marshal(endpointDisabledBody{
 		Type: TypeEndpointDisabled,
 		// A token in the URL's query stays with the endpoint.
-		Endpoint: disabledEndpoint{ID: e.ID, URL: redact.URL(e.URL), Reason: e.DisabledReason,
+		Endpoint: disabledEndpoint{ID: e.ID, URL: redact.URL(e.URL), Reason: string(e.DisabledReason),
 			DisabledAt: e.DisabledAt.UTC(), FailingSince: e.FailingSince},
 	})
 	if err != nil {

@@ -54,14 +54,14 @@ func (h *EndpointHealth) now() time.Time {
 
 // DisableEndpoint disables the endpoint for reason unless it is disabled
 // already, and then tells the operator. It satisfies worker.EndpointDisabler.
-func (h *EndpointHealth) DisableEndpoint(ctx context.Context, endpointID, reason string) error {
+func (h *EndpointHealth) DisableEndpoint(ctx context.Context, endpointID string, reason storage.DisabledReason) error {
 	_, err := h.disable(ctx, endpointID, reason, nil)
 	return err
 }
 
 // disable disables the endpoint if it is enabled and still says so, and
 // reports whether this call did it.
-func (h *EndpointHealth) disable(ctx context.Context, endpointID, reason string, still func(storage.Endpoint) bool) (bool, error) {
+func (h *EndpointHealth) disable(ctx context.Context, endpointID string, reason storage.DisabledReason, still func(storage.Endpoint) bool) (bool, error) {
 	e, flipped, err := endpoint.Disable(ctx, h.Store, endpointID, reason, h.now().UTC(), still)
 	if err != nil || !flipped {
 		return false, err
@@ -69,7 +69,7 @@ func (h *EndpointHealth) disable(ctx context.Context, endpointID, reason string,
 	h.Log.Warn("endpoint disabled: nothing is sent to it, its deliveries are kept until it is enabled",
 		"endpoint_id", e.ID, "reason", reason, "failing_since", e.FailingSince)
 	if h.Disabled != nil {
-		h.Disabled(ctx, reason)
+		h.Disabled(ctx, string(reason))
 	}
 	if err := h.notify(ctx, e); err != nil {
 		// The endpoint is disabled either way; the log line above is

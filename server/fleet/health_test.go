@@ -136,7 +136,7 @@ func TestHealthDisablesEndpointsFailingTooLong(t *testing.T) {
 			}
 			for _, tc := range []struct {
 				ep     storage.Endpoint
-				reason string
+				reason storage.DisabledReason
 			}{{long, storage.DisabledFailing}, {short, ""}, {ops, ""}} {
 				got, err := s.EndpointGet(t.Context(), tc.ep.ID)
 				if err != nil {
@@ -147,7 +147,7 @@ func TestHealthDisablesEndpointsFailingTooLong(t *testing.T) {
 				}
 			}
 			notes := notifications(t, s, ops.ID)
-			if len(notes) != 1 || len(disabled) != 1 || disabled[0] != storage.DisabledFailing {
+			if len(notes) != 1 || len(disabled) != 1 || disabled[0] != string(storage.DisabledFailing) {
 				t.Fatalf("notifications %d, disables counted %v; want one each", len(notes), disabled)
 			}
 			var body struct {
@@ -159,7 +159,7 @@ func TestHealthDisablesEndpointsFailingTooLong(t *testing.T) {
 			if err := json.Unmarshal(notes[0], &body); err != nil {
 				t.Fatal(err)
 			}
-			if body.Endpoint.ID != long.ID || body.Endpoint.Reason != storage.DisabledFailing || body.Endpoint.FailingSince == nil {
+			if body.Endpoint.ID != long.ID || body.Endpoint.Reason != string(storage.DisabledFailing) || body.Endpoint.FailingSince == nil {
 				t.Fatalf("notification = %s", notes[0])
 			}
 			if strings.Contains(string(notes[0]), "s3cret-in-the-url") {

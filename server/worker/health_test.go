@@ -77,7 +77,7 @@ func TestGoneDisablesTheEndpointAndTellsTheOperator(t *testing.T) {
 			if err := json.Unmarshal(note.body, &body); err != nil {
 				t.Fatal(err)
 			}
-			if body.Type != event.TypeEndpointDisabled || body.Endpoint.ID != e.ep.ID || body.Endpoint.Reason != storage.DisabledGone {
+			if body.Type != event.TypeEndpointDisabled || body.Endpoint.ID != e.ep.ID || body.Endpoint.Reason != string(storage.DisabledGone) {
 				t.Fatalf("notification = %s", note.body)
 			}
 			if strings.Contains(string(note.body), e.recv.secret) {

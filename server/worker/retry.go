@@ -85,5 +85,5 @@ func (p *Pool) retryFor(ep storage.Endpoint) (RetrySchedule, int) {
 // EndpointDisabler disables an endpoint for a reason (one of the
 // storage.Disabled* reasons). Disabling a disabled endpoint changes nothing.
 type EndpointDisabler interface {
-	DisableEndpoint(ctx context.Context, endpointID, reason string) error
+	DisableEndpoint(ctx context.Context, endpointID string, reason storage.DisabledReason) error
 }
