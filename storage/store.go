@@ -702,9 +702,22 @@ type MigrateResult struct {
 	Applied []string
 }
 
-// Store is the contract every backend implements. Each method is one
-// transaction: it either happens whole or not at all.
+// Store is the contract every backend implements: the union of the
+// roles below, for the assembly that opens it. Each method is one
+// transaction: it either happens whole or not at all. Everything else takes
+// only the roles it uses, so that, for example, the API cannot claim.
 type Store interface {
+	Endpoints
+	Events
+	Claiming
+	Deliveries
+	Replays
+	Fleet
+	Close() error
+}
+
+// Endpoints is the endpoint registry: what receives deliveries and how.
+type Endpoints interface {
 	// EndpointCreate inserts e; ID and timestamps are set when empty.
 	EndpointCreate(ctx context.Context, e Endpoint) (Endpoint, error)
 	// EndpointCreateOnce is EndpointCreate under an idempotency key: the
@@ -748,12 +761,20 @@ type Store interface {
 	// silently drop a secret somebody was already shown. A deleted
 	// endpoint is ErrDeleted.
 	EndpointUpdate(ctx context.Context, e Endpoint) (Endpoint, error)
+}
 
+// Events takes submissions in: an event and, in the same transaction, its deliveries.
+type Events interface {
 	// EventCreate inserts the event and, in the same transaction, one pending
 	// delivery due now for every endpoint that Matches it.
 	EventCreate(ctx context.Context, ev Event) (EventCreateResult, error)
 	EventGet(ctx context.Context, id string) (Event, error)
+}
 
+// Claiming is the worker's side of the state machine: claim due
+// deliveries, end each claim fenced on its token, and hear when work is due.
+// Nothing outside the worker holds it.
+type Claiming interface {
 	// DeliveryClaim claims up to Limit claimable deliveries, oldest due first.
 	// Each claimed row gets a fresh token. Rows that are not claimable are
 	// not written.
@@ -779,7 +800,35 @@ type Store interface {
 	// AttemptRecordLate records a superseded worker's request: next lifetime
 	// number, attempts raised, late, nothing else changed.
 	AttemptRecordLate(ctx context.Context, p AttemptRecordLateParams) (Attempt, error)
+	// Wakeups subscribes to wake-ups until ctx ends: the channel receives a
+	// value soon after a write commits that made a delivery claimable now
+	// (an event created, a claim released, a delivery replayed, held
+	// deliveries let go by enabling their endpoint or by an ordered
+	// endpoint's turn passing on), and, for a write of this Store that made
+	// one due later (a retry's backoff, a release with a delay, a rate
+	// limit's deferral), when that time comes. Values are coalesced: one
+	// stands for every wake-up since the last was received. Nothing is
+	// promised beyond that: a claimer still polls, for leases that expire
+	// and for writes whose wake-up it could not hear. A backend that serves
+	// several processes wakes the claimers of every process on the
+	// database for writes that make a delivery due now.
+	Wakeups(ctx context.Context) <-chan struct{}
+}
 
+// Deliveries reads deliveries and their history; it changes nothing.
+type Deliveries interface {
+	DeliveryGet(ctx context.Context, id string) (Delivery, error)
+	DeliveryList(ctx context.Context, p DeliveryListParams) ([]Delivery, error)
+	DeliveryStats(ctx context.Context, now time.Time) (DeliveryStats, error)
+	// AttemptList returns a delivery's attempts in number order.
+	AttemptList(ctx context.Context, deliveryID string) ([]Attempt, error)
+	// ReplayList returns a delivery's replay audit records, oldest first.
+	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
+}
+
+// Replays is the operator's deliberate act: a terminal delivery back to
+// pending, with an audit record.
+type Replays interface {
 	// DeliveryReplay moves a terminal delivery back to pending, due now, with
 	// cycle_attempts 0 and attempts kept, and writes the audit record. A
 	// delivery of a deleted endpoint is refused with ErrDeleted.
@@ -800,41 +849,21 @@ type Store interface {
 	// and returns the first count; with another, ErrKeyReused. Concurrent
 	// bulk replays with one key replay once.
 	DeliveryReplayManyOnce(ctx context.Context, p DeliveryReplayManyOnceParams) (DeliveryReplayManyResult, error)
+}
 
-	// DeliveryPrune removes up to p.Limit delivered deliveries completed
-	// before p.CompletedBefore, their attempts and replay records, and the
-	// events left with no delivery, and returns how many deliveries it
-	// removed. Failed deliveries are kept: they wait for an operator.
-	DeliveryPrune(ctx context.Context, p DeliveryPruneParams) (int, error)
-
-	DeliveryGet(ctx context.Context, id string) (Delivery, error)
-	DeliveryList(ctx context.Context, p DeliveryListParams) ([]Delivery, error)
-	DeliveryStats(ctx context.Context, now time.Time) (DeliveryStats, error)
-	// AttemptList returns a delivery's attempts in number order.
-	AttemptList(ctx context.Context, deliveryID string) ([]Attempt, error)
-	// ReplayList returns a delivery's replay audit records, oldest first.
-	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
-
-	// Wakeups subscribes to wake-ups until ctx ends: the channel receives a
-	// value soon after a write commits that made a delivery claimable now
-	// (an event created, a claim released, a delivery replayed, held
-	// deliveries let go by enabling their endpoint or by an ordered
-	// endpoint's turn passing on), and, for a write of this Store that made
-	// one due later (a retry's backoff, a release with a delay, a rate
-	// limit's deferral), when that time comes. Values are coalesced: one
-	// stands for every wake-up since the last was received. Nothing is
-	// promised beyond that: a claimer still polls, for leases that expire
-	// and for writes whose wake-up it could not hear. A backend that serves
-	// several processes wakes the claimers of every process on the
-	// database for writes that make a delivery due now.
-	Wakeups(ctx context.Context) <-chan struct{}
-
+// Fleet is what the processes sharing one database keep there: who is
+// live, which schema, and how long finished work is kept.
+type Fleet interface {
 	// WorkerHeartbeat registers w or refreshes its heartbeat.
 	WorkerHeartbeat(ctx context.Context, w Worker) error
 	// WorkerList returns workers whose heartbeat is at or after since.
 	WorkerList(ctx context.Context, since time.Time) ([]Worker, error)
 	WorkerDeregister(ctx context.Context, id string) error
-
+	// DeliveryPrune removes up to p.Limit delivered deliveries completed
+	// before p.CompletedBefore, their attempts and replay records, and the
+	// events left with no delivery, and returns how many deliveries it
+	// removed. Failed deliveries are kept: they wait for an operator.
+	DeliveryPrune(ctx context.Context, p DeliveryPruneParams) (int, error)
 	// Migrate applies the embedded migrations up to p.To (zero: all), each in
 	// its own transaction with its version recorded. It returns
 	// ErrSchemaUnknown when the database is already past what this build has.
@@ -842,5 +871,4 @@ type Store interface {
 	// SchemaVersion is the migration version the database is at; 0 when
 	// nothing has been applied.
 	SchemaVersion(ctx context.Context) (int, error)
-	Close() error
 }
