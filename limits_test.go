@@ -88,7 +88,7 @@ func TestEndpointLimitsHoldAcrossServerProcesses(t *testing.T) {
 			Secrets:   []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)},
 		}
 		mutate(&e)
-		if _, err := store.EndpointCreate(ctx, e); err != nil {
+		if _, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: e}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -38,8 +38,8 @@ func TestSecretsRotateKey(t *testing.T) {
 	}
 	var ids []string
 	for range 2 {
-		ep, err := store.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
-			Secrets: []storage.Secret{storage.NewSecret(rotatedSecret, nil)}})
+		ep, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
+			Secrets: []storage.Secret{storage.NewSecret(rotatedSecret, nil)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,8 +48,8 @@ func TestGoneDisablesOnlyWhenAskedTo(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ep, err := direct.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: recv.URL + "/hook",
-				Secrets: []storage.Secret{storage.NewSecret(secret, nil)}})
+			ep, err := direct.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: recv.URL + "/hook",
+				Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}})
 			if err != nil {
 				t.Fatal(err)
 			}

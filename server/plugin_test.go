@@ -44,8 +44,8 @@ func TestAPluginWhoseChildHoldsItsOutputCannotHoldUpTheServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := direct.EndpointCreate(t.Context(), storage.Endpoint{Transport: "misbehave", URL: "https://hooks.example.com/" + form,
-			FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{"mode": mode}})
+		e, err := direct.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "misbehave", URL: "https://hooks.example.com/" + form,
+			FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{"mode": mode}}})
 		if err != nil {
 			t.Fatal(err)
 		}

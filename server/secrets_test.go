@@ -83,8 +83,8 @@ func startAndStop(t *testing.T, cfg config.Config) (string, error) {
 // with opts, as an older build (or a process without a key) wrote it.
 func seed(t *testing.T, s storage.Store) string {
 	t.Helper()
-	ep, err := s.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
-		Secrets: []storage.Secret{storage.NewSecret(planted, nil)}})
+	ep, err := s.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
+		Secrets: []storage.Secret{storage.NewSecret(planted, nil)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

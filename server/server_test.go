@@ -157,8 +157,8 @@ func loopbackEndpoint(t *testing.T, store storage.Store, form string, h http.Han
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "http://" + ln.Addr().String() + "/",
-		FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{}}); err != nil {
+	if _, err := store.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "http://" + ln.Addr().String() + "/",
+		FormIDs: []string{form}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}, Config: map[string]string{}}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -156,6 +156,9 @@ func (p DeliveryFailParams) Validate() error {
 
 // Validate checks the replay parameters.
 func (p DeliveryReplayParams) Validate() error {
+	if err := validKey(p.Idempotency); err != nil {
+		return err
+	}
 	if p.DeliveryID == "" {
 		return fmt.Errorf("%w: delivery id is required", ErrInvalid)
 	}
@@ -167,6 +170,9 @@ func (p DeliveryReplayParams) Validate() error {
 
 // Validate checks the bulk replay parameters.
 func (p DeliveryReplayManyParams) Validate() error {
+	if err := validKey(p.Idempotency); err != nil {
+		return err
+	}
 	if !p.Filter.State.Terminal() {
 		return fmt.Errorf("%w: bulk replay needs state delivered or failed, got %q", ErrInvalid, p.Filter.State)
 	}
@@ -215,9 +221,9 @@ func (p EndpointListParams) PageSize() int {
 }
 
 // Validate checks an idempotency key and its request's fingerprint.
-func (o Once) Validate() error {
-	if o.IdempotencyKey == "" {
-		return fmt.Errorf("%w: a keyed operation needs an idempotency key; without one use the operation without Once", ErrInvalid)
+func (o Idempotency) Validate() error {
+	if o.Key == "" {
+		return fmt.Errorf("%w: a keyed operation needs an idempotency key; without one leave Idempotency nil", ErrInvalid)
 	}
 	if o.RequestHash == "" {
 		return fmt.Errorf("%w: an idempotency key needs the fingerprint of its request", ErrInvalid)
@@ -229,16 +235,24 @@ func (o Once) Validate() error {
 }
 
 // KeyWindow is the idempotency window in force.
-func (o Once) KeyWindow() time.Duration {
+func (o Idempotency) KeyWindow() time.Duration {
 	if o.Window == 0 {
 		return DefaultIdempotencyWindow
 	}
 	return o.Window
 }
 
-// Validate checks a keyed create before anything is written.
+// validKey checks an optional idempotency key.
+func validKey(k *Idempotency) error {
+	if k == nil {
+		return nil
+	}
+	return k.Validate()
+}
+
+// Validate checks a create before anything is written.
 func (p EndpointCreateParams) Validate() error {
-	if err := p.Once.Validate(); err != nil {
+	if err := validKey(p.Idempotency); err != nil {
 		return err
 	}
 	return p.Endpoint.Validate()
@@ -267,11 +281,11 @@ func SecretFingerprint(s Secret) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Validate checks a keyed rotation before anything is written: the
-// fingerprint must be that of a secret of the endpoint that signs from
-// now on, so what is recorded can only ever find that secret.
+// Validate checks a rotation before anything is written: the fingerprint
+// must be that of a secret of the endpoint that signs from now on, so
+// what a key records can only ever find that secret.
 func (p EndpointRotateParams) Validate() error {
-	if err := p.Once.Validate(); err != nil {
+	if err := validKey(p.Idempotency); err != nil {
 		return err
 	}
 	if p.Endpoint.ID == "" {
@@ -286,22 +300,6 @@ func (p EndpointRotateParams) Validate() error {
 		}
 	}
 	return fmt.Errorf("%w: secret_sha256 must be SecretFingerprint of the endpoint's new secret, one without an expiry", ErrInvalid)
-}
-
-// Validate checks a keyed replay before anything is written.
-func (p DeliveryReplayOnceParams) Validate() error {
-	if err := p.Once.Validate(); err != nil {
-		return err
-	}
-	return p.DeliveryReplayParams.Validate()
-}
-
-// Validate checks a keyed bulk replay before anything is written.
-func (p DeliveryReplayManyOnceParams) Validate() error {
-	if err := p.Once.Validate(); err != nil {
-		return err
-	}
-	return p.DeliveryReplayManyParams.Validate()
 }
 
 // Validate checks the delete parameters.

@@ -499,6 +499,9 @@ type DeliveryReplayParams struct {
 	// Actor says who replayed, for the audit record; required.
 	Actor string
 	Now   time.Time
+	// Idempotency, when set, makes the replay happen at most once per key:
+	// the key is recorded in the same transaction with the delivery's id.
+	Idempotency *Idempotency
 }
 
 // DeliveryFilter selects deliveries; zero fields select everything.
@@ -528,6 +531,9 @@ type DeliveryReplayManyParams struct {
 	// Limit caps how many are replayed in one call; zero means 1000.
 	Limit int
 	Now   time.Time
+	// Idempotency, when set, makes the bulk replay happen at most once per
+	// key: the key is recorded in the same transaction with the count.
+	Idempotency *Idempotency
 }
 
 // DeliveryPruneParams removes delivered deliveries that finished long ago.
@@ -561,20 +567,21 @@ type EndpointListParams struct {
 }
 
 // DefaultIdempotencyWindow is how long an idempotency key of a keyed
-// operation (EndpointCreateOnce and the other *Once methods) answers with
-// what it first did.
+// operation (EndpointCreate, EndpointRotate, DeliveryReplay and
+// DeliveryReplayMany with Idempotency set) answers with what it first did.
 const DefaultIdempotencyWindow = 24 * time.Hour
 
-// Once is the idempotency key of an operation that is not an ingest, and
-// what a repeat of it is checked against. The keys of every such
+// Idempotency is the key of an operation that is not an ingest, and what
+// a repeat of it is checked against. An operation's params take it as an
+// optional field: nil is the operation unkeyed. The keys of every such
 // operation share one space, so callers scope them (e.g. "endpoint:" +
 // key); a key first used by another operation, or on another target, is
 // ErrKeyReused. A key records only ids, counts and fingerprints of what
 // the operation did, never a secret: a repeat reads its answer again.
-type Once struct {
-	// IdempotencyKey makes a second call with the same key within Window
-	// answer with what the first did instead of doing it again; required.
-	IdempotencyKey string
+type Idempotency struct {
+	// Key makes a second call with the same key within Window answer with
+	// what the first did instead of doing it again; required.
+	Key string
 	// RequestHash fingerprints the request the key came with; a later
 	// call with the same key and another fingerprint is ErrKeyReused.
 	// Required.
@@ -593,23 +600,29 @@ const (
 	OpDeliveryReplayMany   = "delivery.replay_many"
 )
 
-// EndpointCreateParams creates an endpoint at most once per idempotency key.
+// EndpointCreateParams creates an endpoint, at most once per idempotency
+// key when one is given.
 type EndpointCreateParams struct {
 	Endpoint Endpoint
-	Once
+	// Idempotency, when set, records the key in the create's transaction.
+	Idempotency *Idempotency
+	// Now dates the key's record; zero means the database's clock.
 	Now time.Time
 }
 
-// EndpointCreateResult is the endpoint a keyed create made or found.
+// EndpointCreateResult is the endpoint a create made or, for a repeat of
+// a keyed one, found.
 type EndpointCreateResult struct {
-	Endpoint Endpoint
+	// Endpoint is the endpoint as created, its fields promoted so that a
+	// caller without a key reads the result as the endpoint.
+	Endpoint
 	// Duplicate is true when the key was used before within its window:
 	// Endpoint is the one created then, read now, and nothing was written.
 	Duplicate bool
 }
 
 // EndpointRotateParams writes an endpoint whose secrets were rotated, at
-// most once per idempotency key.
+// most once per idempotency key when one is given.
 type EndpointRotateParams struct {
 	// Endpoint is the endpoint as rotated, with UpdatedAt as read: it is
 	// written as EndpointUpdate writes it, conditional on that version.
@@ -621,12 +634,14 @@ type EndpointRotateParams struct {
 	// PreviousSecretsExpireAt is when the secrets that were active before
 	// stop signing; nil when there were none. Recorded, to answer again.
 	PreviousSecretsExpireAt *time.Time
-	Once
+	// Idempotency, when set, records the key in the rotation's transaction.
+	Idempotency *Idempotency
+	// Now dates the key's record; zero means the database's clock.
 	Now time.Time
 }
 
-// EndpointRotateResult is what a keyed rotation did or, for a repeat, did
-// the first time.
+// EndpointRotateResult is what a rotation did or, for a repeat of a keyed
+// one, did the first time.
 type EndpointRotateResult struct {
 	// Endpoint is the endpoint as written or, for a repeat, read now.
 	Endpoint Endpoint
@@ -640,31 +655,18 @@ type EndpointRotateResult struct {
 	Duplicate bool
 }
 
-// DeliveryReplayOnceParams replays one delivery at most once per
-// idempotency key.
-type DeliveryReplayOnceParams struct {
-	DeliveryReplayParams
-	Once
-}
-
-// DeliveryReplayResult is the delivery a keyed replay replayed.
+// DeliveryReplayResult is the delivery a replay replayed.
 type DeliveryReplayResult struct {
 	// Delivery is the delivery as replayed or, for a repeat, read now
-	// (which may be processing, or finished again).
-	Delivery Delivery
+	// (which may be processing, or finished again). Its fields are
+	// promoted, as EndpointCreateResult's are.
+	Delivery
 	// Duplicate is true when the key was used before within its window:
 	// nothing was written, no audit record either.
 	Duplicate bool
 }
 
-// DeliveryReplayManyOnceParams is a bulk replay done at most once per
-// idempotency key.
-type DeliveryReplayManyOnceParams struct {
-	DeliveryReplayManyParams
-	Once
-}
-
-// DeliveryReplayManyResult says how many deliveries a keyed bulk replay
+// DeliveryReplayManyResult says how many deliveries a bulk replay
 // replayed.
 type DeliveryReplayManyResult struct {
 	// Count is how many were replayed, the first time for a repeat.
@@ -714,28 +716,41 @@ type MigrateResult struct {
 	Applied []string
 }
 
-// Store is the contract every backend implements. Each method is one
-// transaction: it either happens whole or not at all.
+// Store is the contract every backend implements: the union of the
+// roles below, for the assembly that opens it. Each method is one
+// transaction: it either happens whole or not at all. Everything else takes
+// only the roles it uses, so that, for example, the API cannot claim.
 type Store interface {
-	// EndpointCreate inserts e; ID and timestamps are set when empty.
-	EndpointCreate(ctx context.Context, e Endpoint) (Endpoint, error)
-	// EndpointCreateOnce is EndpointCreate under an idempotency key: the
-	// first create with a key inserts the endpoint and records the key in
-	// the same transaction; a repeat within the key's window with the same
-	// RequestHash writes nothing and returns the first endpoint as it is
-	// now (ErrDeleted if it was deleted since), with another RequestHash
-	// ErrKeyReused. Concurrent creates with one key make one endpoint.
-	EndpointCreateOnce(ctx context.Context, p EndpointCreateParams) (EndpointCreateResult, error)
-	// EndpointRotateOnce is EndpointUpdate of a rotated endpoint under an
-	// idempotency key, recorded in the same transaction with the new
-	// secret's fingerprint (never the secret). A repeat within the key's
+	Endpoints
+	Events
+	Claiming
+	Deliveries
+	Replays
+	Fleet
+	Close() error
+}
+
+// Endpoints is the endpoint registry: what receives deliveries and how.
+type Endpoints interface {
+	// EndpointCreate inserts p.Endpoint; ID and timestamps are set when
+	// empty. With p.Idempotency, the first create with a key inserts the
+	// endpoint and records the key in the same transaction; a repeat within
+	// the key's window with the same RequestHash writes nothing and returns
+	// the first endpoint as it is now, Duplicate set (ErrDeleted if it was
+	// deleted since), with another RequestHash ErrKeyReused. Concurrent
+	// creates with one key make one endpoint.
+	EndpointCreate(ctx context.Context, p EndpointCreateParams) (EndpointCreateResult, error)
+	// EndpointRotate is EndpointUpdate of an endpoint whose secrets were
+	// rotated, conditional on p.Endpoint.UpdatedAt as EndpointUpdate is. With
+	// p.Idempotency the key is recorded in the same transaction with the new
+	// secret's fingerprint (never the secret): a repeat within the key's
 	// window with the same RequestHash, for the same endpoint, writes
 	// nothing and returns the endpoint as it is now with what the first
 	// rotation recorded (ErrDeleted if it was deleted since); with another
 	// RequestHash, endpoint or operation, ErrKeyReused. A conflicting
 	// change is ErrConflict, and the key stays unrecorded. Concurrent
 	// rotations with one key rotate once.
-	EndpointRotateOnce(ctx context.Context, p EndpointRotateParams) (EndpointRotateResult, error)
+	EndpointRotate(ctx context.Context, p EndpointRotateParams) (EndpointRotateResult, error)
 	// EndpointGet reads an endpoint, a deleted one too (DeletedAt set).
 	EndpointGet(ctx context.Context, id string) (Endpoint, error)
 	// EndpointList returns every endpoint that is not deleted, by id.
@@ -760,12 +775,20 @@ type Store interface {
 	// silently drop a secret somebody was already shown. A deleted
 	// endpoint is ErrDeleted.
 	EndpointUpdate(ctx context.Context, e Endpoint) (Endpoint, error)
+}
 
+// Events takes submissions in: an event and, in the same transaction, its deliveries.
+type Events interface {
 	// EventCreate inserts the event and, in the same transaction, one pending
 	// delivery due now for every endpoint that Matches it.
 	EventCreate(ctx context.Context, ev Event) (EventCreateResult, error)
 	EventGet(ctx context.Context, id string) (Event, error)
+}
 
+// Claiming is the worker's side of the state machine: claim due
+// deliveries, end each claim fenced on its token, and hear when work is due.
+// Nothing outside the worker holds it.
+type Claiming interface {
 	// DeliveryClaim claims up to Limit claimable deliveries, oldest due first.
 	// Each claimed row gets a fresh token. Rows that are not claimable are
 	// not written.
@@ -791,42 +814,6 @@ type Store interface {
 	// AttemptRecordLate records a superseded worker's request: next lifetime
 	// number, attempts raised, late, nothing else changed.
 	AttemptRecordLate(ctx context.Context, p AttemptRecordLateParams) (Attempt, error)
-
-	// DeliveryReplay moves a terminal delivery back to pending, due now, with
-	// cycle_attempts 0 and attempts kept, and writes the audit record. A
-	// delivery of a deleted endpoint is refused with ErrDeleted.
-	DeliveryReplay(ctx context.Context, p DeliveryReplayParams) (Delivery, error)
-	// DeliveryReplayMany replays terminal deliveries matching a filter and
-	// returns how many it replayed, leaving out those of deleted endpoints.
-	DeliveryReplayMany(ctx context.Context, p DeliveryReplayManyParams) (int, error)
-	// DeliveryReplayOnce is DeliveryReplay under an idempotency key,
-	// recorded in the same transaction with the delivery's id. A repeat
-	// within the key's window with the same RequestHash, for the same
-	// delivery, writes nothing and returns the delivery as it is now; with
-	// another RequestHash, delivery or operation, ErrKeyReused. A refused
-	// replay records no key. Concurrent replays with one key replay once.
-	DeliveryReplayOnce(ctx context.Context, p DeliveryReplayOnceParams) (DeliveryReplayResult, error)
-	// DeliveryReplayManyOnce is DeliveryReplayMany under an idempotency
-	// key, recorded in the same transaction with the count. A repeat
-	// within the key's window with the same RequestHash replays nothing
-	// and returns the first count; with another, ErrKeyReused. Concurrent
-	// bulk replays with one key replay once.
-	DeliveryReplayManyOnce(ctx context.Context, p DeliveryReplayManyOnceParams) (DeliveryReplayManyResult, error)
-
-	// DeliveryPrune removes up to p.Limit delivered deliveries completed
-	// before p.CompletedBefore, their attempts and replay records, and the
-	// events left with no delivery, and returns how many deliveries it
-	// removed. Failed deliveries are kept: they wait for an operator.
-	DeliveryPrune(ctx context.Context, p DeliveryPruneParams) (int, error)
-
-	DeliveryGet(ctx context.Context, id string) (Delivery, error)
-	DeliveryList(ctx context.Context, p DeliveryListParams) ([]Delivery, error)
-	DeliveryStats(ctx context.Context, now time.Time) (DeliveryStats, error)
-	// AttemptList returns a delivery's attempts in number order.
-	AttemptList(ctx context.Context, deliveryID string) ([]Attempt, error)
-	// ReplayList returns a delivery's replay audit records, oldest first.
-	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
-
 	// Wakeups subscribes to wake-ups until ctx ends: the channel receives a
 	// value soon after a write commits that made a delivery claimable now
 	// (an event created, a claim released, a delivery replayed, held
@@ -840,13 +827,53 @@ type Store interface {
 	// several processes wakes the claimers of every process on the
 	// database for writes that make a delivery due now.
 	Wakeups(ctx context.Context) <-chan struct{}
+}
 
+// Deliveries reads deliveries and their history; it changes nothing.
+type Deliveries interface {
+	DeliveryGet(ctx context.Context, id string) (Delivery, error)
+	DeliveryList(ctx context.Context, p DeliveryListParams) ([]Delivery, error)
+	DeliveryStats(ctx context.Context, now time.Time) (DeliveryStats, error)
+	// AttemptList returns a delivery's attempts in number order.
+	AttemptList(ctx context.Context, deliveryID string) ([]Attempt, error)
+	// ReplayList returns a delivery's replay audit records, oldest first.
+	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
+}
+
+// Replays is the operator's deliberate act: a terminal delivery back to
+// pending, with an audit record.
+type Replays interface {
+	// DeliveryReplay moves a terminal delivery back to pending, due now, with
+	// cycle_attempts 0 and attempts kept, and writes the audit record. A
+	// delivery of a deleted endpoint is refused with ErrDeleted. With
+	// p.Idempotency, a repeat within the key's window with the same
+	// RequestHash, for the same delivery, writes nothing and returns the
+	// delivery as it is now, Duplicate set; with another RequestHash,
+	// delivery or operation, ErrKeyReused. A refused replay records no key.
+	// Concurrent replays with one key replay once.
+	DeliveryReplay(ctx context.Context, p DeliveryReplayParams) (DeliveryReplayResult, error)
+	// DeliveryReplayMany replays terminal deliveries matching a filter and
+	// returns how many it replayed, leaving out those of deleted endpoints.
+	// With p.Idempotency, a repeat within the key's window with the same
+	// RequestHash replays nothing and returns the first count, Duplicate
+	// set; with another, ErrKeyReused. Concurrent bulk replays with one key
+	// replay once.
+	DeliveryReplayMany(ctx context.Context, p DeliveryReplayManyParams) (DeliveryReplayManyResult, error)
+}
+
+// Fleet is what the processes sharing one database keep there: who is
+// live, which schema, and how long finished work is kept.
+type Fleet interface {
 	// WorkerHeartbeat registers w or refreshes its heartbeat.
 	WorkerHeartbeat(ctx context.Context, w Worker) error
 	// WorkerList returns workers whose heartbeat is at or after since.
 	WorkerList(ctx context.Context, since time.Time) ([]Worker, error)
 	WorkerDeregister(ctx context.Context, id string) error
-
+	// DeliveryPrune removes up to p.Limit delivered deliveries completed
+	// before p.CompletedBefore, their attempts and replay records, and the
+	// events left with no delivery, and returns how many deliveries it
+	// removed. Failed deliveries are kept: they wait for an operator.
+	DeliveryPrune(ctx context.Context, p DeliveryPruneParams) (int, error)
 	// Migrate applies the embedded migrations up to p.To (zero: all), each in
 	// its own transaction with its version recorded. It returns
 	// ErrSchemaUnknown when the database is already past what this build has.
@@ -854,5 +881,4 @@ type Store interface {
 	// SchemaVersion is the migration version the database is at; 0 when
 	// nothing has been applied.
 	SchemaVersion(ctx context.Context) (int, error)
-	Close() error
 }

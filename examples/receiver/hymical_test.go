@@ -71,11 +71,11 @@ func TestHymicalDeliveryAndReplayAreStoredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(host.Close)
-	ep, err := store.EndpointCreate(ctx, storage.Endpoint{
+	ep, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: "http",
 		URL:       r.hookURL(),
 		Secrets:   []storage.Secret{storage.NewSecret(secret, nil)},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -350,12 +350,12 @@ func (r *runner) readBack(ctx context.Context, s storage.Store, total int) (read
 func (r *runner) createEndpoints(ctx context.Context, s storage.Store) ([]string, error) {
 	ids := make([]string, 0, r.o.Endpoints)
 	for i := range r.o.Endpoints {
-		ep, err := s.EndpointCreate(ctx, storage.Endpoint{
+		ep, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 			Transport:   "http",
 			URL:         r.recv.url(i),
 			Secrets:     []storage.Secret{storage.NewSecret(r.secret, nil)},
 			Description: "hymical bench receiver",
-		})
+		}})
 		if err != nil {
 			return nil, fmt.Errorf("create endpoint: %w", err)
 		}

@@ -138,9 +138,9 @@ func CreateEndpoint(t *testing.T, store storage.Store, transport string, config 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.EndpointCreate(t.Context(), storage.Endpoint{
+	if _, err := store.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: transport, Config: config, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
-	}); err != nil {
+	}}); err != nil {
 		t.Fatal(err)
 	}
 	return secret

@@ -60,10 +60,22 @@ type Transports interface {
 	Up(ctx context.Context) error
 }
 
+// Store is what the API needs of the store: the endpoint registry,
+// ingest, reading and replaying deliveries, and the schema version for
+// /readyz. It holds nothing that claims or ends a claim: the API never
+// moves a delivery the worker owns, and the compiler keeps it so.
+type Store interface {
+	storage.Endpoints
+	storage.Events
+	storage.Deliveries
+	storage.Replays
+	SchemaVersion(ctx context.Context) (int, error)
+}
+
 // Options configure the handler New builds.
 type Options struct {
 	// Store holds every piece of delivery state; required.
-	Store storage.Store
+	Store Store
 	// Transports validates endpoints before they are written; required.
 	Transports Transports
 	// AdminToken authorises every route. Required unless Insecure.
@@ -123,7 +135,7 @@ type Options struct {
 // handler is the API. It holds no state of its own beyond what New sets and
 // the endpoint locks.
 type handler struct {
-	store      storage.Store
+	store      Store
 	transports Transports
 	auth       authenticator
 	limiter    *authlimit.Limiter

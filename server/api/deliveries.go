@@ -152,20 +152,13 @@ func (h *handler) replayDelivery(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := storage.DeliveryReplayParams{DeliveryID: id, Actor: operatorActor(r.Header.Get(HeaderOperator))}
-	var d storage.Delivery
-	if key == "" {
-		d, err = h.store.DeliveryReplay(r.Context(), p)
-	} else {
-		once, oerr := h.once(replayScope(key), map[string]string{"delivery_id": id})
-		if oerr != nil {
-			return oerr
-		}
-		var res storage.DeliveryReplayResult
-		res, err = h.store.DeliveryReplayOnce(r.Context(), storage.DeliveryReplayOnceParams{DeliveryReplayParams: p, Once: once})
-		d = res.Delivery
-		if err == nil && res.Duplicate {
-			w.Header().Set(HeaderIdempotentReplayed, "true")
-		}
+	if p.Idempotency, err = h.idempotency(scoped(key, replayScope), map[string]string{"delivery_id": id}); err != nil {
+		return err
+	}
+	res, err := h.store.DeliveryReplay(r.Context(), p)
+	d := res.Delivery
+	if err == nil && res.Duplicate {
+		w.Header().Set(HeaderIdempotentReplayed, "true")
 	}
 	if errors.Is(err, storage.ErrNotTerminal) {
 		ae := storeError(err, deliveryName(id))
@@ -226,26 +219,18 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 		req.Limit = maxReplayBatch
 	}
 	p := storage.DeliveryReplayManyParams{Filter: f, Actor: operatorActor(r.Header.Get(HeaderOperator)), Limit: req.Limit}
-	var n int
-	if key == "" {
-		n, err = h.store.DeliveryReplayMany(r.Context(), p)
-	} else {
-		// The request as filled in: leaving out a default and naming it
-		// are the same request.
-		once, oerr := h.once(replayManyScope(key), req)
-		if oerr != nil {
-			return oerr
-		}
-		var res storage.DeliveryReplayManyResult
-		res, err = h.store.DeliveryReplayManyOnce(r.Context(), storage.DeliveryReplayManyOnceParams{DeliveryReplayManyParams: p, Once: once})
-		n = res.Count
-		if err == nil && res.Duplicate {
-			w.Header().Set(HeaderIdempotentReplayed, "true")
-		}
+	// The request as filled in: leaving out a default and naming it are
+	// the same request.
+	if p.Idempotency, err = h.idempotency(scoped(key, replayManyScope), req); err != nil {
+		return err
+	}
+	res, err := h.store.DeliveryReplayMany(r.Context(), p)
+	if err == nil && res.Duplicate {
+		w.Header().Set(HeaderIdempotentReplayed, "true")
 	}
 	if err != nil {
 		return storeError(err, "the deliveries")
 	}
-	writeJSON(w, http.StatusOK, apiwire.ReplayCount{Count: n})
+	writeJSON(w, http.StatusOK, apiwire.ReplayCount{Count: res.Count})
 	return nil
 }

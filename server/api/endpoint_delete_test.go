@@ -78,8 +78,8 @@ func TestEndpointDelete(t *testing.T) {
 func TestOperatorEndpointIsNotDeleted(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		store, count := b.open(t)
-		e, err := store.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: "https://ops.example.com/in",
-			Secrets: []storage.Secret{storage.NewSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", nil)}})
+		e, err := store.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "https://ops.example.com/in",
+			Secrets: []storage.Secret{storage.NewSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", nil)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -125,14 +125,18 @@ func requestHash(req any) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// once is the storage.Once of a keyed request: its key as scoped to its
-// route, the fingerprint of req, and the API's window.
-func (h *handler) once(scopedKey string, req any) (storage.Once, error) {
+// idempotency is the storage.Idempotency of a request: nil without a key;
+// with one, the key as scoped to its route, the fingerprint of req, and
+// the API's window.
+func (h *handler) idempotency(scopedKey string, req any) (*storage.Idempotency, error) {
+	if scopedKey == "" {
+		return nil, nil
+	}
 	hash, err := requestHash(req)
 	if err != nil {
-		return storage.Once{}, err
+		return nil, err
 	}
-	return storage.Once{IdempotencyKey: scopedKey, RequestHash: hash, Window: h.keyWindow}, nil
+	return &storage.Idempotency{Key: scopedKey, RequestHash: hash, Window: h.keyWindow}, nil
 }
 
 // POST /v1/endpoints
@@ -184,26 +188,20 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	}
 	ep.Secrets = []storage.Secret{storage.NewSecret(secret, nil)}
 	status := http.StatusCreated
-	var created storage.Endpoint
-	if key == "" {
-		created, err = h.store.EndpointCreate(r.Context(), ep)
-	} else {
-		once, oerr := h.once(endpointScope(key), req)
-		if oerr != nil {
-			return oerr
-		}
-		var res storage.EndpointCreateResult
-		res, err = h.store.EndpointCreateOnce(r.Context(), storage.EndpointCreateParams{Endpoint: ep, Once: once})
-		created = res.Endpoint
-		if errors.Is(err, storage.ErrDeleted) {
-			return &apiError{Status: http.StatusGone, Code: "endpoint_deleted", cause: err,
-				Message: fmt.Sprintf("the endpoint this %s created was deleted since; send a new key to create another", HeaderIdempotencyKey)}
-		}
-		if err == nil && res.Duplicate {
-			status = http.StatusOK
-			secret = endpoint.CurrentSecret(created).Reveal()
-			w.Header().Set(HeaderIdempotentReplayed, "true")
-		}
+	idem, err := h.idempotency(scoped(key, endpointScope), req)
+	if err != nil {
+		return err
+	}
+	res, err := h.store.EndpointCreate(r.Context(), storage.EndpointCreateParams{Endpoint: ep, Idempotency: idem})
+	created := res.Endpoint
+	if idem != nil && errors.Is(err, storage.ErrDeleted) {
+		return &apiError{Status: http.StatusGone, Code: "endpoint_deleted", cause: err,
+			Message: fmt.Sprintf("the endpoint this %s created was deleted since; send a new key to create another", HeaderIdempotencyKey)}
+	}
+	if err == nil && res.Duplicate {
+		status = http.StatusOK
+		secret = endpoint.CurrentSecret(created).Reveal()
+		w.Header().Set(HeaderIdempotentReplayed, "true")
 	}
 	if err != nil {
 		return storeError(err, "the endpoint")
@@ -456,20 +454,15 @@ func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := h.now()
-	var rot endpoint.Rotation
-	if key == "" {
-		rot, err = endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now)
-	} else {
-		once, oerr := h.once(rotateScope(key), map[string]string{"endpoint_id": id})
-		if oerr != nil {
-			return oerr
-		}
-		rot, err = endpoint.RotateSecretOnce(r.Context(), h.store, id, h.grace, now, once)
-		if errors.Is(err, endpoint.ErrSecretReplaced) {
-			return &apiError{Status: http.StatusConflict, Code: "secret_rotated", cause: err,
-				Message: fmt.Sprintf("the secret this %s's rotation of %s made was replaced by a later rotation, so it is not shown again (receivers given it would soon fail); rotate again with a new key to get a secret that signs",
-					HeaderIdempotencyKey, endpointName(id))}
-		}
+	idem, err := h.idempotency(scoped(key, rotateScope), map[string]string{"endpoint_id": id})
+	if err != nil {
+		return err
+	}
+	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now, idem)
+	if errors.Is(err, endpoint.ErrSecretReplaced) {
+		return &apiError{Status: http.StatusConflict, Code: "secret_rotated", cause: err,
+			Message: fmt.Sprintf("the secret this %s's rotation of %s made was replaced by a later rotation, so it is not shown again (receivers given it would soon fail); rotate again with a new key to get a secret that signs",
+				HeaderIdempotencyKey, endpointName(id))}
 	}
 	if err != nil {
 		return h.endpointError(err, id)

@@ -75,10 +75,10 @@ func newIngestFuzz(f *testing.F) *ingestFuzz {
 	// Two endpoints, so fan-out is checked: one takes every event, one
 	// only the form "contact".
 	for _, forms := range [][]string{nil, {"contact"}} {
-		if _, err := s.EndpointCreate(context.Background(), storage.Endpoint{
+		if _, err := s.EndpointCreate(context.Background(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 			Transport: "http", URL: "https://receiver.example/in", FormIDs: forms,
 			Secrets: []storage.Secret{storage.NewSecret("whsec_ZnV6emZ1enpmdXp6ZnV6emZ1eno=", nil)},
-		}); err != nil {
+		}}); err != nil {
 			f.Fatal(err)
 		}
 	}

@@ -54,6 +54,14 @@ func rotateScope(key string) string     { return "rotate-secret:" + key }
 func replayScope(key string) string     { return "replay:" + key }
 func replayManyScope(key string) string { return "replay-many:" + key }
 
+// scoped is key in its route's scope, or "" for a request without one.
+func scoped(key string, scope func(string) string) string {
+	if key == "" {
+		return ""
+	}
+	return scope(key)
+}
+
 // traceParentPattern is the W3C traceparent format, version 00.
 var traceParentPattern = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 

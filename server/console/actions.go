@@ -51,7 +51,8 @@ func (h *handler) replayMany(w http.ResponseWriter, r *http.Request, a authResul
 			"Bulk replay takes the deliveries list filtered by state failed; this form asked for state %q.", clip(form.State)),
 			deliveriesURL(filterForm{State: string(storage.StateFailed)}, ""), "List the failed deliveries")
 	}
-	n, err := h.store.DeliveryReplayMany(r.Context(), storage.DeliveryReplayManyParams{Filter: filter, Actor: h.actorFor(a), Limit: maxBulkReplay})
+	res, err := h.store.DeliveryReplayMany(r.Context(), storage.DeliveryReplayManyParams{Filter: filter, Actor: h.actorFor(a), Limit: maxBulkReplay})
+	n := res.Count
 	if err != nil {
 		return withLink(storeError(err, "deliveries"), deliveriesURL(form, ""), "Back to the deliveries")
 	}
@@ -102,7 +103,7 @@ type rotatedData struct {
 func (h *handler) rotate(w http.ResponseWriter, r *http.Request, a authResult) error {
 	id := r.PathValue("id")
 	now := h.now()
-	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now)
+	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now, nil)
 	if err != nil {
 		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
 	}

@@ -44,21 +44,18 @@ const (
 	DefaultSecretRotationGrace = 24 * time.Hour
 )
 
-// Store is what the console needs of the delivery store; storage.Store
-// satisfies it.
+// Store is what the console needs of the delivery store: reading and
+// replaying deliveries, and looking after endpoints it does not create.
+// Like the API's, it holds nothing that claims.
 type Store interface {
-	DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error)
-	DeliveryList(ctx context.Context, p storage.DeliveryListParams) ([]storage.Delivery, error)
-	DeliveryGet(ctx context.Context, id string) (storage.Delivery, error)
+	storage.Deliveries
+	storage.Replays
 	EventGet(ctx context.Context, id string) (storage.Event, error)
-	AttemptList(ctx context.Context, deliveryID string) ([]storage.Attempt, error)
-	ReplayList(ctx context.Context, deliveryID string) ([]storage.Replay, error)
-	DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.Delivery, error)
-	DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error)
 	EndpointList(ctx context.Context) ([]storage.Endpoint, error)
 	EndpointListPage(ctx context.Context, p storage.EndpointListParams) ([]storage.Endpoint, error)
 	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
 	EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error)
+	EndpointRotate(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error)
 	EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error)
 }
 

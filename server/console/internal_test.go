@@ -78,8 +78,8 @@ func TestCountFailedSinceIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://hooks.example.com/", Config: map[string]string{},
-		Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}); err != nil {
+	if _, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "https://hooks.example.com/", Config: map[string]string{},
+		Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}}); err != nil {
 		t.Fatal(err)
 	}
 	ids := e2etest.Submit(t, store, "contact", 7)

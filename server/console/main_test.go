@@ -209,14 +209,14 @@ func (f *fixture) endpoint(form, description string) storage.Endpoint {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	e, err := f.store.EndpointCreate(f.t.Context(), storage.Endpoint{
+	e, err := f.store.EndpointCreate(f.t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: "http", URL: "https://hooks.example.com/" + form, FormIDs: []string{form}, Description: description,
 		Config: map[string]string{}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
-	})
+	}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return e
+	return e.Endpoint
 }
 
 // submit makes n submissions of form, each fanning out to the one

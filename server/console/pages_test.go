@@ -469,8 +469,8 @@ func TestURLSecretsAreHiddenOnEveryPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No description, so the URL is the endpoint's label in lists.
-	ep, err := f.store.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: target, FormIDs: []string{"leaky"},
-		Config: map[string]string{}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}})
+	ep, err := f.store.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: target, FormIDs: []string{"leaky"},
+		Config: map[string]string{}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

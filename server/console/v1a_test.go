@@ -18,10 +18,10 @@ func TestV1aEndpointShowsSchemeAndPublicKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := f.store.EndpointCreate(t.Context(), storage.Endpoint{
+	ep, err := f.store.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: "http", URL: "https://hooks.example.com/v1a", Config: map[string]string{},
 		Secrets: []storage.Secret{storage.NewSecret(sk, nil)},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

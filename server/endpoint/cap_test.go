@@ -40,10 +40,10 @@ func TestRotationKeepsAtMostMaxLiveSecrets(t *testing.T) {
 						err error
 					)
 					if tc.keyed {
-						rot, err = RotateSecretOnce(ctx, s, ep.ID, time.Hour, now, storage.Once{
-							IdempotencyKey: fmt.Sprintf("rotate-%d", i), RequestHash: "h"})
+						rot, err = RotateSecret(ctx, s, ep.ID, time.Hour, now, &storage.Idempotency{
+							Key: fmt.Sprintf("rotate-%d", i), RequestHash: "h"})
 					} else {
-						rot, err = RotateSecret(ctx, s, ep.ID, time.Hour, now)
+						rot, err = RotateSecret(ctx, s, ep.ID, time.Hour, now, nil)
 					}
 					if err != nil {
 						t.Fatalf("rotation %d: %v", i+1, err)

@@ -163,7 +163,7 @@ type Rotation struct {
 	// PreviousSecretsExpireAt is when the secrets that were active before
 	// and are kept stop signing; nil when none was kept.
 	PreviousSecretsExpireAt *time.Time
-	// Repeat is true when RotateSecretOnce's key was used before: nothing
+	// Repeat is true when RotateSecret's key was used before: nothing
 	// was rotated, and this is the first rotation's answer.
 	Repeat bool
 	// Retired is how many secrets that were still in their grace this
@@ -187,10 +187,43 @@ type Rotation struct {
 // verifying only with a secret MaxLiveSecrets-1 rotations old, which must
 // take a newer one. The secrets are kept newest first, as every rotation writes
 // them, so their order says which is oldest.
-func RotateSecret(ctx context.Context, store Store, id string, grace time.Duration, now time.Time) (Rotation, error) {
-	return rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
-		return store.EndpointUpdate(ctx, r.Endpoint)
+//
+// With key set, the rotation happens at most once per key
+// (storage.Endpoints.EndpointRotate): the key is recorded with the new
+// secret's SHA-256, never the secret. A repeat rotates nothing and, with
+// Repeat set, returns the secret the first rotation made, found again on
+// the endpoint by its fingerprint, as long as it is still the one that
+// signs from now on; otherwise ErrSecretReplaced (the endpoint deleted
+// since: storage.ErrDeleted).
+func RotateSecret(ctx context.Context, store RotateStore, id string, grace time.Duration, now time.Time, key *storage.Idempotency) (Rotation, error) {
+	var first *storage.EndpointRotateResult
+	rot, err := rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
+		res, err := store.EndpointRotate(ctx, storage.EndpointRotateParams{
+			Endpoint: r.Endpoint, SecretSHA256: storage.SecretFingerprint(storage.NewSecret(r.Secret, nil)),
+			// The key is dated by the store's clock, as every other keyed
+			// route's is, so one window holds across them.
+			PreviousSecretsExpireAt: r.PreviousSecretsExpireAt, Idempotency: key,
+		})
+		if err == nil && res.Duplicate {
+			first = &res
+		}
+		return res.Endpoint, err
 	}, id, grace, now)
+	if err != nil || first == nil {
+		return rot, err
+	}
+	r := Rotation{Endpoint: first.Endpoint, PreviousSecretsExpireAt: first.PreviousSecretsExpireAt, Repeat: true}
+	for _, s := range first.Endpoint.Secrets {
+		if storage.SecretFingerprint(s) != first.SecretSHA256 {
+			continue
+		}
+		if s.ExpiresAt == nil {
+			r.Secret = s.Reveal()
+			return r, nil
+		}
+		return Rotation{}, fmt.Errorf("endpoint %s: %w; it signs until %s", id, ErrSecretReplaced, s.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return Rotation{}, fmt.Errorf("endpoint %s: %w, and no longer signs", id, ErrSecretReplaced)
 }
 
 // rotate is RotateSecret with the read and the conditional write given,
@@ -252,54 +285,16 @@ func rotate(ctx context.Context, get func(context.Context, string) (storage.Endp
 	return r, nil
 }
 
-// RotateStore is what a keyed rotation needs of a store.
+// RotateStore is what a rotation needs of a store.
 type RotateStore interface {
 	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
-	EndpointRotateOnce(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error)
+	EndpointRotate(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error)
 }
 
 // ErrSecretReplaced: a repeat of a keyed rotation found that the secret
 // it made no longer signs alone: another rotation came after it. The
 // secret is not shown again, since a receiver given it would soon fail.
 var ErrSecretReplaced = errors.New("the secret this rotation made was replaced by a later rotation")
-
-// RotateSecretOnce is RotateSecret under an idempotency key
-// (storage.Store.EndpointRotateOnce): the key is recorded with the new
-// secret's SHA-256, never the secret. A repeat rotates nothing and, with
-// Repeat set, returns the secret the first rotation made, found again on
-// the endpoint by its fingerprint, as long as it is still the one that
-// signs from now on; otherwise ErrSecretReplaced (the endpoint deleted
-// since: storage.ErrDeleted).
-func RotateSecretOnce(ctx context.Context, store RotateStore, id string, grace time.Duration, now time.Time, once storage.Once) (Rotation, error) {
-	var first *storage.EndpointRotateResult
-	rot, err := rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
-		res, err := store.EndpointRotateOnce(ctx, storage.EndpointRotateParams{
-			Endpoint: r.Endpoint, SecretSHA256: storage.SecretFingerprint(storage.NewSecret(r.Secret, nil)),
-			// The key is dated by the store's clock, as every other keyed
-			// route's is, so one window holds across them.
-			PreviousSecretsExpireAt: r.PreviousSecretsExpireAt, Once: once,
-		})
-		if err == nil && res.Duplicate {
-			first = &res
-		}
-		return res.Endpoint, err
-	}, id, grace, now)
-	if err != nil || first == nil {
-		return rot, err
-	}
-	r := Rotation{Endpoint: first.Endpoint, PreviousSecretsExpireAt: first.PreviousSecretsExpireAt, Repeat: true}
-	for _, s := range first.Endpoint.Secrets {
-		if storage.SecretFingerprint(s) != first.SecretSHA256 {
-			continue
-		}
-		if s.ExpiresAt == nil {
-			r.Secret = s.Reveal()
-			return r, nil
-		}
-		return Rotation{}, fmt.Errorf("endpoint %s: %w; it signs until %s", id, ErrSecretReplaced, s.ExpiresAt.UTC().Format(time.RFC3339))
-	}
-	return Rotation{}, fmt.Errorf("endpoint %s: %w, and no longer signs", id, ErrSecretReplaced)
-}
 
 // Scheme is the signature scheme of an endpoint: that of its current
 // secret, the one without an expiry (the first one, which rotation puts in

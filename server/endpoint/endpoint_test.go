@@ -23,12 +23,12 @@ func newSchemeEndpoint(t *testing.T, scheme webhook.Scheme) (storage.Store, stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://receiver.example/",
-		Secrets: []storage.Secret{storage.NewSecret(first, nil)}})
+	ep, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/",
+		Secrets: []storage.Secret{storage.NewSecret(first, nil)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, ep, first
+	return s, ep.Endpoint, first
 }
 
 func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
@@ -41,7 +41,7 @@ func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
 			now := time.Now()
 			var shown []string
 			for range 2 {
-				rot, err := RotateSecret(ctx, s, ep.ID, time.Hour, now)
+				rot, err := RotateSecret(ctx, s, ep.ID, time.Hour, now, nil)
 				if err != nil {
 					t.Fatalf("RotateSecret: %v", err)
 				}

@@ -68,11 +68,11 @@ func newEndpoint(t *testing.T, s storage.Store, url string, mutate ...func(*stor
 	for _, m := range mutate {
 		m(&e)
 	}
-	e, err := s.EndpointCreate(t.Context(), e)
+	created, err := s.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: e})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e
+	return created.Endpoint
 }
 
 // failAt records one failed attempt to ep, finished at `at`.

@@ -20,8 +20,8 @@ func TestPruneDeliveredWorksInBatches(t *testing.T) {
 	if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://receiver.example/",
-		Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}); err != nil {
+	if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/",
+		Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}}); err != nil {
 		t.Fatal(err)
 	}
 	const old, kept = pruneBatch + 500, 7

@@ -54,8 +54,8 @@ func (byForm) Send(_ context.Context, _ string, msg transport.Message, _ time.Ti
 
 func addEndpoint(t testing.TB, store storage.Store, form, url string) {
 	t.Helper()
-	if _, err := store.EndpointCreate(context.Background(), storage.Endpoint{Transport: "http", URL: url, FormIDs: []string{form},
-		Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}); err != nil {
+	if _, err := store.EndpointCreate(context.Background(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: url, FormIDs: []string{form},
+		Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}}); err != nil {
 		t.Fatal(err)
 	}
 }

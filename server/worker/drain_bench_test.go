@@ -65,9 +65,9 @@ func drainPools(b *testing.B, share float64) float64 {
 		b.Fatal(err)
 	}
 	for i := range endpoints {
-		if _, err := store.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: fmt.Sprintf("https://receiver.example/%d", i),
+		if _, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: fmt.Sprintf("https://receiver.example/%d", i),
 			FormIDs: []string{fmt.Sprintf("form_%d", i)},
-			Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}); err != nil {
+			Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -33,12 +33,12 @@ func TestGoneDisablesTheEndpointAndTellsTheOperator(t *testing.T) {
 				return http.StatusNoContent
 			})
 			ctx := t.Context()
-			ops, err := e.store.EndpointCreate(ctx, storage.Endpoint{
+			ops, err := e.store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 				Transport: "http", URL: e.recv.URL + "/ops",
-				// Submissions do not go here; the addressed notification does.
+
 				EventTypes: []string{event.TypeEndpointDisabled},
 				Secrets:    []storage.Secret{storage.NewSecret(e.recv.secret, nil)},
-			})
+			}})
 			if err != nil {
 				t.Fatal(err)
 			}

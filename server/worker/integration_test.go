@@ -115,15 +115,15 @@ func newEnvIn(t *testing.T, dir string, open func(*testing.T) storage.Store, tra
 	}
 	t.Cleanup(host.Close)
 	recv := newReceiver(t, answer)
-	ep, err := store.EndpointCreate(ctx, storage.Endpoint{
+	ep, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: transport,
 		URL:       recv.URL + "/hook",
 		Secrets:   []storage.Secret{storage.NewSecret(recv.secret, nil)},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, store: store, host: host, recv: recv, ep: ep}
+	return &env{t: t, store: store, host: host, recv: recv, ep: ep.Endpoint}
 }
 
 // fastConfig retries quickly so a whole schedule runs in a test.

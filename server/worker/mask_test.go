@@ -46,8 +46,8 @@ func TestPluginWordsAreMaskedBeforeTheyAreKept(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := store.EndpointCreate(ctx, storage.Endpoint{Transport: "leaky", URL: target, FormIDs: []string{form},
-					Config: map[string]string{"mode": mode}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}); err != nil {
+				if _, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "leaky", URL: target, FormIDs: []string{form},
+					Config: map[string]string{"mode": mode}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -107,8 +107,8 @@ func fairShareRun(b *testing.B, store storage.Store, hung int) (whole, settled f
 		b.Fatal(err)
 	}
 	for i := range endpoints {
-		if _, err := store.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: fmt.Sprintf("%s/hook/%d", srv.URL, i),
-			FormIDs: []string{fmt.Sprintf("form_%d", i)}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}); err != nil {
+		if _, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: fmt.Sprintf("%s/hook/%d", srv.URL, i),
+			FormIDs: []string{fmt.Sprintf("form_%d", i)}, Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -67,8 +67,8 @@ func endpointFor(t *testing.T, store storage.Store, form string, answer func(w h
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.EndpointCreate(t.Context(), storage.Endpoint{Transport: "http", URL: srv.URL + "/hook", FormIDs: []string{form},
-		Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}); err != nil {
+	if _, err := store.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: srv.URL + "/hook", FormIDs: []string{form},
+		Secrets: []storage.Secret{storage.NewSecret(secret, nil)}}}); err != nil {
 		t.Fatal(err)
 	}
 	return g

@@ -72,10 +72,10 @@ func newTracedEnv(t *testing.T, dir string, open func(*testing.T) storage.Store,
 	}
 	t.Cleanup(host.Close)
 	recv := newReceiver(t, answer)
-	ep, err := store.EndpointCreate(ctx, storage.Endpoint{
+	ep, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: "http", URL: recv.URL + "/hook",
 		Secrets: []storage.Secret{storage.NewSecret(recv.secret, nil)},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func newTracedEnv(t *testing.T, dir string, open func(*testing.T) storage.Store,
 		t.Fatal(err)
 	}
 	return &tracedEnv{
-		env:   &env{t: t, store: store, host: host, recv: recv, ep: ep},
+		env:   &env{t: t, store: store, host: host, recv: recv, ep: ep.Endpoint},
 		spans: spans, tp: tp, collector: collector, reader: reader, metrics: metrics,
 	}
 }

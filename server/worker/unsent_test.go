@@ -243,15 +243,15 @@ func newEnvWith(t *testing.T, dir string, open func(*testing.T) storage.Store, s
 	}
 	t.Cleanup(host.Close)
 	recv := newReceiver(t, answer)
-	ep, err := store.EndpointCreate(ctx, storage.Endpoint{
+	ep, err := store.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: "http",
 		URL:       recv.URL + "/hook",
 		Secrets:   []storage.Secret{storage.NewSecret(recv.secret, nil)},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, store: store, host: host, recv: recv, ep: ep}
+	return &env{t: t, store: store, host: host, recv: recv, ep: ep.Endpoint}
 }
 
 // replay is an operator's replay of a terminal delivery.
@@ -261,7 +261,7 @@ func (e *env) replay(id string) storage.Delivery {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return d
+	return d.Delivery
 }
 
 // counter reads the counter name at the data point with the given

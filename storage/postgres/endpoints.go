@@ -12,23 +12,6 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
-// EndpointCreate inserts e. An empty ID becomes a new "ep" id; zero
-// CreatedAt and UpdatedAt become the database clock.
-func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
-	const op = "endpoint create"
-	if err := e.Validate(); err != nil {
-		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	out, err := s.insertEndpoint(ctx, s.pool, e)
-	if errors.Is(err, storage.ErrDeleted) {
-		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	if err != nil {
-		return storage.Endpoint{}, mapErr(op, err)
-	}
-	return out, nil
-}
-
 // queryRower is a pool or a transaction.
 type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -59,16 +42,27 @@ func (s *Store) insertEndpoint(ctx context.Context, q queryRower, e storage.Endp
 // errKeyTaken rolls back a keyed create that found its key already held.
 var errKeyTaken = errors.New("idempotency key taken")
 
-// EndpointCreateOnce creates the endpoint unless p.IdempotencyKey was used
-// within its window. The endpoint and the key are inserted in one
-// transaction; the key's insert is ON CONFLICT, which waits for a
-// concurrent transaction holding the same key and then sees its row, so of
-// two creates racing with one key exactly one endpoint is made. A key
-// whose window is over is taken over by the update arm.
-func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
-	const op = "endpoint create once"
+// EndpointCreate inserts the endpoint. With p.Idempotency, the endpoint
+// and the key are inserted in one transaction; the key's insert is ON
+// CONFLICT, which waits for a concurrent transaction holding the same key
+// and then sees its row, so of two creates racing with one key exactly
+// one endpoint is made. A key whose window is over is taken over by the
+// update arm.
+func (s *Store) EndpointCreate(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
+	const op = "endpoint create"
 	if err := p.Validate(); err != nil {
 		return storage.EndpointCreateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	key := p.Idempotency
+	if key == nil {
+		out, err := s.insertEndpoint(ctx, s.pool, p.Endpoint)
+		if errors.Is(err, storage.ErrDeleted) {
+			return storage.EndpointCreateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+		}
+		if err != nil {
+			return storage.EndpointCreateResult{}, mapErr(op, err)
+		}
+		return storage.EndpointCreateResult{Endpoint: out}, nil
 	}
 	var res storage.EndpointCreateResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -77,12 +71,12 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 			return err
 		}
 		res = storage.EndpointCreateResult{Endpoint: out}
-		return claimKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpEndpointCreate, requestHash: p.RequestHash, endpointID: ptr(out.ID),
-		}, p.Now, p.KeyWindow()) // errKeyTaken rolls the endpoint back
+		return claimKey(ctx, tx, key.Key, keyRecord{
+			operation: storage.OpEndpointCreate, requestHash: key.RequestHash, endpointID: ptr(out.ID),
+		}, p.Now, key.KeyWindow()) // errKeyTaken rolls the endpoint back
 	})
 	if errors.Is(err, errKeyTaken) {
-		return s.keyedEndpoint(ctx, p)
+		return s.keyedEndpoint(ctx, *key)
 	}
 	if err != nil {
 		return storage.EndpointCreateResult{}, mapErr(op, err)
@@ -92,9 +86,9 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 
 // keyedEndpoint answers a create whose key was taken within its window:
 // with the endpoint the key made, or ErrKeyReused.
-func (s *Store) keyedEndpoint(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
-	const op = "endpoint create once"
-	rec, err := s.heldKey(ctx, p.IdempotencyKey, storage.KeyUse{Operation: storage.OpEndpointCreate, RequestHash: p.RequestHash})
+func (s *Store) keyedEndpoint(ctx context.Context, key storage.Idempotency) (storage.EndpointCreateResult, error) {
+	const op = "endpoint create"
+	rec, err := s.heldKey(ctx, key.Key, storage.KeyUse{Operation: storage.OpEndpointCreate, RequestHash: key.RequestHash})
 	if err != nil {
 		return storage.EndpointCreateResult{}, mapErr(op, err)
 	}
@@ -109,11 +103,12 @@ func (s *Store) keyedEndpoint(ctx context.Context, p storage.EndpointCreateParam
 	return storage.EndpointCreateResult{Endpoint: e, Duplicate: true}, nil
 }
 
-// EndpointRotateOnce claims the key, then writes the rotated endpoint as
-// EndpointUpdate does, in one transaction; a key found held answers from
-// its record with the endpoint as it is now.
-func (s *Store) EndpointRotateOnce(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error) {
-	op := "endpoint rotate secret once " + p.Endpoint.ID
+// EndpointRotate writes the rotated endpoint as EndpointUpdate does, in
+// one transaction that first claims p.Idempotency's key when there is
+// one; a key found held answers from its record with the endpoint as it
+// is now.
+func (s *Store) EndpointRotate(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error) {
+	op := "endpoint rotate secret " + p.Endpoint.ID
 	if err := p.Validate(); err != nil {
 		return storage.EndpointRotateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
@@ -130,19 +125,22 @@ func (s *Store) EndpointRotateOnce(ctx context.Context, p storage.EndpointRotate
 		out      storage.Endpoint
 		released bool
 	)
+	key := p.Idempotency
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := claimKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpEndpointRotateSecret, requestHash: p.RequestHash, endpointID: ptr(e.ID),
-			secretSHA256: ptr(p.SecretSHA256), secretsExpireAt: p.PreviousSecretsExpireAt,
-		}, p.Now, p.KeyWindow()); err != nil {
-			return err
+		if key != nil {
+			if err := claimKey(ctx, tx, key.Key, keyRecord{
+				operation: storage.OpEndpointRotateSecret, requestHash: key.RequestHash, endpointID: ptr(e.ID),
+				secretSHA256: ptr(p.SecretSHA256), secretsExpireAt: p.PreviousSecretsExpireAt,
+			}, p.Now, key.KeyWindow()); err != nil {
+				return err
+			}
 		}
 		var err error
 		out, released, err = s.updateEndpoint(ctx, tx, e, secrets, readAt)
 		return err
 	})
 	if errors.Is(err, errKeyTaken) {
-		rec, err := s.heldKey(ctx, p.IdempotencyKey, storage.KeyUse{Operation: storage.OpEndpointRotateSecret, Target: e.ID, RequestHash: p.RequestHash})
+		rec, err := s.heldKey(ctx, key.Key, storage.KeyUse{Operation: storage.OpEndpointRotateSecret, Target: e.ID, RequestHash: key.RequestHash})
 		if err != nil {
 			return storage.EndpointRotateResult{}, mapErr(op, err)
 		}

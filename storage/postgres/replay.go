@@ -12,69 +12,30 @@ import (
 )
 
 // DeliveryReplay moves one terminal delivery back to pending and writes who
-// did it. storage.ErrNotTerminal for a pending or processing delivery.
-func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.Delivery, error) {
+// did it, in one transaction that first claims p.Idempotency's key when
+// there is one; a key found held answers with the delivery as it is now.
+// storage.ErrNotTerminal for a pending or processing delivery.
+func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.DeliveryReplayResult, error) {
 	op := "delivery replay " + p.DeliveryID
 	if err := p.Validate(); err != nil {
-		return storage.Delivery{}, fmt.Errorf("postgres: %s: %w", op, err)
+		return storage.DeliveryReplayResult{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
+	key := p.Idempotency
 	var d storage.Delivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if key != nil {
+			if err := claimKey(ctx, tx, key.Key, keyRecord{
+				operation: storage.OpDeliveryReplay, requestHash: key.RequestHash, deliveryID: ptr(p.DeliveryID),
+			}, p.Now, key.KeyWindow()); err != nil {
+				return err
+			}
+		}
 		var err error
 		d, err = s.replayOne(ctx, tx, p)
 		return err
 	})
-	if err != nil {
-		return storage.Delivery{}, mapErr(op, err)
-	}
-	s.notified()
-	return d, nil
-}
-
-// DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
-// match p.Filter, oldest first, in one statement, and returns how many.
-// Rows another transaction has locked are skipped, not waited for.
-func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error) {
-	const op = "delivery replay many"
-	if err := p.Validate(); err != nil {
-		return 0, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		n, err = s.replayMany(ctx, tx, p)
-		return err
-	})
-	if err != nil {
-		return 0, mapErr(op, err)
-	}
-	if n > 0 {
-		s.notified()
-	}
-	return n, nil
-}
-
-// DeliveryReplayOnce claims the key, then replays as DeliveryReplay does,
-// in one transaction; a key found held answers with the delivery as it
-// is now.
-func (s *Store) DeliveryReplayOnce(ctx context.Context, p storage.DeliveryReplayOnceParams) (storage.DeliveryReplayResult, error) {
-	op := "delivery replay once " + p.DeliveryID
-	if err := p.Validate(); err != nil {
-		return storage.DeliveryReplayResult{}, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	var d storage.Delivery
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := claimKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpDeliveryReplay, requestHash: p.RequestHash, deliveryID: ptr(p.DeliveryID),
-		}, p.Now, p.KeyWindow()); err != nil {
-			return err
-		}
-		var err error
-		d, err = s.replayOne(ctx, tx, p.DeliveryReplayParams)
-		return err
-	})
 	if errors.Is(err, errKeyTaken) {
-		if _, err := s.heldKey(ctx, p.IdempotencyKey, storage.KeyUse{Operation: storage.OpDeliveryReplay, Target: p.DeliveryID, RequestHash: p.RequestHash}); err != nil {
+		if _, err := s.heldKey(ctx, key.Key, storage.KeyUse{Operation: storage.OpDeliveryReplay, Target: p.DeliveryID, RequestHash: key.RequestHash}); err != nil {
 			return storage.DeliveryReplayResult{}, mapErr(op, err)
 		}
 		d, err := s.DeliveryGet(ctx, p.DeliveryID)
@@ -90,30 +51,35 @@ func (s *Store) DeliveryReplayOnce(ctx context.Context, p storage.DeliveryReplay
 	return storage.DeliveryReplayResult{Delivery: d}, nil
 }
 
-// DeliveryReplayManyOnce claims the key, replays as DeliveryReplayMany
-// does and records the count, in one transaction; a key found held
-// answers with the first count.
-func (s *Store) DeliveryReplayManyOnce(ctx context.Context, p storage.DeliveryReplayManyOnceParams) (storage.DeliveryReplayManyResult, error) {
-	const op = "delivery replay many once"
+// DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
+// match p.Filter, oldest first, in one statement, and returns how many.
+// Rows another transaction has locked are skipped, not waited for. With
+// p.Idempotency it claims the key first and records the count, in the
+// same transaction; a key found held answers with the first count.
+func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (storage.DeliveryReplayManyResult, error) {
+	const op = "delivery replay many"
 	if err := p.Validate(); err != nil {
 		return storage.DeliveryReplayManyResult{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
+	key := p.Idempotency
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := claimKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpDeliveryReplayMany, requestHash: p.RequestHash, replayed: ptr(0),
-		}, p.Now, p.KeyWindow()); err != nil {
-			return err
+		if key != nil {
+			if err := claimKey(ctx, tx, key.Key, keyRecord{
+				operation: storage.OpDeliveryReplayMany, requestHash: key.RequestHash, replayed: ptr(0),
+			}, p.Now, key.KeyWindow()); err != nil {
+				return err
+			}
 		}
 		var err error
-		if n, err = s.replayMany(ctx, tx, p.DeliveryReplayManyParams); err != nil {
+		if n, err = s.replayMany(ctx, tx, p); err != nil || key == nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE webhook_idempotency_keys SET replayed = $2 WHERE key = $1`, p.IdempotencyKey, n)
+		_, err = tx.Exec(ctx, `UPDATE webhook_idempotency_keys SET replayed = $2 WHERE key = $1`, key.Key, n)
 		return err
 	})
 	if errors.Is(err, errKeyTaken) {
-		rec, err := s.heldKey(ctx, p.IdempotencyKey, storage.KeyUse{Operation: storage.OpDeliveryReplayMany, RequestHash: p.RequestHash})
+		rec, err := s.heldKey(ctx, key.Key, storage.KeyUse{Operation: storage.OpDeliveryReplayMany, RequestHash: key.RequestHash})
 		if err != nil {
 			return storage.DeliveryReplayManyResult{}, mapErr(op, err)
 		}

@@ -32,15 +32,15 @@ func migrated(t *testing.T) (*database, *postgres.Store) {
 
 func seedEndpoint(t *testing.T, s storage.Store) storage.Endpoint {
 	t.Helper()
-	ep, err := s.EndpointCreate(context.Background(), storage.Endpoint{
+	ep, err := s.EndpointCreate(context.Background(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 		Transport: "http",
 		URL:       "http://127.0.0.1:1/hook",
 		Secrets:   []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldA==", nil)},
-	})
+	}})
 	if err != nil {
 		t.Fatalf("create endpoint: %v", err)
 	}
-	return ep
+	return ep.Endpoint
 }
 
 func seedEvents(t *testing.T, s storage.Store, n int, at time.Time) []storage.Delivery {
@@ -495,8 +495,8 @@ func TestShareClaimTakesOtherDueRowsWhenPickedOnesAreLocked(t *testing.T) {
 			ctx := context.Background()
 			db, s := migrated(t)
 			for range idle {
-				if _, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "http://127.0.0.1:1/idle",
-					FormIDs: []string{"form_idle"}, Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldA==", nil)}}); err != nil {
+				if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "http://127.0.0.1:1/idle",
+					FormIDs: []string{"form_idle"}, Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldA==", nil)}}}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -20,41 +20,21 @@ type endpointRow struct {
 	config, eventTypes, formIDs, secrets, retrySchedule string
 }
 
-// EndpointCreate inserts e. ID defaults to a new "ep" id, CreatedAt to now
-// and UpdatedAt to CreatedAt.
-func (s *Store) EndpointCreate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error) {
+// EndpointCreate inserts the endpoint. ID defaults to a new "ep" id,
+// CreatedAt to now and UpdatedAt to CreatedAt. With p.Idempotency, it does
+// so unless the key was used within its window. The writer's IMMEDIATE
+// transaction holds the write lock from its first statement, so the key
+// cannot be taken between the look and the insert, by this process or
+// another on the same file.
+func (s *Store) EndpointCreate(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
 	const op = "create endpoint"
-	if err := e.Validate(); err != nil {
-		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	e, row, err := s.prepareEndpoint(e)
-	if err != nil {
-		return storage.Endpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	var out storage.Endpoint
-	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
-		out, err = s.insertEndpoint(ctx, tx, e, row)
-		return err
-	})
-	if err != nil {
-		return storage.Endpoint{}, err
-	}
-	return out, nil
-}
-
-// EndpointCreateOnce creates the endpoint unless p.IdempotencyKey was used
-// within its window. The writer's IMMEDIATE transaction holds the write
-// lock from its first statement, so the key cannot be taken between the
-// look and the insert, by this process or another on the same file.
-func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error) {
-	const op = "create endpoint once"
 	if err := p.Validate(); err != nil {
 		return storage.EndpointCreateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	key := p.Idempotency
 	now := s.now(p.Now)
-	if p.Endpoint.CreatedAt.IsZero() {
-		p.Endpoint.CreatedAt = now
+	if key != nil && p.Endpoint.CreatedAt.IsZero() {
+		p.Endpoint.CreatedAt = now // the key's record and the endpoint share one instant
 	}
 	e, row, err := s.prepareEndpoint(p.Endpoint)
 	if err != nil {
@@ -62,12 +42,17 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 	}
 	var res storage.EndpointCreateResult
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		rec, held, err := heldKey(ctx, tx, p.Once, now)
+		if key == nil {
+			out, err := s.insertEndpoint(ctx, tx, e, row)
+			res = storage.EndpointCreateResult{Endpoint: out}
+			return err
+		}
+		rec, held, err := heldKey(ctx, tx, *key, now)
 		if err != nil {
 			return err
 		}
 		if held {
-			if err := rec.repeats(storage.OpEndpointCreate, "", p.RequestHash); err != nil {
+			if err := rec.repeats(storage.OpEndpointCreate, "", key.RequestHash); err != nil {
 				return err
 			}
 			firstID := rec.endpointID.String
@@ -86,8 +71,8 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 		if err != nil {
 			return err
 		}
-		if err := recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpEndpointCreate, requestHash: p.RequestHash, endpointID: validString(out.ID),
+		if err := recordKey(ctx, tx, key.Key, keyRecord{
+			operation: storage.OpEndpointCreate, requestHash: key.RequestHash, endpointID: validString(out.ID),
 		}, now); err != nil {
 			return err
 		}
@@ -100,10 +85,11 @@ func (s *Store) EndpointCreateOnce(ctx context.Context, p storage.EndpointCreate
 	return res, nil
 }
 
-// EndpointRotateOnce writes the rotated endpoint and its key in one
-// IMMEDIATE transaction, or answers a repeat from the key's record.
-func (s *Store) EndpointRotateOnce(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error) {
-	op := "rotate endpoint secret once " + p.Endpoint.ID
+// EndpointRotate writes the rotated endpoint and, with p.Idempotency, its
+// key in one IMMEDIATE transaction, or answers a repeat from the key's
+// record.
+func (s *Store) EndpointRotate(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error) {
+	op := "rotate endpoint secret " + p.Endpoint.ID
 	if err := p.Validate(); err != nil {
 		return storage.EndpointRotateResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
@@ -122,13 +108,20 @@ func (s *Store) EndpointRotateOnce(ctx context.Context, p storage.EndpointRotate
 		res      storage.EndpointRotateResult
 		released bool
 	)
+	key := p.Idempotency
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
-		rec, held, err := heldKey(ctx, tx, p.Once, now)
-		if err != nil {
-			return err
+		var (
+			rec  keyRecord
+			held bool
+		)
+		if key != nil {
+			var err error
+			if rec, held, err = heldKey(ctx, tx, *key, now); err != nil {
+				return err
+			}
 		}
 		if held {
-			if err := rec.repeats(storage.OpEndpointRotateSecret, e.ID, p.RequestHash); err != nil {
+			if err := rec.repeats(storage.OpEndpointRotateSecret, e.ID, key.RequestHash); err != nil {
 				return err
 			}
 			cur, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, e.ID), s.secrets)
@@ -152,8 +145,11 @@ func (s *Store) EndpointRotateOnce(ctx context.Context, p storage.EndpointRotate
 		}
 		released = rel
 		res = storage.EndpointRotateResult{Endpoint: out, SecretSHA256: p.SecretSHA256, PreviousSecretsExpireAt: p.PreviousSecretsExpireAt}
-		return recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpEndpointRotateSecret, requestHash: p.RequestHash,
+		if key == nil {
+			return nil
+		}
+		return recordKey(ctx, tx, key.Key, keyRecord{
+			operation: storage.OpEndpointRotateSecret, requestHash: key.RequestHash,
 			endpointID: validString(e.ID), secretSHA256: validString(p.SecretSHA256),
 			secretsExpireAt: nullMicros(p.PreviousSecretsExpireAt),
 		}, now)

@@ -44,7 +44,7 @@ func waitQueue(t *testing.T, s *Store, batches, waiting int) {
 func TestCreatesQueuedTogetherShareOneTransaction(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
-	if _, err := s.EndpointCreate(ctx, testEndpoint()); err != nil {
+	if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: testEndpoint()}); err != nil {
 		t.Fatal(err)
 	}
 	release := holdWriter(t, s)

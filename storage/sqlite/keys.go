@@ -25,11 +25,11 @@ type keyRecord struct {
 // now; ok is false for a key never used or past its window, which the
 // operation then takes over. The caller's IMMEDIATE transaction holds the
 // write lock, so the key cannot be taken between this look and its write.
-func heldKey(ctx context.Context, tx *sql.Tx, o storage.Once, now time.Time) (rec keyRecord, ok bool, err error) {
+func heldKey(ctx context.Context, tx *sql.Tx, o storage.Idempotency, now time.Time) (rec keyRecord, ok bool, err error) {
 	var at int64
 	err = tx.QueryRowContext(ctx, `SELECT operation, request_hash, endpoint_id, delivery_id, secret_sha256,
 			secrets_expire_at, replayed, created_at
-		FROM webhook_idempotency_keys WHERE key = ?`, o.IdempotencyKey).Scan(
+		FROM webhook_idempotency_keys WHERE key = ?`, o.Key).Scan(
 		&rec.operation, &rec.requestHash, &rec.endpointID, &rec.deliveryID, &rec.secretSHA256,
 		&rec.secretsExpireAt, &rec.replayed, &at)
 	switch {

@@ -15,120 +15,88 @@ const replaySet = `SET state = 'pending', next_attempt_at = :now, cycle_attempts
 	completed_at = NULL, claim_token = NULL, claim_expires_at = NULL, held = 0, unsent_reason = ''`
 
 // DeliveryReplay puts one terminal delivery back in the queue and writes the
-// audit record.
-func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.Delivery, error) {
+// audit record and, with p.Idempotency, the key, in one IMMEDIATE
+// transaction; a repeat of the key answers with the delivery as it is.
+func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayParams) (storage.DeliveryReplayResult, error) {
 	op := "replay delivery " + p.DeliveryID
-	if err := p.Validate(); err != nil {
-		return storage.Delivery{}, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	now := micros(s.now(p.Now))
-	var d storage.Delivery
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
-		d, err = replayOne(ctx, tx, p, now)
-		return err
-	})
-	if err != nil {
-		return storage.Delivery{}, err
-	}
-	// Due now, or, held at an ordered endpoint, another of its deliveries
-	// may have been let go in its place.
-	s.wake.Signal()
-	return d, nil
-}
-
-// DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
-// match the filter, oldest first, each with its audit record.
-func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (int, error) {
-	const op = "replay deliveries"
-	if err := p.Validate(); err != nil {
-		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	now := micros(s.now(p.Now))
-	var n int
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		var err error
-		n, err = replayMany(ctx, tx, p, now)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if n > 0 {
-		s.wake.Signal()
-	}
-	return n, nil
-}
-
-// DeliveryReplayOnce replays the delivery and records its key in one
-// IMMEDIATE transaction, or answers a repeat with the delivery as it is.
-func (s *Store) DeliveryReplayOnce(ctx context.Context, p storage.DeliveryReplayOnceParams) (storage.DeliveryReplayResult, error) {
-	op := "replay delivery once " + p.DeliveryID
 	if err := p.Validate(); err != nil {
 		return storage.DeliveryReplayResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	key := p.Idempotency
 	now := s.now(p.Now)
 	var res storage.DeliveryReplayResult
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		rec, held, err := heldKey(ctx, tx, p.Once, now)
-		if err != nil {
-			return err
-		}
-		if held {
-			if err := rec.repeats(storage.OpDeliveryReplay, p.DeliveryID, p.RequestHash); err != nil {
+		if key != nil {
+			rec, held, err := heldKey(ctx, tx, *key, now)
+			if err != nil {
 				return err
 			}
-			d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
-			res = storage.DeliveryReplayResult{Delivery: d, Duplicate: true}
-			return err
+			if held {
+				if err := rec.repeats(storage.OpDeliveryReplay, p.DeliveryID, key.RequestHash); err != nil {
+					return err
+				}
+				d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
+				res = storage.DeliveryReplayResult{Delivery: d, Duplicate: true}
+				return err
+			}
 		}
-		d, err := replayOne(ctx, tx, p.DeliveryReplayParams, micros(now))
-		if err != nil {
+		d, err := replayOne(ctx, tx, p, micros(now))
+		if err != nil || key == nil {
+			res = storage.DeliveryReplayResult{Delivery: d}
 			return err
 		}
 		res = storage.DeliveryReplayResult{Delivery: d}
-		return recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpDeliveryReplay, requestHash: p.RequestHash, deliveryID: validString(p.DeliveryID),
+		return recordKey(ctx, tx, key.Key, keyRecord{
+			operation: storage.OpDeliveryReplay, requestHash: key.RequestHash, deliveryID: validString(p.DeliveryID),
 		}, now)
 	})
 	if err != nil {
 		return storage.DeliveryReplayResult{}, err
 	}
 	if !res.Duplicate {
+		// Due now, or, held at an ordered endpoint, another of its
+		// deliveries may have been let go in its place.
 		s.wake.Signal()
 	}
 	return res, nil
 }
 
-// DeliveryReplayManyOnce replays the matching deliveries and records the
-// key with their count in one IMMEDIATE transaction, or answers a repeat
-// with the first count.
-func (s *Store) DeliveryReplayManyOnce(ctx context.Context, p storage.DeliveryReplayManyOnceParams) (storage.DeliveryReplayManyResult, error) {
-	const op = "replay deliveries once"
+// DeliveryReplayMany replays up to p.BatchSize() terminal deliveries that
+// match the filter, oldest first, each with its audit record, and, with
+// p.Idempotency, records the key with their count in the same IMMEDIATE
+// transaction; a repeat of the key answers with the first count.
+func (s *Store) DeliveryReplayMany(ctx context.Context, p storage.DeliveryReplayManyParams) (storage.DeliveryReplayManyResult, error) {
+	const op = "replay deliveries"
 	if err := p.Validate(); err != nil {
 		return storage.DeliveryReplayManyResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	key := p.Idempotency
 	now := s.now(p.Now)
 	var res storage.DeliveryReplayManyResult
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
-		rec, held, err := heldKey(ctx, tx, p.Once, now)
-		if err != nil {
-			return err
-		}
-		if held {
-			if err := rec.repeats(storage.OpDeliveryReplayMany, "", p.RequestHash); err != nil {
+		if key != nil {
+			rec, held, err := heldKey(ctx, tx, *key, now)
+			if err != nil {
 				return err
 			}
-			res = storage.DeliveryReplayManyResult{Count: int(rec.replayed.Int64), Duplicate: true}
-			return nil
+			if held {
+				if err := rec.repeats(storage.OpDeliveryReplayMany, "", key.RequestHash); err != nil {
+					return err
+				}
+				res = storage.DeliveryReplayManyResult{Count: int(rec.replayed.Int64), Duplicate: true}
+				return nil
+			}
 		}
-		n, err := replayMany(ctx, tx, p.DeliveryReplayManyParams, micros(now))
+		n, err := replayMany(ctx, tx, p, micros(now))
 		if err != nil {
 			return err
 		}
 		res = storage.DeliveryReplayManyResult{Count: n}
-		return recordKey(ctx, tx, p.IdempotencyKey, keyRecord{
-			operation: storage.OpDeliveryReplayMany, requestHash: p.RequestHash,
+		if key == nil {
+			return nil
+		}
+		return recordKey(ctx, tx, key.Key, keyRecord{
+			operation: storage.OpDeliveryReplayMany, requestHash: key.RequestHash,
 			replayed: sql.NullInt64{Int64: int64(n), Valid: true},
 		}, now)
 	})

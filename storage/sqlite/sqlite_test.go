@@ -186,7 +186,7 @@ func testEndpoint() storage.Endpoint {
 func seed(t *testing.T, s storage.Store, n int) []storage.Delivery {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.EndpointCreate(ctx, testEndpoint()); err != nil {
+	if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: testEndpoint()}); err != nil {
 		t.Fatalf("create endpoint: %v", err)
 	}
 	var out []storage.Delivery
@@ -542,7 +542,7 @@ func TestLockHeldPastTheBusyTimeoutSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.EndpointCreate(ctx, testEndpoint())
+	_, err = s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: testEndpoint()})
 	tx.Rollback()
 	if err == nil {
 		t.Fatal("EndpointCreate succeeded while another connection held the write lock")
@@ -557,7 +557,7 @@ func TestLockHeldPastTheBusyTimeoutSaysSo(t *testing.T) {
 			t.Errorf("lock timeout maps to %v; it is none of the sentinels", sentinel)
 		}
 	}
-	if _, err := s.EndpointCreate(ctx, testEndpoint()); err != nil {
+	if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: testEndpoint()}); err != nil {
 		t.Fatalf("EndpointCreate once the lock is released: %v", err)
 	}
 }
@@ -609,7 +609,7 @@ func TestTimesAreIntegerMicroseconds(t *testing.T) {
 	t.Parallel()
 	s, db := openStore(t)
 	ctx := context.Background()
-	if _, err := s.EndpointCreate(ctx, testEndpoint()); err != nil {
+	if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: testEndpoint()}); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.FixedZone("X", 5*3600))
@@ -752,11 +752,11 @@ func TestEmptyCollectionsComeBackEmptyNotNil(t *testing.T) {
 			t.Errorf("%s: config %v, event types %v, form ids %v: want empty, not nil", how, e.Config == nil, e.EventTypes == nil, e.FormIDs == nil)
 		}
 	}
-	created, err := s.EndpointCreate(ctx, testEndpoint())
+	created, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: testEndpoint()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("create", created)
+	check("create", created.Endpoint)
 	got, err := s.EndpointGet(ctx, created.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -80,7 +80,7 @@ func benchStore(b *testing.B, backend Backend, endpoints int, mutate ...func(*st
 		for _, m := range mutate {
 			m(&e)
 		}
-		if _, err := s.EndpointCreate(ctx, e); err != nil {
+		if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: e}); err != nil {
 			b.Fatalf("EndpointCreate: %v", err)
 		}
 	}
@@ -218,13 +218,13 @@ func benchEventCreateRegistered(b *testing.B, backend Backend, registered int) {
 				if i < registeredFanOut {
 					form = "form_bench"
 				}
-				_, err := s.EndpointCreate(ctx, storage.Endpoint{
+				_, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 					Transport:  "http",
 					URL:        fmt.Sprintf("https://receiver.example/hook/%d", i),
 					Secrets:    []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)},
 					EventTypes: []string{"submission.received"},
 					FormIDs:    []string{form},
-				})
+				}})
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {

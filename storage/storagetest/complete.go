@@ -575,7 +575,7 @@ func testUnsent(t *testing.T, b Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantState(t, got, storage.StatePending, 0, 0)
+		wantState(t, got.Delivery, storage.StatePending, 0, 0)
 		if got.UnsentReason != "" {
 			t.Fatalf("replay left the reason %q", got.UnsentReason)
 		}
@@ -593,8 +593,8 @@ func testUnsent(t *testing.T, b Backend) {
 			t.Fatal(err)
 		}
 		if n, err := f2.store.DeliveryReplayMany(f2.ctx, storage.DeliveryReplayManyParams{
-			Filter: storage.DeliveryFilter{State: storage.StateFailed}, Actor: "ops", Now: f2.at(time.Second)}); err != nil || n != 1 {
-			t.Fatalf("bulk replay: %d, %v", n, err)
+			Filter: storage.DeliveryFilter{State: storage.StateFailed}, Actor: "ops", Now: f2.at(time.Second)}); err != nil || n.Count != 1 {
+			t.Fatalf("bulk replay: %d, %v", n.Count, err)
 		}
 		if got := f2.get(d2.ID); got.State != storage.StatePending || got.UnsentReason != "" {
 			t.Fatalf("after bulk replay = %+v, want pending with no reason", got)

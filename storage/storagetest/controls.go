@@ -71,7 +71,7 @@ func testControls(t *testing.T, b Backend) {
 			e := storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
 				Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}
 			bad(&e)
-			_, err := f.store.EndpointCreate(f.ctx, e)
+			_, err := f.store.EndpointCreate(f.ctx, storage.EndpointCreateParams{Endpoint: e})
 			wantErr(t, err, storage.ErrInvalid, "creating an endpoint with bad controls")
 		}
 	})

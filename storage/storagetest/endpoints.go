@@ -122,9 +122,9 @@ func testEndpoints(t *testing.T, b Backend) {
 	t.Run("an endpoint without a transport or a secret is refused", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
-		_, err := f.store.EndpointCreate(f.ctx, storage.Endpoint{Transport: "http"})
+		_, err := f.store.EndpointCreate(f.ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http"}})
 		wantErr(t, err, storage.ErrInvalid, "endpoint without secret")
-		_, err = f.store.EndpointCreate(f.ctx, storage.Endpoint{Secrets: []storage.Secret{storage.NewSecret("whsec_eA==", nil)}})
+		_, err = f.store.EndpointCreate(f.ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Secrets: []storage.Secret{storage.NewSecret("whsec_eA==", nil)}}})
 		wantErr(t, err, storage.ErrInvalid, "endpoint without transport")
 		if list, _ := f.store.EndpointList(f.ctx); len(list) != 0 {
 			t.Fatalf("refused endpoints were written: %d", len(list))
@@ -185,15 +185,15 @@ func testEndpointDelete(t *testing.T, b Backend) {
 		}
 		n, err := f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
 			Filter: storage.DeliveryFilter{State: storage.StateDelivered}, Actor: "test"})
-		if err != nil || n != 1 {
-			t.Fatalf("bulk replay of delivered: %d, %v; want 1 (only the kept endpoint's)", n, err)
+		if err != nil || n.Count != 1 {
+			t.Fatalf("bulk replay of delivered: %d, %v; want 1 (only the kept endpoint's)", n.Count, err)
 		}
 
 		_, err = f.store.EndpointUpdate(f.ctx, got)
 		wantErr(t, err, storage.ErrDeleted, "an update of a deleted endpoint")
 		_, err = f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: gone.ID, Force: true})
 		wantErr(t, err, storage.ErrDeleted, "a second delete")
-		_, err = f.store.EndpointCreate(f.ctx, storage.Endpoint{ID: gone.ID, Transport: "http", Secrets: got.Secrets})
+		_, err = f.store.EndpointCreate(f.ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{ID: gone.ID, Transport: "http", Secrets: got.Secrets}})
 		wantErr(t, err, storage.ErrConflict, "a create reusing a deleted endpoint's id")
 		_, err = f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: "ep_missing"})
 		wantErr(t, err, storage.ErrNotFound, "a delete of an endpoint that never was")

@@ -293,12 +293,12 @@ func testFanOut(t *testing.T, b Backend) {
 		for i := range 5 {
 			form := fmt.Sprintf("form_%d", i)
 			plain := f.endpoint(withForms(form))
-			keyed, err := f.store.EndpointCreateOnce(f.ctx, storage.EndpointCreateParams{
-				Endpoint: newEndpoint(withForms("form_x", form)),
-				Once:     storage.Once{IdempotencyKey: "fanout:" + form, RequestHash: "h"},
+			keyed, err := f.store.EndpointCreate(f.ctx, storage.EndpointCreateParams{
+				Endpoint:    newEndpoint(withForms("form_x", form)),
+				Idempotency: &storage.Idempotency{Key: "fanout:" + form, RequestHash: "h"},
 			})
 			if err != nil {
-				t.Fatalf("EndpointCreateOnce: %v", err)
+				t.Fatalf("keyed EndpointCreate: %v", err)
 			}
 			f.wantFanOut(other, form, plain.ID, keyed.Endpoint.ID)
 		}
@@ -342,12 +342,12 @@ func testFanOut(t *testing.T, b Backend) {
 		e = f.update(e, func(e *storage.Endpoint) { e.DisabledAt = nil })
 		next, fresh, until := rotated(e, f.now)
 		next.FormIDs = []string{"form_last", "form_rotated"}
-		rot, err := f.store.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{
+		rot, err := f.store.EndpointRotate(f.ctx, storage.EndpointRotateParams{
 			Endpoint: next, SecretSHA256: storage.SecretFingerprint(fresh), PreviousSecretsExpireAt: until,
-			Once: storage.Once{IdempotencyKey: "fanout:rotate", RequestHash: "h"}, Now: f.now,
+			Idempotency: &storage.Idempotency{Key: "fanout:rotate", RequestHash: "h"}, Now: f.now,
 		})
 		if err != nil {
-			t.Fatalf("EndpointRotateOnce: %v", err)
+			t.Fatalf("keyed EndpointRotate: %v", err)
 		}
 		f.wantFanOut(other, "form_last", rot.Endpoint.ID)
 		f.wantFanOut(other, "form_rotated", rot.Endpoint.ID)

@@ -77,7 +77,7 @@ type Database interface {
 	// (the event payload).
 	BlobLiteral(b []byte) string
 	// HoldKeyWrites takes, on a connection of its own, the lock a keyed
-	// operation (the …Once ones) must wait for before it writes its
+	// operation (one given an Idempotency) must wait for before it writes its
 	// idempotency key, as another process's write in flight holds it:
 	// SQLite's one write lock, PostgreSQL's lock on
 	// webhook_idempotency_keys against writes. It returns once the lock is

@@ -14,14 +14,14 @@ import (
 // each needs microseconds to.
 const lineUp = 200 * time.Millisecond
 
-// testEndpointCreateOnce holds the rules of an idempotency key on an
+// testKeyedEndpointCreate holds the rules of an idempotency key on an
 // endpoint create.
-func testEndpointCreateOnce(t *testing.T, b Backend) {
+func testKeyedEndpointCreate(t *testing.T, b Backend) {
 	create := func(f *fixture, s storage.Store, key, hash string, now time.Time) (storage.EndpointCreateResult, error) {
-		return s.EndpointCreateOnce(f.ctx, storage.EndpointCreateParams{
+		return s.EndpointCreate(f.ctx, storage.EndpointCreateParams{
 			Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
 				Secrets: []storage.Secret{storage.NewSecret("whsec_"+storage.NewID("s"), nil)}},
-			Once: storage.Once{IdempotencyKey: key, RequestHash: hash}, Now: now,
+			Idempotency: &storage.Idempotency{Key: key, RequestHash: hash}, Now: now,
 		})
 	}
 	t.Run("a repeated key with the same request returns the first endpoint and writes nothing", func(t *testing.T) {
@@ -91,9 +91,27 @@ func testEndpointCreateOnce(t *testing.T, b Backend) {
 	})
 }
 
-// testEndpointRotateOnce holds the rules of an idempotency key on a
+// testKeyedEndpointRotate holds the rules of an idempotency key on a
 // secret rotation: one rotation per key, and only a fingerprint kept.
-func testEndpointRotateOnce(t *testing.T, b Backend) {
+func testKeyedEndpointRotate(t *testing.T, b Backend) {
+	t.Run("without a key a rotation is a conditional update and records nothing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		e := f.endpoint()
+		next, fresh, until := rotated(e, f.now)
+		p := storage.EndpointRotateParams{Endpoint: next, SecretSHA256: storage.SecretFingerprint(fresh), PreviousSecretsExpireAt: until}
+		res, err := f.store.EndpointRotate(f.ctx, p)
+		if err != nil || res.Duplicate || len(res.Endpoint.Secrets) != 2 || res.Endpoint.Secrets[0].Reveal() != fresh.Reveal() {
+			t.Fatalf("rotation without a key: %+v, %v; want the new secret first of 2", res, err)
+		}
+		if n := f.count(`SELECT count(*) FROM webhook_idempotency_keys`); n != 0 {
+			t.Fatalf("a rotation without a key left %d key rows", n)
+		}
+		// Written again as read before the first: someone changed it since.
+		_, err = f.store.EndpointRotate(f.ctx, p)
+		wantErr(t, err, storage.ErrConflict, "a rotation of an endpoint changed since it was read")
+	})
+
 	t.Run("a repeated key rotates nothing and answers with the first rotation's fingerprint", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
@@ -147,8 +165,8 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 		if _, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: e.ID}); err != nil {
 			t.Fatal(err)
 		}
-		_, err = f.store.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{Endpoint: later.Endpoint,
-			SecretSHA256: later.SecretSHA256, Once: storage.Once{IdempotencyKey: "rotate:k", RequestHash: "h"},
+		_, err = f.store.EndpointRotate(f.ctx, storage.EndpointRotateParams{Endpoint: later.Endpoint,
+			SecretSHA256: later.SecretSHA256, Idempotency: &storage.Idempotency{Key: "rotate:k", RequestHash: "h"},
 			Now: f.at(storage.DefaultIdempotencyWindow + time.Minute)})
 		wantErr(t, err, storage.ErrDeleted, "a repeat of a key whose endpoint was deleted")
 	})
@@ -156,10 +174,10 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 	t.Run("a key of another operation is refused, and so is a fingerprint of no new secret", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
-		created, err := f.store.EndpointCreateOnce(f.ctx, storage.EndpointCreateParams{
+		created, err := f.store.EndpointCreate(f.ctx, storage.EndpointCreateParams{
 			Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
 				Secrets: []storage.Secret{storage.NewSecret("whsec_"+storage.NewID("s"), nil)}},
-			Once: storage.Once{IdempotencyKey: "shared", RequestHash: "h"}})
+			Idempotency: &storage.Idempotency{Key: "shared", RequestHash: "h"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,8 +185,8 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 		wantErr(t, err, storage.ErrKeyReused, "a rotation with a create's key")
 
 		next, _, _ := rotated(created.Endpoint, f.now)
-		_, err = f.store.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{Endpoint: next,
-			SecretSHA256: storage.SecretFingerprint(next.Secrets[1]), Once: storage.Once{IdempotencyKey: "k", RequestHash: "h"}})
+		_, err = f.store.EndpointRotate(f.ctx, storage.EndpointRotateParams{Endpoint: next,
+			SecretSHA256: storage.SecretFingerprint(next.Secrets[1]), Idempotency: &storage.Idempotency{Key: "k", RequestHash: "h"}})
 		wantErr(t, err, storage.ErrInvalid, "a fingerprint of a rotated-out secret")
 	})
 
@@ -192,18 +210,18 @@ func testEndpointRotateOnce(t *testing.T, b Backend) {
 		results := race(t, f, func(s storage.Store) (storage.EndpointRotateResult, error) {
 			next, fresh, until := rotated(e, f.now)
 			next.UpdatedAt = time.Time{}
-			return s.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{
+			return s.EndpointRotate(f.ctx, storage.EndpointRotateParams{
 				Endpoint: next, SecretSHA256: storage.SecretFingerprint(fresh), PreviousSecretsExpireAt: until,
-				Once: storage.Once{IdempotencyKey: "rotate:race", RequestHash: "h"},
+				Idempotency: &storage.Idempotency{Key: "rotate:race", RequestHash: "h"},
 			})
 		})
 		wantRotatedOnce(t, f, e.ID, results)
 	})
 }
 
-// testDeliveryReplayOnce holds the rules of an idempotency key on a
+// testKeyedDeliveryReplay holds the rules of an idempotency key on a
 // replay: one replay, one audit record and one cycle per key.
-func testDeliveryReplayOnce(t *testing.T, b Backend) {
+func testKeyedDeliveryReplay(t *testing.T, b Backend) {
 	t.Run("a repeat after the replayed delivery finished replays nothing", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
@@ -273,9 +291,9 @@ func testDeliveryReplayOnce(t *testing.T, b Backend) {
 	})
 }
 
-// testDeliveryReplayManyOnce holds the rules of an idempotency key on a
+// testKeyedDeliveryReplayMany holds the rules of an idempotency key on a
 // bulk replay: its matches are replayed once, however often it is sent.
-func testDeliveryReplayManyOnce(t *testing.T, b Backend) {
+func testKeyedDeliveryReplayMany(t *testing.T, b Backend) {
 	t.Run("a repeat after the replayed deliveries failed again replays nothing and answers the first count", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
@@ -410,9 +428,9 @@ func rotateOnce(f *fixture, s storage.Store, id, key, hash string, now time.Time
 			return storage.EndpointRotateResult{}, err
 		}
 		next, fresh, until := rotated(e, f.now)
-		res, err := s.EndpointRotateOnce(f.ctx, storage.EndpointRotateParams{
+		res, err := s.EndpointRotate(f.ctx, storage.EndpointRotateParams{
 			Endpoint: next, SecretSHA256: storage.SecretFingerprint(fresh), PreviousSecretsExpireAt: until,
-			Once: storage.Once{IdempotencyKey: key, RequestHash: hash}, Now: now,
+			Idempotency: &storage.Idempotency{Key: key, RequestHash: hash}, Now: now,
 		})
 		if errors.Is(err, storage.ErrConflict) {
 			continue
@@ -430,18 +448,14 @@ func (f *fixture) failed() storage.Delivery {
 }
 
 func replayOnce(f *fixture, s storage.Store, id, key, hash string, now time.Time) (storage.DeliveryReplayResult, error) {
-	return s.DeliveryReplayOnce(f.ctx, storage.DeliveryReplayOnceParams{
-		DeliveryReplayParams: storage.DeliveryReplayParams{DeliveryID: id, Actor: "ops", Now: now},
-		Once:                 storage.Once{IdempotencyKey: key, RequestHash: hash},
-	})
+	return s.DeliveryReplay(f.ctx, storage.DeliveryReplayParams{DeliveryID: id, Actor: "ops", Now: now,
+		Idempotency: &storage.Idempotency{Key: key, RequestHash: hash}})
 }
 
 func replayManyOnce(f *fixture, s storage.Store, endpointID, key, hash string, now time.Time) (storage.DeliveryReplayManyResult, error) {
-	return s.DeliveryReplayManyOnce(f.ctx, storage.DeliveryReplayManyOnceParams{
-		DeliveryReplayManyParams: storage.DeliveryReplayManyParams{
-			Filter: storage.DeliveryFilter{State: storage.StateFailed, EndpointID: endpointID}, Actor: "ops", Now: now},
-		Once: storage.Once{IdempotencyKey: key, RequestHash: hash},
-	})
+	return s.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
+		Filter: storage.DeliveryFilter{State: storage.StateFailed, EndpointID: endpointID}, Actor: "ops", Now: now,
+		Idempotency: &storage.Idempotency{Key: key, RequestHash: hash}})
 }
 
 // failedMany makes n failed deliveries to one endpoint.

@@ -182,9 +182,9 @@ func testUpgradeFrom(t *testing.T, b Backend, stop, latest int) {
 		t.Fatalf("endpoint after upgrade: %+v, %v", ep, err)
 	}
 	if hasKeys {
-		again, err := s.EndpointCreateOnce(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http",
+		again, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http",
 			URL: "https://old.example/hook", Secrets: []storage.Secret{storage.NewSecret("whsec_bmV3", nil)}},
-			Once: storage.Once{IdempotencyKey: "endpoint:old", RequestHash: "h_old"}})
+			Idempotency: &storage.Idempotency{Key: "endpoint:old", RequestHash: "h_old"}})
 		if err != nil || !again.Duplicate || again.Endpoint.ID != "ep_old" {
 			t.Fatalf("a key recorded before the upgrade, repeated after it: %+v, %v; want ep_old again", again, err)
 		}
@@ -217,7 +217,7 @@ func testUpgradeFrom(t *testing.T, b Backend, stop, latest int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, d, storage.StatePending, 3, 0)
+	wantState(t, d.Delivery, storage.StatePending, 3, 0)
 	claims, err = s.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 10, Lease: lease, Now: now})
 	if err != nil || len(claims) != 1 || claims[0].Delivery.ID != "dlv_failed" {
 		t.Fatalf("claim replayed delivery: %v, %v", claimIDs(claims), err)

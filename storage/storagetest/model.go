@@ -217,14 +217,14 @@ func newModelRun(t *testing.T, b Backend, seed uint64) *modelRun {
 	// Two endpoints, each for its own form, so every event fans out to
 	// exactly one delivery and a row's endpoint is known to the model.
 	for _, form := range []string{"form_a", "form_b"} {
-		e, err := s.EndpointCreate(m.ctx, storage.Endpoint{
+		e, err := s.EndpointCreate(m.ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{
 			Transport: "http", URL: "https://receiver.example/" + form, FormIDs: []string{form},
 			Secrets: []storage.Secret{storage.NewSecret("whsec_bW9kZWxtb2RlbG1vZGVsbW9kZWw=", nil)},
-		})
+		}})
 		if err != nil {
 			t.Fatalf("EndpointCreate: %v", err)
 		}
-		m.endpoints = append(m.endpoints, e)
+		m.endpoints = append(m.endpoints, e.Endpoint)
 	}
 	return m
 }
@@ -725,7 +725,7 @@ func (m *modelRun) replay(w *simWorker, md *modelDelivery, eff effect) {
 		m.fail("replay of %s: %v", md.name, err)
 	}
 	m.applyReplay(md, eff)
-	if diff := md.diff(d); len(diff) > 0 {
+	if diff := md.diff(d.Delivery); len(diff) > 0 {
 		m.fail("replayed row %s: %s", md.name, strings.Join(diff, "; "))
 	}
 }
@@ -748,9 +748,9 @@ func (m *modelRun) replayMany(w *simWorker, eff effect) {
 	n, err := w.store.DeliveryReplayMany(m.ctx, storage.DeliveryReplayManyParams{
 		Filter: storage.DeliveryFilter{State: state, EndpointID: endpoint}, Actor: "model-operator", Limit: limit, Now: m.now,
 	})
-	m.logf("operator replays up to %d %s deliveries (endpoint %q) → %d", limit, state, endpoint, n)
-	if err != nil || n != len(want) {
-		m.fail("bulk replay of %s: %d, %v; model says %d", state, n, err, len(want))
+	m.logf("operator replays up to %d %s deliveries (endpoint %q) → %d", limit, state, endpoint, n.Count)
+	if err != nil || n.Count != len(want) {
+		m.fail("bulk replay of %s: %d, %v; model says %d", state, n.Count, err, len(want))
 	}
 	for _, md := range want {
 		m.applyReplay(md, eff)

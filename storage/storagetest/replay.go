@@ -19,7 +19,7 @@ func testReplay(t *testing.T, b Backend) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantState(t, got, storage.StatePending, 1, 0)
+			wantState(t, got.Delivery, storage.StatePending, 1, 0)
 			if !got.NextAttemptAt.Equal(at) || got.CompletedAt != nil || got.ClaimExpiresAt != nil || !f.tokenIs(d.ID, "") {
 				t.Fatalf("replayed row = %+v", got)
 			}
@@ -123,8 +123,8 @@ func testReplay(t *testing.T, b Backend) {
 
 		n, err := f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
 			Filter: storage.DeliveryFilter{State: storage.StateFailed, EndpointID: epA.ID}, Actor: "ops", Now: f.at(time.Minute)})
-		if err != nil || n != 3 {
-			t.Fatalf("bulk replay = %d, %v; want 3", n, err)
+		if err != nil || n.Count != 3 {
+			t.Fatalf("bulk replay = %d, %v; want 3", n.Count, err)
 		}
 		for _, id := range failedA {
 			wantState(t, f.get(id), storage.StatePending, 1, 0)
@@ -137,8 +137,8 @@ func testReplay(t *testing.T, b Backend) {
 
 		n, err = f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
 			Filter: storage.DeliveryFilter{State: storage.StateFailed, FormID: "form_b"}, Actor: "ops", Limit: 2, Now: f.at(time.Minute)})
-		if err != nil || n != 2 {
-			t.Fatalf("bulk replay with limit 2 = %d, %v; want 2", n, err)
+		if err != nil || n.Count != 2 {
+			t.Fatalf("bulk replay with limit 2 = %d, %v; want 2", n.Count, err)
 		}
 		if got := f.count("SELECT count(*) FROM webhook_delivery_replays"); got != 5 {
 			t.Fatalf("replay audit records = %d, want 5", got)

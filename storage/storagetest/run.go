@@ -37,10 +37,10 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Secrets", func(t *testing.T) { t.Parallel(); testSecrets(t, b) })
 	t.Run("Wakeups", func(t *testing.T) { t.Parallel(); testWakeups(t, b) })
 	t.Run("EndpointDelete", func(t *testing.T) { t.Parallel(); testEndpointDelete(t, b) })
-	t.Run("EndpointCreateOnce", func(t *testing.T) { t.Parallel(); testEndpointCreateOnce(t, b) })
-	t.Run("EndpointRotateOnce", func(t *testing.T) { t.Parallel(); testEndpointRotateOnce(t, b) })
-	t.Run("DeliveryReplayOnce", func(t *testing.T) { t.Parallel(); testDeliveryReplayOnce(t, b) })
-	t.Run("DeliveryReplayManyOnce", func(t *testing.T) { t.Parallel(); testDeliveryReplayManyOnce(t, b) })
+	t.Run("KeyedEndpointCreate", func(t *testing.T) { t.Parallel(); testKeyedEndpointCreate(t, b) })
+	t.Run("KeyedEndpointRotate", func(t *testing.T) { t.Parallel(); testKeyedEndpointRotate(t, b) })
+	t.Run("KeyedDeliveryReplay", func(t *testing.T) { t.Parallel(); testKeyedDeliveryReplay(t, b) })
+	t.Run("KeyedDeliveryReplayMany", func(t *testing.T) { t.Parallel(); testKeyedDeliveryReplayMany(t, b) })
 }
 
 // lease is the lease every test claims with unless it says otherwise.
@@ -82,11 +82,11 @@ func (f *fixture) endpoint(mutate ...func(*storage.Endpoint)) storage.Endpoint {
 	for _, m := range mutate {
 		m(&e)
 	}
-	e, err := f.store.EndpointCreate(f.ctx, e)
+	created, err := f.store.EndpointCreate(f.ctx, storage.EndpointCreateParams{Endpoint: e})
 	if err != nil {
 		f.t.Fatalf("EndpointCreate: %v", err)
 	}
-	return e
+	return created.Endpoint
 }
 
 func submissionPayload(subID, formID string) json.RawMessage {

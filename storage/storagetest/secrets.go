@@ -144,16 +144,16 @@ func testSecrets(t *testing.T, b Backend) {
 		if id, err := keeper(t, s).SecretsKeyID(ctx); err != nil || id != box.KeyID() {
 			t.Fatalf("SecretsKeyID = %q, %v; want %q", id, err, box.KeyID())
 		}
-		created, err := s.EndpointCreate(ctx, secretEndpoint("ep_sealed", secretV1))
+		created, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: secretEndpoint("ep_sealed", secretV1)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantPlainSecrets(t, created, secretV1)
+		wantPlainSecrets(t, created.Endpoint, secretV1)
 		wantSealedUnder(t, db, "ep_sealed", box)
 
 		expires := time.Now().UTC().Add(time.Hour).Truncate(time.Second)
 		created.Secrets = []storage.Secret{storage.NewSecret(secretV1a, nil), storage.NewSecret(secretV1, &expires)}
-		updated, err := s.EndpointUpdate(ctx, created)
+		updated, err := s.EndpointUpdate(ctx, created.Endpoint)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func testSecrets(t *testing.T, b Backend) {
 		box := newSecretBox(t)
 		s, db := encryptedStore(t, b, box)
 		for _, e := range []storage.Endpoint{secretEndpoint("ep_victim", secretV1), secretEndpoint("ep_attacker", secretV1a)} {
-			if _, err := s.EndpointCreate(ctx, e); err != nil {
+			if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: e}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -240,7 +240,7 @@ func testSecrets(t *testing.T, b Backend) {
 		if id, err := keeper(t, plain).SecretsKeyID(ctx); err != nil || id != "" {
 			t.Fatalf("SecretsKeyID of a plaintext database = %q, %v; want none", id, err)
 		}
-		if _, err := plain.EndpointCreate(ctx, secretEndpoint("ep_new", secretV1)); err != nil {
+		if _, err := plain.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: secretEndpoint("ep_new", secretV1)}); err != nil {
 			t.Fatal(err)
 		}
 		if raw := rawSecrets(t, db, "ep_new"); !strings.Contains(raw, secretV1) {
@@ -284,7 +284,7 @@ func testSecrets(t *testing.T, b Backend) {
 			t.Fatal(err)
 		}
 		for i := range 5 {
-			if _, err := plain.EndpointCreate(ctx, secretEndpoint(fmt.Sprintf("ep_%d", i), secretV1)); err != nil {
+			if _, err := plain.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: secretEndpoint(fmt.Sprintf("ep_%d", i), secretV1)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -325,7 +325,7 @@ func testSecrets(t *testing.T, b Backend) {
 		ctx := t.Context()
 		box := newSecretBox(t)
 		s, db := encryptedStore(t, b, box)
-		if _, err := s.EndpointCreate(ctx, secretEndpoint("ep_1", secretV1)); err != nil {
+		if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: secretEndpoint("ep_1", secretV1)}); err != nil {
 			t.Fatal(err)
 		}
 		other := newSecretBox(t)
@@ -344,7 +344,7 @@ func testSecrets(t *testing.T, b Backend) {
 				_, err = wrong.EndpointList(ctx)
 				wantSecretsKeyErr(t, err, "EndpointList", tc.mentions...)
 				// The database refuses what this process would write.
-				_, err = wrong.EndpointCreate(ctx, secretEndpoint("ep_2", secretV1a))
+				_, err = wrong.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: secretEndpoint("ep_2", secretV1a)})
 				wantNoSecretIn(t, err, "EndpointCreate")
 				if !strings.Contains(err.Error(), "hymical_secrets_key") {
 					t.Errorf("EndpointCreate: error %q does not say the database records a key", err)
@@ -366,7 +366,7 @@ func testSecrets(t *testing.T, b Backend) {
 		oldBox, newBox := newSecretBox(t), newSecretBox(t)
 		s, db := encryptedStore(t, b, oldBox)
 		for i, sec := range []string{secretV1, secretV1a, secretV1} {
-			if _, err := s.EndpointCreate(ctx, secretEndpoint(fmt.Sprintf("ep_%d", i), sec)); err != nil {
+			if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: secretEndpoint(fmt.Sprintf("ep_%d", i), sec)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -423,7 +423,7 @@ func testSecretsRotateDeleted(t *testing.T, b Backend) {
 		oldBox, newBox := newSecretBox(t), newSecretBox(t)
 		s, db := encryptedStore(t, b, oldBox)
 		for _, e := range []storage.Endpoint{secretEndpoint("ep_live", secretV1), secretEndpoint("ep_gone", secretV1a)} {
-			if _, err := s.EndpointCreate(ctx, e); err != nil {
+			if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: e}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -448,13 +448,13 @@ func testQueueHeads(t *testing.T, b Backend) {
 		}
 		var eps []storage.Endpoint
 		for i := range 3 {
-			e, err := s.EndpointCreate(ctx, storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
+			e, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: storage.Endpoint{Transport: "http", URL: "https://receiver.example/hook",
 				FormIDs: []string{fmt.Sprintf("form_%d", i)},
-				Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}})
+				Secrets: []storage.Secret{storage.NewSecret("whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=", nil)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			eps = append(eps, e)
+			eps = append(eps, e.Endpoint)
 		}
 		// The events go to a form no endpoint takes, so this build writes
 		// no head for them; their deliveries are written as an earlier
