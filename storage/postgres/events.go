@@ -211,26 +211,17 @@ func eventRounds(calls eventBatch) []eventBatch {
 
 // createRound writes creates that share no id and no key.
 func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, calls eventBatch) error {
-	type create struct {
-		c *groupcommit.Call[storage.Event, storage.EventCreateResult]
-		// deliveries are the rows written for the create, less the
-		// database's clock, which is read back.
-		deliveries []storage.Delivery
-	}
 	// Rows go in in key order, then id order, so that two transactions
 	// writing some of the same keys (or ids) take them in the same order:
 	// in opposite orders, each would wait for the other's row.
 	slices.SortFunc(calls, func(a, b *groupcommit.Call[storage.Event, storage.EventCreateResult]) int {
 		return cmp.Or(cmp.Compare(a.In.IdempotencyKey, b.In.IdempotencyKey), cmp.Compare(a.In.ID, b.In.ID))
 	})
-	var creates []create
 	var (
-		ids, types, forms, submissions, traces, addressed []string
-		payloads                                          [][]byte
-		keys                                              []*string
-		createdAt                                         []*time.Time
-		dIDs, dEndpoints, dEvents, ordered                []string
-		dHeld                                             []bool
+		creates    []eventCreate
+		events     eventRows
+		deliveries deliveryRows
+		ordered    []string
 	)
 	for _, c := range calls {
 		ev := c.In
@@ -238,98 +229,36 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 		if err != nil {
 			// A key seen before still answers with the first event, as
 			// it would have before the fan-out was looked at.
-			if ev.IdempotencyKey != "" {
-				res, kerr := existingEvent(ctx, tx, ev.IdempotencyKey)
-				if kerr == nil {
-					c.Out = res
-					continue
-				}
-				if !errors.Is(kerr, pgx.ErrNoRows) {
+			if answered, kerr := answerRepeat(ctx, tx, c); answered || kerr != nil {
+				if kerr != nil {
 					return kerr
 				}
+				continue
 			}
 			c.Err = mapErr(createEventOp, err)
 			continue
 		}
-		cr := create{c: c}
+		cr := eventCreate{c: c}
 		for _, t := range targets {
 			d := storage.Delivery{ID: storage.NewID("dlv"), EndpointID: t.ID, EventID: ev.ID,
 				State: storage.StatePending, Held: t.DisabledAt != nil || t.Ordered}
 			cr.deliveries = append(cr.deliveries, d)
-			dIDs = append(dIDs, d.ID)
-			dEndpoints = append(dEndpoints, d.EndpointID)
-			dEvents = append(dEvents, d.EventID)
-			dHeld = append(dHeld, d.Held)
+			deliveries.add(d)
 			if t.Ordered && !slices.Contains(ordered, t.ID) {
 				ordered = append(ordered, t.ID)
 			}
 		}
 		creates = append(creates, cr)
-		ids = append(ids, ev.ID)
-		types = append(types, ev.Type)
-		forms = append(forms, ev.FormID)
-		submissions = append(submissions, ev.SubmissionID)
-		payloads = append(payloads, []byte(ev.Payload))
-		traces = append(traces, ev.TraceParent)
-		addressed = append(addressed, ev.EndpointID)
-		var key *string
-		if ev.IdempotencyKey != "" {
-			key = &ev.IdempotencyKey
-		}
-		keys = append(keys, key)
-		var at *time.Time
-		if !ev.CreatedAt.IsZero() {
-			at = &ev.CreatedAt
-		}
-		createdAt = append(createdAt, at)
+		events.add(ev)
 	}
 	if len(creates) == 0 {
 		return nil
 	}
-	// One statement for the events and their deliveries: a delivery is
-	// inserted only with an event this statement inserted. No conflict
-	// target: a taken id or a used key skips the event (and so its
-	// deliveries) instead of failing the statement, and which of the two
-	// it was is read below. ON CONFLICT waits for a concurrent transaction
-	// holding the same key and then sees its row. The rest of each row is
-	// what was written, so only the database's clock is read back.
-	rows, err := tx.Query(ctx, `
-		WITH made AS (
-			INSERT INTO webhook_events AS e (id, type, form_id, submission_id, payload,
-				idempotency_key, trace_parent, created_at, endpoint_id)
-			SELECT x.id, x.type, x.form_id, x.submission_id, x.payload, x.idempotency_key, x.trace_parent,
-				coalesce(x.created_at, now()), x.endpoint_id
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
-				$8::timestamptz[], $9::text[])
-				AS x (id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at, endpoint_id)
-			ON CONFLICT DO NOTHING
-			RETURNING e.id, e.created_at
-		), fanned AS (
-			INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, cycle_attempts,
-				next_attempt_at, created_at, held)
-			SELECT x.id, x.endpoint_id, x.event_id, 'pending', 0, 0, made.created_at, made.created_at, x.held
-			FROM unnest($10::text[], $11::text[], $12::text[], $13::boolean[]) AS x (id, endpoint_id, event_id, held)
-			JOIN made ON made.id = x.event_id
-		)
-		SELECT id, created_at FROM made`,
-		ids, types, forms, submissions, payloads, keys, traces, createdAt, addressed,
-		dIDs, dEndpoints, dEvents, dHeld)
+	inserted, err := insertEvents(ctx, tx, events, deliveries)
 	if err != nil {
 		return err
 	}
-	inserted := map[string]time.Time{}
-	var (
-		id string
-		at time.Time
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		inserted[id] = at
-		return nil
-	}); err != nil {
-		return err
-	}
-
-	var made []create
+	var made []eventCreate
 	for _, cr := range creates {
 		at, ok := inserted[cr.c.In.ID]
 		if ok {
@@ -337,15 +266,11 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 			made = append(made, cr)
 			continue
 		}
-		if key := cr.c.In.IdempotencyKey; key != "" {
-			res, err := existingEvent(ctx, tx, key)
-			if err == nil {
-				cr.c.Out = res
-				continue
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
+		if answered, err := answerRepeat(ctx, tx, cr.c); answered || err != nil {
+			if err != nil {
 				return err
 			}
+			continue
 		}
 		cr.c.Err = fmt.Errorf("postgres: %s: %w: event id %s is taken; leave the id empty to get a new one",
 			createEventOp, storage.ErrConflict, cr.c.In.ID)
@@ -353,7 +278,128 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 	if len(made) == 0 {
 		return nil
 	}
+	return answerMade(ctx, tx, made, ordered, deliveries.ids)
+}
 
+// eventCreate is one create of a round with the delivery rows written for
+// it, less the database's clock, which is read back.
+type eventCreate struct {
+	c          *groupcommit.Call[storage.Event, storage.EventCreateResult]
+	deliveries []storage.Delivery
+}
+
+// eventRows are the events of one insert, a slice per column for unnest.
+type eventRows struct {
+	ids, types, forms, submissions, traces, addressed []string
+	payloads                                          [][]byte
+	keys                                              []*string
+	createdAt                                         []*time.Time
+}
+
+func (r *eventRows) add(ev storage.Event) {
+	r.ids = append(r.ids, ev.ID)
+	r.types = append(r.types, ev.Type)
+	r.forms = append(r.forms, ev.FormID)
+	r.submissions = append(r.submissions, ev.SubmissionID)
+	r.payloads = append(r.payloads, []byte(ev.Payload))
+	r.traces = append(r.traces, ev.TraceParent)
+	r.addressed = append(r.addressed, ev.EndpointID)
+	var key *string
+	if ev.IdempotencyKey != "" {
+		key = &ev.IdempotencyKey
+	}
+	r.keys = append(r.keys, key)
+	var at *time.Time
+	if !ev.CreatedAt.IsZero() {
+		at = &ev.CreatedAt
+	}
+	r.createdAt = append(r.createdAt, at)
+}
+
+// deliveryRows are the deliveries of one insert, a slice per column.
+type deliveryRows struct {
+	ids, endpoints, events []string
+	held                   []bool
+}
+
+func (r *deliveryRows) add(d storage.Delivery) {
+	r.ids = append(r.ids, d.ID)
+	r.endpoints = append(r.endpoints, d.EndpointID)
+	r.events = append(r.events, d.EventID)
+	r.held = append(r.held, d.Held)
+}
+
+// insertEventsSQL is one statement for the events and their deliveries: a
+// delivery is inserted only with an event this statement inserted. No
+// conflict target: a taken id or a used key skips the event (and so its
+// deliveries) instead of failing the statement, and which of the two it
+// was is read after. ON CONFLICT waits for a concurrent transaction
+// holding the same key and then sees its row. The rest of each row is what
+// was written, so only the database's clock is read back.
+const insertEventsSQL = `
+WITH made AS (
+	INSERT INTO webhook_events AS e (id, type, form_id, submission_id, payload,
+		idempotency_key, trace_parent, created_at, endpoint_id)
+	SELECT x.id, x.type, x.form_id, x.submission_id, x.payload, x.idempotency_key, x.trace_parent,
+		coalesce(x.created_at, now()), x.endpoint_id
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
+		$8::timestamptz[], $9::text[])
+		AS x (id, type, form_id, submission_id, payload, idempotency_key, trace_parent, created_at, endpoint_id)
+	ON CONFLICT DO NOTHING
+	RETURNING e.id, e.created_at
+), fanned AS (
+	INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, cycle_attempts,
+		next_attempt_at, created_at, held)
+	SELECT x.id, x.endpoint_id, x.event_id, 'pending', 0, 0, made.created_at, made.created_at, x.held
+	FROM unnest($10::text[], $11::text[], $12::text[], $13::boolean[]) AS x (id, endpoint_id, event_id, held)
+	JOIN made ON made.id = x.event_id
+)
+SELECT id, created_at FROM made`
+
+// insertEvents runs insertEventsSQL and returns when each event it
+// inserted was created, by id.
+func insertEvents(ctx context.Context, tx querier, ev eventRows, d deliveryRows) (map[string]time.Time, error) {
+	rows, err := tx.Query(ctx, insertEventsSQL,
+		ev.ids, ev.types, ev.forms, ev.submissions, ev.payloads, ev.keys, ev.traces, ev.createdAt, ev.addressed,
+		d.ids, d.endpoints, d.events, d.held)
+	if err != nil {
+		return nil, err
+	}
+	inserted := map[string]time.Time{}
+	var (
+		id string
+		at time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		inserted[id] = at
+		return nil
+	})
+	return inserted, err
+}
+
+// answerRepeat answers c with the event its idempotency key made before,
+// if it has a key and the key was used; false when there is nothing to
+// answer with.
+func answerRepeat(ctx context.Context, tx querier, c *groupcommit.Call[storage.Event, storage.EventCreateResult]) (bool, error) {
+	key := c.In.IdempotencyKey
+	if key == "" {
+		return false, nil
+	}
+	res, err := existingEvent(ctx, tx, key)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	c.Out = res
+	return true, nil
+}
+
+// answerMade answers the creates whose events were inserted, each with
+// its deliveries. ordered are the ordered endpoints among them and ids
+// every delivery the round wrote.
+func answerMade(ctx context.Context, tx querier, made []eventCreate, ordered, ids []string) error {
 	var written []storage.Delivery
 	if len(ordered) > 0 {
 		// An ordered endpoint with nothing under way lets its next delivery
@@ -362,7 +408,7 @@ func createRound(ctx context.Context, tx querier, endpoints []storage.Endpoint, 
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries AS d
-			WHERE d.id = ANY($1::text[])`, dIDs)
+			WHERE d.id = ANY($1::text[])`, ids)
 		if err != nil {
 			return err
 		}
