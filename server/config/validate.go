@@ -37,369 +37,345 @@ const (
 // takes it (api.MaxNestingDepthLimit, which this package may not import).
 const maxNestingDepth = 1000
 
-// check applies every rule, normalising what it may (log level case, the
-// SHA-256 pins). src says where each key's value came from, for messages;
-// it may be nil.
+// checker applies the rules to one configuration. src says where each
+// key's value came from, for messages; it may be nil.
+type checker struct {
+	r   *report
+	src map[string]string
+}
+
+// key returns the reporter of one key's rules.
+func (v checker) key(key string) rule {
+	k := rule{r: v.r, key: key}
+	if s := v.src[key]; s != "" {
+		k.at = " (set " + s + ")"
+	}
+	return k
+}
+
+func (v checker) warn(format string, args ...any) { v.r.warn(format, args...) }
+
+// rule reports the problems of one key. A message it files begins with
+// the key and where its value came from, so a rule names its key once and
+// the reader always learns which file, variable or flag to fix.
+type rule struct {
+	r   *report
+	key string
+	// at is " (set by FORMS_X)" or the like; empty for a default value.
+	at string
+}
+
+// String is the key as a message shows it, with where it was set.
+func (k rule) String() string { return k.key + k.at }
+
+// ok says whether the key has no problem yet: a rule that depends on a key
+// already refused stays quiet rather than pile on.
+func (k rule) ok() bool { return !k.r.bad[k.key] }
+
+// invalid files a problem: the key, where it was set, then format.
+func (k rule) invalid(format string, args ...any) {
+	k.r.invalid(k.key, "%s"+format, append([]any{k}, args...)...)
+}
+
+// invalidText files a problem under the key whose message is written
+// whole, for the few that do not open with the key as it was set.
+func (k rule) invalidText(format string, args ...any) { k.r.invalid(k.key, format, args...) }
+
+// count refuses a number below 1, or above upper when upper is positive.
+func (k rule) count(n, def, upper int) {
+	if !k.ok() {
+		return
+	}
+	switch {
+	case n < 1:
+		k.invalid(" is %d: it must be at least 1 (the default is %d)", n, def)
+	case upper > 0 && n > upper:
+		k.invalid(" is %d: it must be at most %d (the default is %d)", n, upper, def)
+	}
+}
+
+// positive refuses a duration that is zero or negative.
+func (k rule) positive(d, def time.Duration) {
+	if k.ok() && d <= 0 {
+		k.invalid(" is %s: it must be a positive duration such as %s (the default)", formatDuration(d), formatDuration(def))
+	}
+}
+
+// check applies every rule, section by section, normalising what it may
+// (log level case, the SHA-256 pins). src says where each key's value came
+// from, for messages; it may be nil. The order of the sections is the
+// order problems and warnings are reported in.
 func (c *Config) check(r *report, src map[string]string) {
-	at := func(key string) string {
-		if s := src[key]; s != "" {
-			return " (set " + s + ")"
-		}
-		return ""
-	}
-	skip := func(keys ...string) bool {
-		for _, k := range keys {
-			if r.bad[k] {
-				return true
-			}
-		}
-		return false
-	}
-
-	// database
-	if !skip("database.url") {
-		if problem := checkDatabaseURL(c.Database.URL.Reveal()); problem != "" {
-			r.invalid("database.url", "database.url%s %s", at("database.url"), problem)
-		}
-	}
-
-	// secrets
-	if !skip("secrets.key", "secrets.key_file") {
-		key := c.Secrets.Key.Reveal()
-		switch {
-		case key != "" && c.Secrets.KeyFile != "":
-			r.invalid("secrets.key", "secrets.key%s and secrets.key_file%s are both set: give the key one way only", at("secrets.key"), at("secrets.key_file"))
-		case key != "":
-			if _, err := secretbox.ParseKey(key); err != nil {
-				r.invalid("secrets.key", "secrets.key%s is not a 32-byte key in base64 or hex (%v): make one with openssl rand -base64 32 (the value is not shown)", at("secrets.key"), err)
-			}
-		case c.Secrets.KeyFile != "" && strings.TrimSpace(c.Secrets.KeyFile) != c.Secrets.KeyFile:
-			r.invalid("secrets.key_file", "secrets.key_file%s begins or ends with white space: remove it", at("secrets.key_file"))
-		}
-	}
-
-	// server
-	if !skip("server.listen") {
-		if problem := checkListen(c.Server.Listen); problem != "" {
-			r.invalid("server.listen", "server.listen%s %s", at("server.listen"), problem)
-		}
-	}
-	if !skip("server.admin_token", "server.insecure_dev_mode") {
-		tok := c.Server.AdminToken.Reveal()
-		switch {
-		case tok == "" && !c.Server.InsecureDevMode:
-			r.invalid("server.admin_token", "server.admin_token is not set: set FORMS_SERVER_ADMIN_TOKEN to a random string of at least %d characters (e.g. the output of openssl rand -hex 32), or set server.insecure_dev_mode=true on a development machine", MinAdminTokenLength)
-		case tok != "" && strings.TrimSpace(tok) != tok:
-			r.invalid("server.admin_token", "server.admin_token%s begins or ends with white space, most likely a stray newline: remove it (the value is not shown)", at("server.admin_token"))
-		case tok != "" && utf8.RuneCountInString(tok) < MinAdminTokenLength:
-			r.invalid("server.admin_token", "server.admin_token%s is shorter than %d characters: use a long random string, e.g. the output of openssl rand -hex 32 (the value is not shown)", at("server.admin_token"), MinAdminTokenLength)
-		}
-	}
-	if !skip("server.ingest_keys") {
-		for i, key := range c.Server.IngestKeys {
-			s := key.Reveal()
-			switch {
-			case s == "":
-				r.invalid("server.ingest_keys", "server.ingest_keys%s: item %d is empty: remove it or give it a value", at("server.ingest_keys"), i+1)
-			case strings.TrimSpace(s) != s:
-				r.invalid("server.ingest_keys", "server.ingest_keys%s: item %d begins or ends with white space: remove it (the value is not shown)", at("server.ingest_keys"), i+1)
-			case s == c.Server.AdminToken.Reveal():
-				r.invalid("server.ingest_keys", "server.ingest_keys%s: item %d is the same as server.admin_token: ingest keys are handed to form front ends, so give them values of their own", at("server.ingest_keys"), i+1)
-			}
-		}
-	}
-	if c.Server.InsecureDevMode && !skip("server.insecure_dev_mode", "server.listen") {
-		// Dev mode answers anyone without a token, so it may only be
-		// reachable from this machine: a refusal, not a warning.
-		if !isLoopback(c.Server.Listen) {
-			port := "8080"
-			if _, p, err := net.SplitHostPort(c.Server.Listen); err == nil && p != "" {
-				port = p
-			}
-			r.invalid("server.insecure_dev_mode", "server.insecure_dev_mode is true but server.listen%s is %s, which other machines can reach, and dev mode lets anyone in without a token: listen on loopback (127.0.0.1:%s, [::1]:%s or localhost:%s), or turn server.insecure_dev_mode off and set FORMS_SERVER_ADMIN_TOKEN",
-				at("server.listen"), quote(c.Server.Listen), port, port, port)
-		} else {
-			r.warn("INSECURE: server.insecure_dev_mode is true, so the API lets callers in without the admin token: use it only on a development machine, never in production")
-		}
-	}
-	for _, key := range []string{"server.admin_token", "server.ingest_keys", "secrets.key", "webhook.proxy_password"} {
-		if strings.HasPrefix(src[key], "by --") {
-			r.warn("%s was given as a flag: other users of this machine can read it in the process list; use %s or the config file", key, envName(key))
-		}
-	}
-	if strings.HasPrefix(src["database.url"], "by --") && hasPassword(c.Database.URL.Reveal()) {
-		r.warn("database.url was given as a flag with a password in it: other users of this machine can read it in the process list; use FORMS_DATABASE_URL or the config file")
-	}
-	if !skip("server.max_body_bytes") && c.Server.MaxBodyBytes < 1 {
-		r.invalid("server.max_body_bytes", "server.max_body_bytes%s is %d: it must be a positive number of bytes (the default is %d, 1 MiB)", at("server.max_body_bytes"), c.Server.MaxBodyBytes, Default().Server.MaxBodyBytes)
-	}
-	if !skip("server.max_nesting_depth") && (c.Server.MaxNestingDepth < 1 || c.Server.MaxNestingDepth > maxNestingDepth) {
-		r.invalid("server.max_nesting_depth", "server.max_nesting_depth%s is %d: it must be from 1 to %d levels (the default is %d)", at("server.max_nesting_depth"), c.Server.MaxNestingDepth, maxNestingDepth, Default().Server.MaxNestingDepth)
-	}
-	positiveDuration(r, "server.secret_rotation_grace", at, c.Server.SecretRotationGrace, Default().Server.SecretRotationGrace)
-	positiveDuration(r, "server.read_header_timeout", at, c.Server.ReadHeaderTimeout, Default().Server.ReadHeaderTimeout)
-	positiveDuration(r, "server.read_timeout", at, c.Server.ReadTimeout, Default().Server.ReadTimeout)
-	positiveDuration(r, "server.write_timeout", at, c.Server.WriteTimeout, Default().Server.WriteTimeout)
-	positiveDuration(r, "server.idle_timeout", at, c.Server.IdleTimeout, Default().Server.IdleTimeout)
-	if !skip("server.max_header_bytes") && c.Server.MaxHeaderBytes < 4096 {
-		r.invalid("server.max_header_bytes", "server.max_header_bytes%s is %d: it must be at least 4096 bytes (the default is %d, 64 KiB)", at("server.max_header_bytes"), c.Server.MaxHeaderBytes, Default().Server.MaxHeaderBytes)
-	}
-	boundedInt(r, "server.auth_failures", at, c.Server.AuthFailures, Default().Server.AuthFailures, maxAuthFailures)
-	positiveDuration(r, "server.auth_failure_window", at, c.Server.AuthFailureWindow, Default().Server.AuthFailureWindow)
-	boundedInt(r, "server.auth_failure_clients", at, c.Server.AuthFailureClients, Default().Server.AuthFailureClients, maxAuthFailureClients)
-
-	// worker
+	v := checker{r: r, src: src}
 	d := Default()
-	boundedInt(r, "worker.lease_seconds", at, c.Workers.LeaseSeconds, d.Workers.LeaseSeconds, maxLeaseSeconds)
-	boundedInt(r, "worker.concurrency", at, c.Workers.Concurrency, d.Workers.Concurrency, maxConcurrency)
-	boundedInt(r, "worker.batch_size", at, c.Workers.BatchSize, d.Workers.BatchSize, maxConcurrency)
-	boundedInt(r, "worker.max_attempts", at, c.Workers.MaxAttempts, d.Workers.MaxAttempts, 0)
-	positiveDuration(r, "worker.poll_interval", at, c.Workers.PollInterval, d.Workers.PollInterval)
-	if !skip("worker.retry_delays") {
-		if len(c.Workers.RetryDelays) == 0 {
-			r.invalid("worker.retry_delays", "worker.retry_delays%s is empty: give at least one delay, e.g. 30s,2m,10m,1h", at("worker.retry_delays"))
+	c.checkDatabase(v)
+	c.checkSecrets(v)
+	c.checkServer(v, d.Server)
+	c.warnSecretFlags(v)
+	c.checkWorker(v, d.Workers)
+	c.checkWebhook(v, d.Webhook)
+	c.checkLease(v)
+	c.checkPlugins(v, d.Plugins)
+	c.checkConsole(v, d.Console)
+	c.checkTelemetry(v)
+	c.checkRetention(v)
+	c.checkEndpoints(v, d.Endpoints)
+	c.checkLog(v)
+}
+
+func (c *Config) checkDatabase(v checker) {
+	if k := v.key("database.url"); k.ok() {
+		if problem := checkDatabaseURL(c.Database.URL.Reveal()); problem != "" {
+			k.invalid(" %s", problem)
 		}
-		for i, delay := range c.Workers.RetryDelays {
+	}
+}
+
+// checkSecrets checks that the secrets key is given one way at most, and
+// that a key given in the config is one.
+func (c *Config) checkSecrets(v checker) {
+	key, file := v.key("secrets.key"), v.key("secrets.key_file")
+	if !key.ok() || !file.ok() {
+		return
+	}
+	text := c.Secrets.Key.Reveal()
+	switch {
+	case text != "" && c.Secrets.KeyFile != "":
+		key.invalid(" and %s are both set: give the key one way only", file)
+	case text != "":
+		if _, err := secretbox.ParseKey(text); err != nil {
+			key.invalid(" is not a 32-byte key in base64 or hex (%v): make one with openssl rand -base64 32 (the value is not shown)", err)
+		}
+	case c.Secrets.KeyFile != "" && strings.TrimSpace(c.Secrets.KeyFile) != c.Secrets.KeyFile:
+		file.invalid(" begins or ends with white space: remove it")
+	}
+}
+
+func (c *Config) checkServer(v checker, d ServerConfig) {
+	s := c.Server
+	listen, dev := v.key("server.listen"), v.key("server.insecure_dev_mode")
+	if listen.ok() {
+		if problem := checkListen(s.Listen); problem != "" {
+			listen.invalid(" %s", problem)
+		}
+	}
+	c.checkAdminToken(v.key("server.admin_token"), dev)
+	c.checkIngestKeys(v.key("server.ingest_keys"))
+	c.checkDevMode(v, dev, listen)
+	if k := v.key("server.max_body_bytes"); k.ok() && s.MaxBodyBytes < 1 {
+		k.invalid(" is %d: it must be a positive number of bytes (the default is %d, 1 MiB)", s.MaxBodyBytes, d.MaxBodyBytes)
+	}
+	if k := v.key("server.max_nesting_depth"); k.ok() && (s.MaxNestingDepth < 1 || s.MaxNestingDepth > maxNestingDepth) {
+		k.invalid(" is %d: it must be from 1 to %d levels (the default is %d)", s.MaxNestingDepth, maxNestingDepth, d.MaxNestingDepth)
+	}
+	v.key("server.secret_rotation_grace").positive(s.SecretRotationGrace, d.SecretRotationGrace)
+	v.key("server.read_header_timeout").positive(s.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	v.key("server.read_timeout").positive(s.ReadTimeout, d.ReadTimeout)
+	v.key("server.write_timeout").positive(s.WriteTimeout, d.WriteTimeout)
+	v.key("server.idle_timeout").positive(s.IdleTimeout, d.IdleTimeout)
+	if k := v.key("server.max_header_bytes"); k.ok() && s.MaxHeaderBytes < 4096 {
+		k.invalid(" is %d: it must be at least 4096 bytes (the default is %d, 64 KiB)", s.MaxHeaderBytes, d.MaxHeaderBytes)
+	}
+	v.key("server.auth_failures").count(s.AuthFailures, d.AuthFailures, maxAuthFailures)
+	v.key("server.auth_failure_window").positive(s.AuthFailureWindow, d.AuthFailureWindow)
+	v.key("server.auth_failure_clients").count(s.AuthFailureClients, d.AuthFailureClients, maxAuthFailureClients)
+}
+
+// checkAdminToken wants a token unless dev mode is on, and a long one
+// without stray white space when it is given.
+func (c *Config) checkAdminToken(k, dev rule) {
+	if !k.ok() || !dev.ok() {
+		return
+	}
+	tok := c.Server.AdminToken.Reveal()
+	switch {
+	case tok == "" && !c.Server.InsecureDevMode:
+		k.invalidText("server.admin_token is not set: set FORMS_SERVER_ADMIN_TOKEN to a random string of at least %d characters (e.g. the output of openssl rand -hex 32), or set server.insecure_dev_mode=true on a development machine", MinAdminTokenLength)
+	case tok != "" && strings.TrimSpace(tok) != tok:
+		k.invalid(" begins or ends with white space, most likely a stray newline: remove it (the value is not shown)")
+	case tok != "" && utf8.RuneCountInString(tok) < MinAdminTokenLength:
+		k.invalid(" is shorter than %d characters: use a long random string, e.g. the output of openssl rand -hex 32 (the value is not shown)", MinAdminTokenLength)
+	}
+}
+
+func (c *Config) checkIngestKeys(k rule) {
+	if !k.ok() {
+		return
+	}
+	for i, key := range c.Server.IngestKeys {
+		s := key.Reveal()
+		switch {
+		case s == "":
+			k.invalid(": item %d is empty: remove it or give it a value", i+1)
+		case strings.TrimSpace(s) != s:
+			k.invalid(": item %d begins or ends with white space: remove it (the value is not shown)", i+1)
+		case s == c.Server.AdminToken.Reveal():
+			k.invalid(": item %d is the same as server.admin_token: ingest keys are handed to form front ends, so give them values of their own", i+1)
+		}
+	}
+}
+
+// checkDevMode refuses dev mode on an address other machines can reach:
+// it answers anyone without a token, so this is a refusal, not a warning.
+func (c *Config) checkDevMode(v checker, dev, listen rule) {
+	if !c.Server.InsecureDevMode || !dev.ok() || !listen.ok() {
+		return
+	}
+	if isLoopback(c.Server.Listen) {
+		v.warn("INSECURE: server.insecure_dev_mode is true, so the API lets callers in without the admin token: use it only on a development machine, never in production")
+		return
+	}
+	port := "8080"
+	if _, p, err := net.SplitHostPort(c.Server.Listen); err == nil && p != "" {
+		port = p
+	}
+	dev.invalidText("server.insecure_dev_mode is true but %s is %s, which other machines can reach, and dev mode lets anyone in without a token: listen on loopback (127.0.0.1:%s, [::1]:%s or localhost:%s), or turn server.insecure_dev_mode off and set FORMS_SERVER_ADMIN_TOKEN",
+		listen, quote(c.Server.Listen), port, port, port)
+}
+
+// warnSecretFlags warns of secrets given as flags: other users of the
+// machine can read a process's arguments.
+func (c *Config) warnSecretFlags(v checker) {
+	byFlag := func(key string) bool { return strings.HasPrefix(v.src[key], "by --") }
+	for _, key := range []string{"server.admin_token", "server.ingest_keys", "secrets.key", "webhook.proxy_password"} {
+		if byFlag(key) {
+			v.warn("%s was given as a flag: other users of this machine can read it in the process list; use %s or the config file", key, envName(key))
+		}
+	}
+	if byFlag("database.url") && hasPassword(c.Database.URL.Reveal()) {
+		v.warn("database.url was given as a flag with a password in it: other users of this machine can read it in the process list; use FORMS_DATABASE_URL or the config file")
+	}
+}
+
+func (c *Config) checkWorker(v checker, d WorkerConfig) {
+	w := c.Workers
+	v.key("worker.lease_seconds").count(w.LeaseSeconds, d.LeaseSeconds, maxLeaseSeconds)
+	v.key("worker.concurrency").count(w.Concurrency, d.Concurrency, maxConcurrency)
+	v.key("worker.batch_size").count(w.BatchSize, d.BatchSize, maxConcurrency)
+	v.key("worker.max_attempts").count(w.MaxAttempts, d.MaxAttempts, 0)
+	v.key("worker.poll_interval").positive(w.PollInterval, d.PollInterval)
+	if k := v.key("worker.retry_delays"); k.ok() {
+		if len(w.RetryDelays) == 0 {
+			k.invalid(" is empty: give at least one delay, e.g. 30s,2m,10m,1h")
+		}
+		for i, delay := range w.RetryDelays {
 			if delay <= 0 {
-				r.invalid("worker.retry_delays", "worker.retry_delays%s: item %d is %s: every delay must be positive, e.g. 30s", at("worker.retry_delays"), i+1, formatDuration(delay))
+				k.invalid(": item %d is %s: every delay must be positive, e.g. 30s", i+1, formatDuration(delay))
 			}
 		}
 	}
-	if s := c.Workers.EndpointShare; !skip("worker.endpoint_share") && !(s > 0 && s <= 1) {
-		r.invalid("worker.endpoint_share", "worker.endpoint_share%s is %s: it must be more than 0 and at most 1 (0.25 lets one endpoint hold a quarter of the senders while others wait; 1 turns the share off)", at("worker.endpoint_share"), strconv.FormatFloat(s, 'g', -1, 64))
+	if k, s := v.key("worker.endpoint_share"), w.EndpointShare; k.ok() && !(s > 0 && s <= 1) {
+		k.invalid(" is %s: it must be more than 0 and at most 1 (0.25 lets one endpoint hold a quarter of the senders while others wait; 1 turns the share off)", strconv.FormatFloat(s, 'g', -1, 64))
 	}
-	if j := c.Workers.RetryJitter; !skip("worker.retry_jitter") && (j < 0 || j >= 1) {
-		r.invalid("worker.retry_jitter", "worker.retry_jitter%s is %s: it must be at least 0 and less than 1 (0.2 spreads each delay by ±20%%)", at("worker.retry_jitter"), strconv.FormatFloat(j, 'g', -1, 64))
+	if k, j := v.key("worker.retry_jitter"), w.RetryJitter; k.ok() && (j < 0 || j >= 1) {
+		k.invalid(" is %s: it must be at least 0 and less than 1 (0.2 spreads each delay by ±20%%)", strconv.FormatFloat(j, 'g', -1, 64))
 	}
-	if !skip("worker.max_retry_after") && c.Workers.MaxRetryAfter < 0 {
-		r.invalid("worker.max_retry_after", "worker.max_retry_after%s is %s: it must not be negative (0 ignores Retry-After; the default is %s)", at("worker.max_retry_after"), formatDuration(c.Workers.MaxRetryAfter), formatDuration(d.Workers.MaxRetryAfter))
+	if k := v.key("worker.max_retry_after"); k.ok() && w.MaxRetryAfter < 0 {
+		k.invalid(" is %s: it must not be negative (0 ignores Retry-After; the default is %s)", formatDuration(w.MaxRetryAfter), formatDuration(d.MaxRetryAfter))
 	}
+}
 
-	// webhook
-	boundedInt(r, "webhook.connect_timeout_seconds", at, c.Webhook.ConnectTimeoutSeconds, d.Webhook.ConnectTimeoutSeconds, maxTimeoutSeconds)
-	boundedInt(r, "webhook.read_timeout_seconds", at, c.Webhook.ReadTimeoutSeconds, d.Webhook.ReadTimeoutSeconds, maxTimeoutSeconds)
-	if !skip("webhook.allowed_networks") {
-		for _, p := range c.Webhook.AllowedNetworks {
+func (c *Config) checkWebhook(v checker, d WebhookConfig) {
+	w := c.Webhook
+	v.key("webhook.connect_timeout_seconds").count(w.ConnectTimeoutSeconds, d.ConnectTimeoutSeconds, maxTimeoutSeconds)
+	v.key("webhook.read_timeout_seconds").count(w.ReadTimeoutSeconds, d.ReadTimeoutSeconds, maxTimeoutSeconds)
+	if v.key("webhook.allowed_networks").ok() {
+		for _, p := range w.AllowedNetworks {
 			if p.Bits() == 0 {
-				r.warn("webhook.allowed_networks contains %s, which allows every address: endpoints can then reach this server's own network and cloud metadata services; list only the networks of receivers you trust", p)
+				v.warn("webhook.allowed_networks contains %s, which allows every address: endpoints can then reach this server's own network and cloud metadata services; list only the networks of receivers you trust", p)
 			}
 		}
 	}
-	c.checkProxy(r, at)
+	c.checkProxy(v)
+}
 
-	// The product's rule: the lease must comfortably outlast the timeouts,
-	// or a delivery still in flight is claimed and sent again by another
-	// worker. The worker itself refuses a lease that does not cover the
-	// whole send deadline (the timeouts plus PluginHopMargin), so that is
-	// where refusal starts; below twice the timeouts is allowed, with a
-	// warning.
-	if !skip("worker.lease_seconds", "webhook.connect_timeout_seconds", "webhook.read_timeout_seconds") {
-		lease, conn, read := c.Workers.LeaseSeconds, c.Webhook.ConnectTimeoutSeconds, c.Webhook.ReadTimeoutSeconds
-		sum := conn + read
-		margin := int(PluginHopMargin / time.Second)
-		advice := max(2*sum, sum+margin+1)
-		switch {
-		case lease <= sum+margin:
-			r.invalid("worker.lease_seconds", "worker.lease_seconds (%d) must comfortably outlast webhook.connect_timeout_seconds + webhook.read_timeout_seconds (%d + %d = %d s; with the %d s plugin margin a send may take %d s): a delivery still in flight when its lease ends is claimed and sent again by another worker. Raise worker.lease_seconds to %d or more, or lower the timeouts",
-				lease, conn, read, sum, margin, sum+margin, advice)
-		case lease < 2*sum:
-			r.warn("worker.lease_seconds (%d) is less than twice webhook.connect_timeout_seconds + webhook.read_timeout_seconds (%d s): a slow receiver or a paused process can outlast the lease and get a delivery sent twice; %d or more keeps the margin the defaults have",
-				lease, sum, advice)
-		}
+// checkLease holds the product's rule: the lease must comfortably outlast
+// the timeouts, or a delivery still in flight is claimed and sent again by
+// another worker. The worker itself refuses a lease that does not cover
+// the whole send deadline (the timeouts plus PluginHopMargin), so that is
+// where refusal starts; below twice the timeouts is allowed, with a
+// warning.
+func (c *Config) checkLease(v checker) {
+	lease := v.key("worker.lease_seconds")
+	if !lease.ok() || !v.key("webhook.connect_timeout_seconds").ok() || !v.key("webhook.read_timeout_seconds").ok() {
+		return
 	}
-
-	// plugins
-	if !skip("plugins.dir") && strings.TrimSpace(c.Plugins.Dir) != c.Plugins.Dir {
-		r.invalid("plugins.dir", "plugins.dir%s %s begins or ends with white space: remove it", at("plugins.dir"), quote(c.Plugins.Dir))
-	}
-	positiveDuration(r, "plugins.send_grace", at, c.Plugins.SendGrace, d.Plugins.SendGrace)
-	positiveDuration(r, "plugins.start_timeout", at, c.Plugins.StartTimeout, d.Plugins.StartTimeout)
-	positiveDuration(r, "plugins.validate_timeout", at, c.Plugins.ValidateTimeout, d.Plugins.ValidateTimeout)
-	if !skip("plugins.list") {
-		c.checkPlugins(r)
-	}
-
-	// console
-	if !skip("console.trace_url_template") {
-		if _, err := telemetry.ParseTraceURLTemplate(c.Console.TraceURLTemplate); err != nil {
-			r.invalid("console.trace_url_template", "console.trace_url_template%s %s %v", at("console.trace_url_template"), quote(c.Console.TraceURLTemplate), err)
-		}
-	}
-	positiveDuration(r, "console.session_ttl", at, c.Console.SessionTTL, d.Console.SessionTTL)
-
-	// telemetry
-	c.checkTelemetry(r, at)
-	c.checkRetention(r, at)
-	c.checkEndpoints(r, at)
-
-	// log
-	if !skip("log.level") {
-		c.Log.Level = strings.ToLower(strings.TrimSpace(c.Log.Level))
-		switch c.Log.Level {
-		case "debug", "info", "warn", "error":
-		default:
-			r.invalid("log.level", "log.level%s is %s: use debug, info, warn or error", at("log.level"), quote(c.Log.Level))
-		}
-	}
-	if !skip("log.format") {
-		c.Log.Format = strings.ToLower(strings.TrimSpace(c.Log.Format))
-		switch c.Log.Format {
-		case "text", "json":
-		default:
-			r.invalid("log.format", "log.format%s is %s: use text or json", at("log.format"), quote(c.Log.Format))
-		}
+	secs, conn, read := c.Workers.LeaseSeconds, c.Webhook.ConnectTimeoutSeconds, c.Webhook.ReadTimeoutSeconds
+	sum := conn + read
+	margin := int(PluginHopMargin / time.Second)
+	advice := max(2*sum, sum+margin+1)
+	switch {
+	case secs <= sum+margin:
+		lease.invalidText("worker.lease_seconds (%d) must comfortably outlast webhook.connect_timeout_seconds + webhook.read_timeout_seconds (%d + %d = %d s; with the %d s plugin margin a send may take %d s): a delivery still in flight when its lease ends is claimed and sent again by another worker. Raise worker.lease_seconds to %d or more, or lower the timeouts",
+			secs, conn, read, sum, margin, sum+margin, advice)
+	case secs < 2*sum:
+		v.warn("worker.lease_seconds (%d) is less than twice webhook.connect_timeout_seconds + webhook.read_timeout_seconds (%d s): a slow receiver or a paused process can outlast the lease and get a delivery sent twice; %d or more keeps the margin the defaults have",
+			secs, sum, advice)
 	}
 }
 
-// checkRetention checks the retention section. A very short age is
-// refused: it would remove the history operators look at and the events
-// idempotency keys are checked against almost as soon as they exist.
-func (c *Config) checkRetention(r *report, at func(string) string) {
-	rc := c.Retention
-	if !r.bad["retention.delivered_max_age"] && rc.DeliveredMaxAge != 0 && rc.DeliveredMaxAge < MinRetention {
-		r.invalid("retention.delivered_max_age", "retention.delivered_max_age%s is %s: use 0 to keep everything, or at least %s, e.g. 720h for 30 days",
-			at("retention.delivered_max_age"), formatDuration(rc.DeliveredMaxAge), formatDuration(MinRetention))
+func (c *Config) checkPlugins(v checker, d PluginsConfig) {
+	p := c.Plugins
+	if k := v.key("plugins.dir"); k.ok() && strings.TrimSpace(p.Dir) != p.Dir {
+		k.invalid(" %s begins or ends with white space: remove it", quote(p.Dir))
 	}
-	if !r.bad["retention.interval"] && rc.Interval <= 0 {
-		r.invalid("retention.interval", "retention.interval%s is %s: it must be positive, e.g. 10m", at("retention.interval"), formatDuration(rc.Interval))
-	}
-}
-
-// checkEndpoints checks the endpoints section.
-func (c *Config) checkEndpoints(r *report, at func(string) string) {
-	ec, d := c.Endpoints, Default().Endpoints
-	if !r.bad["endpoints.disable_after_failing"] && ec.DisableAfterFailing != 0 && ec.DisableAfterFailing < time.Minute {
-		r.invalid("endpoints.disable_after_failing", "endpoints.disable_after_failing%s is %s: use 0 to never disable for failing, or at least 1m, e.g. 120h",
-			at("endpoints.disable_after_failing"), formatDuration(ec.DisableAfterFailing))
-	}
-	positiveDuration(r, "endpoints.health_interval", at, ec.HealthInterval, d.HealthInterval)
-	if id := ec.OperatorEndpoint; !r.bad["endpoints.operator_endpoint"] && id != "" && (strings.TrimSpace(id) != id || !strings.HasPrefix(id, "ep_")) {
-		r.invalid("endpoints.operator_endpoint", "endpoints.operator_endpoint%s %s is not an endpoint id: give the id the API answered when the endpoint was created, ep_ followed by 32 hex digits",
-			at("endpoints.operator_endpoint"), quote(id))
-	}
-	if !r.bad["endpoints.operator_endpoint"] && ec.OperatorEndpoint != "" && !ec.DisableOnGone && ec.DisableAfterFailing == 0 {
-		r.warn("endpoints.operator_endpoint is set but endpoint health is off (endpoints.disable_on_gone false, endpoints.disable_after_failing 0): the server never disables an endpoint on its own, so the operator endpoint is never told anything; turn one of them on, or leave operator_endpoint empty")
-	}
-	positiveDuration(r, "endpoints.retry_min_delay", at, ec.RetryMinDelay, d.RetryMinDelay)
-	positiveDuration(r, "endpoints.retry_max_delay", at, ec.RetryMaxDelay, d.RetryMaxDelay)
-	if !r.bad["endpoints.retry_min_delay"] && !r.bad["endpoints.retry_max_delay"] && ec.RetryMaxDelay < ec.RetryMinDelay {
-		r.invalid("endpoints.retry_max_delay", "endpoints.retry_max_delay%s (%s) is shorter than endpoints.retry_min_delay (%s): the longest delay allowed must be at least the shortest",
-			at("endpoints.retry_max_delay"), formatDuration(ec.RetryMaxDelay), formatDuration(ec.RetryMinDelay))
-	}
-	if !r.bad["endpoints.retry_max_attempts"] && (ec.RetryMaxAttempts < 2 || ec.RetryMaxAttempts > storage.MaxRetrySchedule+1) {
-		r.invalid("endpoints.retry_max_attempts", "endpoints.retry_max_attempts%s is %d: it must be between 2 and %d (the default is %d)",
-			at("endpoints.retry_max_attempts"), ec.RetryMaxAttempts, storage.MaxRetrySchedule+1, d.RetryMaxAttempts)
+	v.key("plugins.send_grace").positive(p.SendGrace, d.SendGrace)
+	v.key("plugins.start_timeout").positive(p.StartTimeout, d.StartTimeout)
+	v.key("plugins.validate_timeout").positive(p.ValidateTimeout, d.ValidateTimeout)
+	if v.key("plugins.list").ok() {
+		c.checkPluginList(v)
 	}
 }
 
-// MinRetention is the shortest retention.delivered_max_age accepted.
-const MinRetention = time.Hour
-
-// checkTelemetry checks the telemetry section, normalising the exporter's
-// case.
-func (c *Config) checkTelemetry(r *report, at func(string) string) {
-	t := &c.Telemetry
-	exporterOK := !r.bad["telemetry.exporter"]
-	if exporterOK {
-		t.Exporter = strings.ToLower(strings.TrimSpace(t.Exporter))
-		if t.Exporter == "" {
-			t.Exporter = string(telemetry.ExporterNone)
-		}
-		if !telemetry.Exporter(t.Exporter).Valid() {
-			r.invalid("telemetry.exporter", "telemetry.exporter%s is %s: use none, otlp-grpc, otlp-http or stdout", at("telemetry.exporter"), quote(t.Exporter))
-			exporterOK = false
-		}
+// checkPluginList checks plugins.list entry by entry, normalising the
+// SHA-256 pins.
+func (c *Config) checkPluginList(v checker) {
+	// The http plugin's settings that the webhook section sets, with the
+	// key that sets each.
+	webhookSets := []struct{ setting, key string }{
+		{settingConnectTimeout, "webhook.connect_timeout_seconds"},
+		{settingReadTimeout, "webhook.read_timeout_seconds"},
+		{settingAllowedNetworks, "webhook.allowed_networks"},
+		{settingProxy, "webhook.proxy"},
+		{settingProxyUsername, "webhook.proxy_username"},
+		{settingProxyPassword, "webhook.proxy_password"},
 	}
-	exp := telemetry.Exporter(t.Exporter)
-	if exporterOK && !r.bad["telemetry.endpoint"] && !r.bad["telemetry.insecure"] {
-		switch {
-		case t.Endpoint != "" && !exp.OTLP():
-			r.warn("telemetry.endpoint is set but telemetry.exporter is %s, which sends nothing to it; set telemetry.exporter to otlp-grpc or otlp-http", t.Exporter)
-		case exp.OTLP():
-			if _, err := telemetry.EndpointURL(exp, t.Endpoint, t.Insecure); err != nil {
-				r.invalid("telemetry.endpoint", "telemetry.endpoint%s: %v", at("telemetry.endpoint"), err)
-			}
-		}
-	}
-	if !r.bad["telemetry.service_name"] {
-		switch name := t.ServiceName; {
-		case strings.TrimSpace(name) == "":
-			r.invalid("telemetry.service_name", "telemetry.service_name%s is empty: name the service, e.g. %s (the default)", at("telemetry.service_name"), telemetry.DefaultServiceName)
-		case strings.TrimSpace(name) != name:
-			r.invalid("telemetry.service_name", "telemetry.service_name%s %s begins or ends with white space: remove it", at("telemetry.service_name"), quote(name))
-		}
-	}
-	if !r.bad["telemetry.resource_attributes"] {
-		seen := map[string]int{}
-		for i, kv := range t.ResourceAttributes {
-			k, _, ok := strings.Cut(kv, "=")
-			k = strings.TrimSpace(k)
-			switch {
-			case !ok || k == "":
-				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: item %d is %s, not key=value: write it as e.g. deployment.environment=production", at("telemetry.resource_attributes"), i+1, quote(kv))
-				continue
-			case strings.ContainsAny(k, ", \t"):
-				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: item %d has the key %s, which contains a comma or white space: use a dotted name such as team.name", at("telemetry.resource_attributes"), i+1, quote(k))
-				continue
-			case k == "service.name":
-				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: item %d sets service.name: set telemetry.service_name instead", at("telemetry.resource_attributes"), i+1)
-				continue
-			}
-			if j, dup := seen[k]; dup {
-				r.invalid("telemetry.resource_attributes", "telemetry.resource_attributes%s: items %d and %d both set %s: keep one", at("telemetry.resource_attributes"), j+1, i+1, k)
-			}
-			seen[k] = i
-		}
-	}
-	if t.MetricsPublic && !t.Metrics {
-		r.warn("telemetry.metrics_public is true but telemetry.metrics is false, so there is no /metrics to make public; set telemetry.metrics=true or drop metrics_public")
-	}
-}
-
-// checkPlugins checks plugins.list entry by entry.
-func (c *Config) checkPlugins(r *report) {
 	seen := map[string]int{}
-	reserved := map[string]string{
-		settingConnectTimeout:  "webhook.connect_timeout_seconds",
-		settingReadTimeout:     "webhook.read_timeout_seconds",
-		settingAllowedNetworks: "webhook.allowed_networks",
-		settingProxy:           "webhook.proxy",
-		settingProxyUsername:   "webhook.proxy_username",
-		settingProxyPassword:   "webhook.proxy_password",
-	}
 	for i := range c.Plugins.List {
 		p := &c.Plugins.List[i]
-		key := fmt.Sprintf("plugins.list[%d]", i)
+		entry := fmt.Sprintf("plugins.list[%d]", i)
+		name := v.key(entry + ".name")
 		if !validPluginName(p.Name) {
-			r.invalid(key+".name", "%s.name %s is not a plugin name: use lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63 in all", key, quote(p.Name))
+			name.invalid(" %s is not a plugin name: use lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63 in all", quote(p.Name))
 			continue
 		}
 		if j, dup := seen[p.Name]; dup {
-			r.invalid(key+".name", "%s.name: plugin %s is already configured by plugins.list[%d]: keep one entry", key, p.Name, j)
+			name.invalid(": plugin %s is already configured by plugins.list[%d]: keep one entry", p.Name, j)
 		}
 		seen[p.Name] = i
 		if p.SHA256 != "" {
 			sum := strings.ToLower(strings.TrimSpace(p.SHA256))
 			if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {
-				r.invalid(key+".sha256", "%s.sha256 (plugin %s) is not a SHA-256 sum: give the 64 hex digits that sha256sum prints for the binary, taken from a trusted source", key, p.Name)
+				v.key(entry+".sha256").invalid(" (plugin %s) is not a SHA-256 sum: give the 64 hex digits that sha256sum prints for the binary, taken from a trusted source", p.Name)
 			} else {
 				p.SHA256 = sum
 			}
 		}
 		if strings.TrimSpace(p.Path) != p.Path {
-			r.invalid(key+".path", "%s.path (plugin %s) begins or ends with white space: remove it", key, p.Name)
+			v.key(entry+".path").invalid(" (plugin %s) begins or ends with white space: remove it", p.Name)
 		}
-		if p.Name == HTTPPlugin {
-			for _, name := range []string{settingConnectTimeout, settingReadTimeout, settingAllowedNetworks,
-				settingProxy, settingProxyUsername, settingProxyPassword} {
-				if _, ok := p.Settings[name]; ok {
-					why := "so that the lease check sees it"
-					if strings.HasPrefix(name, settingProxy) {
-						why = "where it is checked and its password kept out of every display"
-					}
-					r.invalid(key+".settings."+name, "%s.settings.%s: the http plugin's %s comes from %s, %s: set that instead and remove this setting", key, name, name, reserved[name], why)
-				}
+		if p.Name != HTTPPlugin {
+			continue
+		}
+		for _, s := range webhookSets {
+			if _, ok := p.Settings[s.setting]; !ok {
+				continue
 			}
+			why := "so that the lease check sees it"
+			if strings.HasPrefix(s.setting, settingProxy) {
+				why = "where it is checked and its password kept out of every display"
+			}
+			v.key(entry+".settings."+s.setting).invalid(": the http plugin's %s comes from %s, %s: set that instead and remove this setting", s.setting, s.key, why)
 		}
 	}
 }
@@ -418,21 +394,141 @@ func validPluginName(s string) bool {
 	return true
 }
 
-func boundedInt(r *report, key string, at func(string) string, n, def, upper int) {
-	if r.bad[key] {
-		return
+func (c *Config) checkConsole(v checker, d ConsoleConfig) {
+	if k := v.key("console.trace_url_template"); k.ok() {
+		if _, err := telemetry.ParseTraceURLTemplate(c.Console.TraceURLTemplate); err != nil {
+			k.invalid(" %s %v", quote(c.Console.TraceURLTemplate), err)
+		}
 	}
-	switch {
-	case n < 1:
-		r.invalid(key, "%s%s is %d: it must be at least 1 (the default is %d)", key, at(key), n, def)
-	case upper > 0 && n > upper:
-		r.invalid(key, "%s%s is %d: it must be at most %d (the default is %d)", key, at(key), n, upper, def)
+	v.key("console.session_ttl").positive(c.Console.SessionTTL, d.SessionTTL)
+}
+
+// checkTelemetry checks the telemetry section, normalising the exporter's
+// case.
+func (c *Config) checkTelemetry(v checker) {
+	t := &c.Telemetry
+	exporter := v.key("telemetry.exporter")
+	if exporter.ok() {
+		t.Exporter = strings.ToLower(strings.TrimSpace(t.Exporter))
+		if t.Exporter == "" {
+			t.Exporter = string(telemetry.ExporterNone)
+		}
+		if !telemetry.Exporter(t.Exporter).Valid() {
+			exporter.invalid(" is %s: use none, otlp-grpc, otlp-http or stdout", quote(t.Exporter))
+		}
+	}
+	exp := telemetry.Exporter(t.Exporter)
+	if endpoint := v.key("telemetry.endpoint"); exporter.ok() && endpoint.ok() && v.key("telemetry.insecure").ok() {
+		switch {
+		case t.Endpoint != "" && !exp.OTLP():
+			v.warn("telemetry.endpoint is set but telemetry.exporter is %s, which sends nothing to it; set telemetry.exporter to otlp-grpc or otlp-http", t.Exporter)
+		case exp.OTLP():
+			if _, err := telemetry.EndpointURL(exp, t.Endpoint, t.Insecure); err != nil {
+				endpoint.invalid(": %v", err)
+			}
+		}
+	}
+	if k := v.key("telemetry.service_name"); k.ok() {
+		switch name := t.ServiceName; {
+		case strings.TrimSpace(name) == "":
+			k.invalid(" is empty: name the service, e.g. %s (the default)", telemetry.DefaultServiceName)
+		case strings.TrimSpace(name) != name:
+			k.invalid(" %s begins or ends with white space: remove it", quote(name))
+		}
+	}
+	c.checkResourceAttributes(v.key("telemetry.resource_attributes"))
+	if t.MetricsPublic && !t.Metrics {
+		v.warn("telemetry.metrics_public is true but telemetry.metrics is false, so there is no /metrics to make public; set telemetry.metrics=true or drop metrics_public")
 	}
 }
 
-func positiveDuration(r *report, key string, at func(string) string, d, def time.Duration) {
-	if !r.bad[key] && d <= 0 {
-		r.invalid(key, "%s%s is %s: it must be a positive duration such as %s (the default)", key, at(key), formatDuration(d), formatDuration(def))
+// checkResourceAttributes wants key=value items with distinct keys, none
+// of them service.name, which has a key of its own.
+func (c *Config) checkResourceAttributes(k rule) {
+	if !k.ok() {
+		return
+	}
+	seen := map[string]int{}
+	for i, kv := range c.Telemetry.ResourceAttributes {
+		name, _, ok := strings.Cut(kv, "=")
+		name = strings.TrimSpace(name)
+		switch {
+		case !ok || name == "":
+			k.invalid(": item %d is %s, not key=value: write it as e.g. deployment.environment=production", i+1, quote(kv))
+			continue
+		case strings.ContainsAny(name, ", \t"):
+			k.invalid(": item %d has the key %s, which contains a comma or white space: use a dotted name such as team.name", i+1, quote(name))
+			continue
+		case name == "service.name":
+			k.invalid(": item %d sets service.name: set telemetry.service_name instead", i+1)
+			continue
+		}
+		if j, dup := seen[name]; dup {
+			k.invalid(": items %d and %d both set %s: keep one", j+1, i+1, name)
+		}
+		seen[name] = i
+	}
+}
+
+// checkRetention checks the retention section. A very short age is
+// refused: it would remove the history operators look at and the events
+// idempotency keys are checked against almost as soon as they exist.
+func (c *Config) checkRetention(v checker) {
+	rc := c.Retention
+	if k := v.key("retention.delivered_max_age"); k.ok() && rc.DeliveredMaxAge != 0 && rc.DeliveredMaxAge < MinRetention {
+		k.invalid(" is %s: use 0 to keep everything, or at least %s, e.g. 720h for 30 days", formatDuration(rc.DeliveredMaxAge), formatDuration(MinRetention))
+	}
+	if k := v.key("retention.interval"); k.ok() && rc.Interval <= 0 {
+		k.invalid(" is %s: it must be positive, e.g. 10m", formatDuration(rc.Interval))
+	}
+}
+
+// MinRetention is the shortest retention.delivered_max_age accepted.
+const MinRetention = time.Hour
+
+// checkEndpoints checks the endpoints section.
+func (c *Config) checkEndpoints(v checker, d EndpointsConfig) {
+	ec := c.Endpoints
+	if k := v.key("endpoints.disable_after_failing"); k.ok() && ec.DisableAfterFailing != 0 && ec.DisableAfterFailing < time.Minute {
+		k.invalid(" is %s: use 0 to never disable for failing, or at least 1m, e.g. 120h", formatDuration(ec.DisableAfterFailing))
+	}
+	v.key("endpoints.health_interval").positive(ec.HealthInterval, d.HealthInterval)
+	if op, id := v.key("endpoints.operator_endpoint"), ec.OperatorEndpoint; op.ok() && id != "" {
+		if strings.TrimSpace(id) != id || !strings.HasPrefix(id, "ep_") {
+			op.invalid(" %s is not an endpoint id: give the id the API answered when the endpoint was created, ep_ followed by 32 hex digits", quote(id))
+		} else if !ec.DisableOnGone && ec.DisableAfterFailing == 0 {
+			v.warn("endpoints.operator_endpoint is set but endpoint health is off (endpoints.disable_on_gone false, endpoints.disable_after_failing 0): the server never disables an endpoint on its own, so the operator endpoint is never told anything; turn one of them on, or leave operator_endpoint empty")
+		}
+	}
+	minDelay, maxDelay := v.key("endpoints.retry_min_delay"), v.key("endpoints.retry_max_delay")
+	minDelay.positive(ec.RetryMinDelay, d.RetryMinDelay)
+	maxDelay.positive(ec.RetryMaxDelay, d.RetryMaxDelay)
+	if minDelay.ok() && maxDelay.ok() && ec.RetryMaxDelay < ec.RetryMinDelay {
+		maxDelay.invalid(" (%s) is shorter than endpoints.retry_min_delay (%s): the longest delay allowed must be at least the shortest",
+			formatDuration(ec.RetryMaxDelay), formatDuration(ec.RetryMinDelay))
+	}
+	if k := v.key("endpoints.retry_max_attempts"); k.ok() && (ec.RetryMaxAttempts < 2 || ec.RetryMaxAttempts > storage.MaxRetrySchedule+1) {
+		k.invalid(" is %d: it must be between 2 and %d (the default is %d)", ec.RetryMaxAttempts, storage.MaxRetrySchedule+1, d.RetryMaxAttempts)
+	}
+}
+
+// checkLog checks the log section, normalising the case of both keys.
+func (c *Config) checkLog(v checker) {
+	if k := v.key("log.level"); k.ok() {
+		c.Log.Level = strings.ToLower(strings.TrimSpace(c.Log.Level))
+		switch c.Log.Level {
+		case "debug", "info", "warn", "error":
+		default:
+			k.invalid(" is %s: use debug, info, warn or error", quote(c.Log.Level))
+		}
+	}
+	if k := v.key("log.format"); k.ok() {
+		c.Log.Format = strings.ToLower(strings.TrimSpace(c.Log.Format))
+		switch c.Log.Format {
+		case "text", "json":
+		default:
+			k.invalid(" is %s: use text or json", quote(c.Log.Format))
+		}
 	}
 }
 
@@ -474,34 +570,36 @@ func checkDatabaseURL(u string) string {
 
 // checkProxy checks webhook.proxy and its credentials. The URL is never
 // quoted back: a mistaken one may hold a password.
-func (c *Config) checkProxy(r *report, at func(string) string) {
+func (c *Config) checkProxy(v checker) {
 	w := c.Webhook
+	proxy, user := v.key("webhook.proxy"), v.key("webhook.proxy_username")
 	const how = "give it as http://HOST:PORT (or https://HOST:PORT), e.g. http://smokescreen.internal:4750"
 	if raw := strings.TrimSpace(w.Proxy); raw != "" {
 		u, err := url.Parse(raw)
 		switch {
 		case err != nil:
-			r.invalid("webhook.proxy", "webhook.proxy%s is not a URL (the value is not shown): %s", at("webhook.proxy"), how)
+			proxy.invalid(" is not a URL (the value is not shown): %s", how)
 		case u.User != nil:
-			r.invalid("webhook.proxy", "webhook.proxy%s carries a user name or password, which would be shown wherever the setting is (the value is not shown): remove them from the URL and give them as webhook.proxy_username and webhook.proxy_password (FORMS_WEBHOOK_PROXY_USERNAME, FORMS_WEBHOOK_PROXY_PASSWORD)", at("webhook.proxy"))
+			proxy.invalid(" carries a user name or password, which would be shown wherever the setting is (the value is not shown): remove them from the URL and give them as webhook.proxy_username and webhook.proxy_password (FORMS_WEBHOOK_PROXY_USERNAME, FORMS_WEBHOOK_PROXY_PASSWORD)")
 		case u.Scheme != "http" && u.Scheme != "https":
-			r.invalid("webhook.proxy", "webhook.proxy%s has the scheme %s: the proxy must support HTTP CONNECT; %s", at("webhook.proxy"), quote(u.Scheme), how)
+			proxy.invalid(" has the scheme %s: the proxy must support HTTP CONNECT; %s", quote(u.Scheme), how)
 		case u.Hostname() == "":
-			r.invalid("webhook.proxy", "webhook.proxy%s has no host: %s", at("webhook.proxy"), how)
+			proxy.invalid(" has no host: %s", how)
 		case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
-			r.invalid("webhook.proxy", "webhook.proxy%s has a path, query or fragment: %s", at("webhook.proxy"), how)
+			proxy.invalid(" has a path, query or fragment: %s", how)
 		default:
 			c.Webhook.Proxy = raw
 		}
 	} else if w.ProxyUsername != "" || w.ProxyPassword != "" {
-		r.warn("webhook.proxy_username or webhook.proxy_password is set but webhook.proxy is empty, so webhooks are sent directly and the credentials are not used: set webhook.proxy to the proxy's URL, or remove them")
+		v.warn("webhook.proxy_username or webhook.proxy_password is set but webhook.proxy is empty, so webhooks are sent directly and the credentials are not used: set webhook.proxy to the proxy's URL, or remove them")
 		return
 	}
 	if strings.Contains(w.ProxyUsername, ":") {
-		r.invalid("webhook.proxy_username", "webhook.proxy_username%s contains a colon, which basic authentication cannot carry in a user name", at("webhook.proxy_username"))
+		user.invalid(" contains a colon, which basic authentication cannot carry in a user name")
 	}
 	if w.ProxyPassword != "" && w.ProxyUsername == "" {
-		r.invalid("webhook.proxy_username", "webhook.proxy_password%s is set but webhook.proxy_username is empty: basic authentication needs both; set FORMS_WEBHOOK_PROXY_USERNAME", at("webhook.proxy_password"))
+		// Filed under the user name, which is what is missing.
+		user.invalidText("%s is set but webhook.proxy_username is empty: basic authentication needs both; set FORMS_WEBHOOK_PROXY_USERNAME", v.key("webhook.proxy_password"))
 	}
 }
 
