@@ -15,15 +15,10 @@ import (
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/devmode"
+	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
-)
-
-// Defaults for the Options that take one.
-const (
-	DefaultMaxBodyBytes        = 1 << 20
-	DefaultSecretRotationGrace = 24 * time.Hour
 )
 
 // Headers the API reads or writes beyond the standard ones.
@@ -89,14 +84,16 @@ type Options struct {
 	// address that has had too many; give the console the same one. Nil
 	// means a limiter of the API's own with authlimit's defaults.
 	AuthLimiter *authlimit.Limiter
-	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
+	// MaxBodyBytes bounds a request body; zero means
+	// faceopts.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxNestingDepth bounds how deeply a request body may nest objects
 	// and arrays, the outermost counting as 1; zero means
-	// DefaultMaxNestingDepth, and it may not exceed MaxNestingDepthLimit.
+	// faceopts.DefaultMaxNestingDepth, and it may not exceed
+	// faceopts.MaxNestingDepthLimit.
 	MaxNestingDepth int
 	// SecretRotationGrace is how long a rotated-out secret keeps signing
-	// next to the new one; zero means DefaultSecretRotationGrace.
+	// next to the new one; zero means faceopts.DefaultSecretRotationGrace.
 	SecretRotationGrace time.Duration
 	// RetryBounds checks the retry schedule an endpoint sets for itself;
 	// nil means retrypolicy.DefaultEndpointBounds.
@@ -180,16 +177,16 @@ func newHandler(opts Options) (*handler, error) {
 		return nil, errors.New("api: Options.Transports is required: endpoints are validated by their transport plugin before they are saved")
 	}
 	if opts.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("api: MaxBodyBytes must not be negative, got %d; use 0 for the default of %d", opts.MaxBodyBytes, DefaultMaxBodyBytes)
+		return nil, fmt.Errorf("api: MaxBodyBytes must not be negative, got %d; use 0 for the default of %d", opts.MaxBodyBytes, faceopts.DefaultMaxBodyBytes)
 	}
-	if opts.MaxNestingDepth < 0 || opts.MaxNestingDepth > MaxNestingDepthLimit {
-		return nil, fmt.Errorf("api: MaxNestingDepth must be from 1 to %d, got %d; use 0 for the default of %d", MaxNestingDepthLimit, opts.MaxNestingDepth, DefaultMaxNestingDepth)
+	if opts.MaxNestingDepth < 0 || opts.MaxNestingDepth > faceopts.MaxNestingDepthLimit {
+		return nil, fmt.Errorf("api: MaxNestingDepth must be from 1 to %d, got %d; use 0 for the default of %d", faceopts.MaxNestingDepthLimit, opts.MaxNestingDepth, faceopts.DefaultMaxNestingDepth)
 	}
 	if opts.IdempotencyWindow < 0 {
 		return nil, fmt.Errorf("api: IdempotencyWindow must not be negative, got %s; use 0 for the default of %s", opts.IdempotencyWindow, storage.DefaultIdempotencyWindow)
 	}
 	if opts.SecretRotationGrace < 0 {
-		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, DefaultSecretRotationGrace)
+		return nil, fmt.Errorf("api: SecretRotationGrace must not be negative, got %s; use 0 for the default of %s", opts.SecretRotationGrace, faceopts.DefaultSecretRotationGrace)
 	}
 	log := opts.Logger
 	if log == nil {
@@ -226,9 +223,9 @@ func newHandler(opts Options) (*handler, error) {
 		auth:       auth,
 		limiter:    limiter,
 		insecure:   opts.Insecure,
-		maxBody:    cmpOr(opts.MaxBodyBytes, DefaultMaxBodyBytes),
-		maxDepth:   int(cmpOr(int64(opts.MaxNestingDepth), DefaultMaxNestingDepth)),
-		grace:      cmpOr(opts.SecretRotationGrace, DefaultSecretRotationGrace),
+		maxBody:    cmpOr(opts.MaxBodyBytes, faceopts.DefaultMaxBodyBytes),
+		maxDepth:   int(cmpOr(int64(opts.MaxNestingDepth), faceopts.DefaultMaxNestingDepth)),
+		grace:      cmpOr(opts.SecretRotationGrace, faceopts.DefaultSecretRotationGrace),
 		retryBounds: func() RetryBounds {
 			if opts.RetryBounds != nil {
 				return opts.RetryBounds

@@ -1,6 +1,10 @@
 package api
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/hymical/hymical/server/faceopts"
+)
 
 // RoutePatterns lists the patterns h registered, e.g. "GET /v1/deliveries",
 // so a test can hold the OpenAPI document to the real route list.
@@ -11,4 +15,4 @@ func RoutePatterns(h http.Handler) []string {
 // ReadableJSON reports whether receivers can read the well-formed JSON
 // text b by the API's rules at the default nesting limit, as the reference
 // the fuzz tests hold checkJSON to decides it.
-func ReadableJSON(b []byte) bool { return len(readableJSON(b, DefaultMaxNestingDepth)) == 0 }
+func ReadableJSON(b []byte) bool { return len(readableJSON(b, faceopts.DefaultMaxNestingDepth)) == 0 }

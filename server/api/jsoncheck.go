@@ -8,18 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-)
 
-// Limits on how deeply a request body may nest objects and arrays.
-const (
-	// DefaultMaxNestingDepth leaves room for the two levels the signed
-	// payload wraps a submission's data in under the 100 levels some
-	// receivers' parsers stop at (Ruby's JSON.parse, for one).
-	DefaultMaxNestingDepth = 64
-	// MaxNestingDepthLimit is the most Options.MaxNestingDepth may be: the
-	// payload, two levels deeper, stays well under the 10000 levels that Go's
-	// encoding/json, and so the store, accepts.
-	MaxNestingDepthLimit = 1000
+	"github.com/hymical/hymical/server/faceopts"
 )
 
 // jsonProblem is something in a request body that a receiver cannot be
@@ -104,7 +94,7 @@ func (c *jsonChecker) value(depth int) error {
 		if depth > c.maxDepth {
 			return c.problem(c.i, "too_deep",
 				fmt.Sprintf("objects and arrays nested more than %d levels deep", c.maxDepth),
-				fmt.Sprintf("send the data less deeply nested, or raise server.max_nesting_depth (at most %d)", MaxNestingDepthLimit))
+				fmt.Sprintf("send the data less deeply nested, or raise server.max_nesting_depth (at most %d)", faceopts.MaxNestingDepthLimit))
 		}
 		if ch == '{' {
 			return c.object(depth)

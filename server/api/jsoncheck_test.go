@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
 )
 
@@ -92,9 +93,9 @@ func TestIngestRefusesJSONReceiversCannotRead(t *testing.T) {
 }
 
 func TestNewRefusesANestingLimitOutOfRange(t *testing.T) {
-	for _, depth := range []int{-1, api.MaxNestingDepthLimit + 1} {
+	for _, depth := range []int{-1, faceopts.MaxNestingDepthLimit + 1} {
 		_, err := api.New(api.Options{Store: sqlitetest.New(t), Transports: loopbackHost, AdminToken: adminToken, MaxNestingDepth: depth})
-		if err == nil || !strings.Contains(err.Error(), "MaxNestingDepth") || !strings.Contains(err.Error(), fmt.Sprint(api.MaxNestingDepthLimit)) {
+		if err == nil || !strings.Contains(err.Error(), "MaxNestingDepth") || !strings.Contains(err.Error(), fmt.Sprint(faceopts.MaxNestingDepthLimit)) {
 			t.Errorf("MaxNestingDepth %d: New = %v, want an error naming it and its range", depth, err)
 		}
 	}

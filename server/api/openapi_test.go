@@ -28,6 +28,7 @@ import (
 
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/sqlite"
 )
@@ -412,7 +413,7 @@ func (c *contract) exercise(t *testing.T, b backend) {
 		}
 	})
 	const A, I = adminToken, ingestKey
-	big := `{"description":"` + strings.Repeat("a", api.DefaultMaxBodyBytes) + `"}`
+	big := `{"description":"` + strings.Repeat("a", faceopts.DefaultMaxBodyBytes) + `"}`
 
 	// Probes and this document.
 	c.do(f, call{route: "GET /healthz", want: 200})
@@ -652,7 +653,7 @@ func (c *contract) deleteEndpoints(t *testing.T, f *fixture, receiverURL, keyed 
 	const A, I = adminToken, ingestKey
 	const del = "DELETE /v1/endpoints/{id}"
 	one := map[string]string{"id": keyed}
-	big := `{"description":"` + strings.Repeat("a", api.DefaultMaxBodyBytes) + `"}`
+	big := `{"description":"` + strings.Repeat("a", faceopts.DefaultMaxBodyBytes) + `"}`
 
 	// A pending delivery makes the endpoint busy.
 	dlv := c.do(f, call{route: "POST /v1/forms/{form_id}/submissions", params: map[string]string{"form_id": "keyed"}, token: I,

@@ -29,6 +29,7 @@ import (
 
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/devmode"
+	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -37,12 +38,8 @@ import (
 // Prefix + "/", and the session cookie is scoped to it.
 const Prefix = "/console"
 
-// Defaults for the Options that take one.
-const (
-	DefaultActor               = "console"
-	DefaultSessionTTL          = 12 * time.Hour
-	DefaultSecretRotationGrace = 24 * time.Hour
-)
+// DefaultActor is the replay audit's actor when Options.Actor is empty.
+const DefaultActor = "console"
 
 // Store is what the console needs of the delivery store: reading and
 // replaying deliveries, and looking after endpoints it does not create.
@@ -82,9 +79,11 @@ type Options struct {
 	// shows ids without links.
 	TraceURL telemetry.TraceURLTemplate
 	// SecretRotationGrace is how long a rotated-out secret keeps signing;
-	// zero means DefaultSecretRotationGrace. Give it the API's value.
+	// zero means faceopts.DefaultSecretRotationGrace. Give it the API's
+	// value.
 	SecretRotationGrace time.Duration
-	// SessionTTL is how long a login lasts; zero means DefaultSessionTTL.
+	// SessionTTL is how long a login lasts; zero means
+	// faceopts.DefaultSessionTTL.
 	SessionTTL time.Duration
 	// Logger receives failures; nil means slog.Default().
 	Logger *slog.Logger
@@ -151,11 +150,11 @@ func newHandler(opts Options) (*handler, error) {
 	}
 	ttl := opts.SessionTTL
 	if ttl == 0 {
-		ttl = DefaultSessionTTL
+		ttl = faceopts.DefaultSessionTTL
 	}
 	grace := opts.SecretRotationGrace
 	if grace == 0 {
-		grace = DefaultSecretRotationGrace
+		grace = faceopts.DefaultSecretRotationGrace
 	}
 	limiter := opts.AuthLimiter
 	if limiter == nil {
