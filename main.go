@@ -31,6 +31,7 @@ import (
 	"github.com/hymical/hymical/internal/redact"
 
 	"github.com/hymical/hymical/migrations"
+	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/server/fleet"
 	"github.com/hymical/hymical/storage"
@@ -270,7 +271,7 @@ func databaseURLDefault() string {
 	if v := os.Getenv("FORMS_DATABASE_URL"); v != "" {
 		return v
 	}
-	return database.DefaultURL
+	return config.Default().Database.URL.Reveal()
 }
 
 const versionUsage = `usage: hymical version

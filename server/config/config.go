@@ -11,6 +11,22 @@
 // secret (the admin token, the ingest keys, the database password, plugin
 // settings whose names say they are secret): not in an error, not in a
 // warning, not in String or LogValue.
+//
+// # Defaults and bounds
+//
+// A default or a bound belongs to the component that falls back to it or
+// enforces it, and this package imports it from there rather than write
+// the number again: the worker's (worker.DefaultConfig), the plugin
+// host's, authlimit's, telemetry's, the store's (storage.MaxRetrySchedule)
+// and the HTTP faces' (server/faceopts: this package may not link the
+// faces themselves, so their defaults live in that leaf, which both
+// import). The numbers written here are those no component holds: the
+// HTTP server's timeouts and header size, the fleet jobs' intervals, the
+// database URL, and the ceilings that catch a typo in a count before it
+// reaches arithmetic (maxConcurrency and the like). A transport plugin is
+// another program, configured across the plugin boundary: the webhook
+// timeouts are this package's, always sent to the http plugin, and a test
+// holds them to the plugin's own fallbacks.
 package config
 
 import (
@@ -27,6 +43,7 @@ import (
 
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
@@ -220,9 +237,9 @@ func Default() Config {
 		Database: DatabaseConfig{URL: "sqlite:hymical.db"},
 		Server: ServerConfig{
 			Listen:              "127.0.0.1:8080",
-			MaxBodyBytes:        1 << 20,
-			MaxNestingDepth:     64,
-			SecretRotationGrace: 24 * time.Hour,
+			MaxBodyBytes:        faceopts.DefaultMaxBodyBytes,
+			MaxNestingDepth:     faceopts.DefaultMaxNestingDepth,
+			SecretRotationGrace: faceopts.DefaultSecretRotationGrace,
 			ReadHeaderTimeout:   10 * time.Second,
 			ReadTimeout:         30 * time.Second,
 			WriteTimeout:        60 * time.Second,
@@ -263,7 +280,7 @@ func Default() Config {
 			RetryMaxAttempts: w.EndpointRetry.MaxAttempts,
 		},
 		Retention: RetentionConfig{Interval: 10 * time.Minute},
-		Console:   ConsoleConfig{Enabled: true, SessionTTL: 12 * time.Hour},
+		Console:   ConsoleConfig{Enabled: true, SessionTTL: faceopts.DefaultSessionTTL},
 		Telemetry: TelemetryConfig{Exporter: string(telemetry.ExporterNone), ServiceName: telemetry.DefaultServiceName},
 	}
 }

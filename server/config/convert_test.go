@@ -130,6 +130,17 @@ plugins:
 			t.Errorf("PluginHost().Plugins = %+v, want the http plugin with %v", got, want)
 		}
 	})
+	t.Run("the webhook timeouts default to the http plugin's own", func(t *testing.T) {
+		t.Parallel()
+		// The plugin is another program and falls back to its defaults
+		// only for a host that sends no timeouts; this host always sends
+		// them, and they must not differ from what the plugin documents.
+		w := config.Default().Webhook
+		if w.ConnectTimeout() != httptransport.DefaultConnectTimeout || w.ReadTimeout() != httptransport.DefaultReadTimeout {
+			t.Errorf("default webhook timeouts %s and %s, the http plugin's %s and %s",
+				w.ConnectTimeout(), w.ReadTimeout(), httptransport.DefaultConnectTimeout, httptransport.DefaultReadTimeout)
+		}
+	})
 	t.Run("the real http plugin accepts the settings", func(t *testing.T) {
 		t.Parallel()
 		// httptransport refuses unknown names and unreadable values, so

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/server/config"
-	"github.com/hymical/hymical/server/database"
+	"github.com/hymical/hymical/server/faceopts"
 )
 
 func TestDefaults(t *testing.T) {
@@ -85,9 +85,6 @@ func TestDefaults(t *testing.T) {
 		if !reflect.DeepEqual(tt.got, tt.want) {
 			t.Errorf("%s = %v, want %v", tt.key, tt.got, tt.want)
 		}
-	}
-	if got := config.Default().Database.URL.Reveal(); got != database.DefaultURL {
-		t.Errorf("default database.url %q differs from database.DefaultURL %q", got, database.DefaultURL)
 	}
 }
 
@@ -388,6 +385,16 @@ func TestHelpListsEveryKey(t *testing.T) {
 	}
 	if !strings.Contains(help, "--config PATH") {
 		t.Error("--help does not mention --config")
+	}
+}
+
+// TestHelpStatesTheFacesBound holds the doc of server.max_nesting_depth,
+// a struct tag that cannot name a constant, to the bound the API enforces.
+func TestHelpStatesTheFacesBound(t *testing.T) {
+	t.Parallel()
+	help := strings.Join(strings.Fields(config.Help("hymical serve")), " ")
+	if want := fmt.Sprintf("refused with 400. At most %d.", faceopts.MaxNestingDepthLimit); !strings.Contains(help, want) {
+		t.Errorf("--help does not say %q of server.max_nesting_depth", want)
 	}
 }
 

@@ -11,10 +11,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hymical/hymical/server/faceopts"
+	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/secretbox"
-
-	"github.com/hymical/hymical/server/telemetry"
 )
 
 // MinAdminTokenLength is the shortest admin token Load accepts.
@@ -32,10 +32,6 @@ const (
 	maxAuthFailures       = 10000
 	maxAuthFailureClients = 1000000
 )
-
-// maxNestingDepth is the most server.max_nesting_depth may be, as the API
-// takes it (api.MaxNestingDepthLimit, which this package may not import).
-const maxNestingDepth = 1000
 
 // checker applies the rules to one configuration. src says where each
 // key's value came from, for messages; it may be nil.
@@ -165,8 +161,8 @@ func (c *Config) checkServer(v checker, d ServerConfig) {
 	if k := v.key("server.max_body_bytes"); k.ok() && s.MaxBodyBytes < 1 {
 		k.invalid(" is %d: it must be a positive number of bytes (the default is %d, 1 MiB)", s.MaxBodyBytes, d.MaxBodyBytes)
 	}
-	if k := v.key("server.max_nesting_depth"); k.ok() && (s.MaxNestingDepth < 1 || s.MaxNestingDepth > maxNestingDepth) {
-		k.invalid(" is %d: it must be from 1 to %d levels (the default is %d)", s.MaxNestingDepth, maxNestingDepth, d.MaxNestingDepth)
+	if k := v.key("server.max_nesting_depth"); k.ok() && (s.MaxNestingDepth < 1 || s.MaxNestingDepth > faceopts.MaxNestingDepthLimit) {
+		k.invalid(" is %d: it must be from 1 to %d levels (the default is %d)", s.MaxNestingDepth, faceopts.MaxNestingDepthLimit, d.MaxNestingDepth)
 	}
 	v.key("server.secret_rotation_grace").positive(s.SecretRotationGrace, d.SecretRotationGrace)
 	v.key("server.read_header_timeout").positive(s.ReadHeaderTimeout, d.ReadHeaderTimeout)

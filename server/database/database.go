@@ -16,10 +16,6 @@ import (
 	"github.com/hymical/hymical/storage/sqlite"
 )
 
-// DefaultURL is the embedded single-node default: a SQLite file in
-// the working directory.
-const DefaultURL = "sqlite:hymical.db"
-
 // Open opens the store a database URL names: "sqlite:PATH" for the
 // embedded single-node store, or a "postgres://" / "postgresql://" URL.
 // opts go to the backend's Open (a SecretsKey's Options, a logger).
