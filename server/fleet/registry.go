@@ -84,8 +84,45 @@ func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, in
 // CheckNoOtherBuilds refuses to migrate while a live worker of a different
 // build is registered: a worker older than the claim token neither writes
 // nor checks it, and one left running beside newer ones defeats the fence.
-// Before the registry existed (schema version < 4) there is nothing to check.
+// Before the registry existed (schema version < 4) there is nothing to
+// check. The refusal is a *LiveError.
 func CheckNoOtherBuilds(ctx context.Context, store storage.Store, now time.Time) error {
+	mine := buildinfo.String()
+	return refuseLive(ctx, store, now, func(w storage.Worker) bool { return w.Build != mine },
+		"live workers of another build are running", "stop them, migrate, then start the new build")
+}
+
+// CheckNoneLive refuses while any server, of any build, is registered as
+// live: for work that every server must be stopped for, such as moving
+// endpoint secrets to a new key, which a running server would not know.
+// why ends the advice to stop them ("since they would ..."). The refusal
+// is a *LiveError.
+func CheckNoneLive(ctx context.Context, store storage.Store, now time.Time, why string) error {
+	return refuseLive(ctx, store, now, func(storage.Worker) bool { return true },
+		"servers are running on this database", "stop them first, since "+why)
+}
+
+// LiveError is a refusal to work beside live servers. It names each of
+// them and says that --force overrides it, for the case the operator
+// knows: the servers are gone and only their registry rows remain.
+type LiveError struct {
+	// Workers are the live servers in the way.
+	Workers []storage.Worker
+	// what says who they are, fix what to do about them.
+	what, fix string
+}
+
+func (e *LiveError) Error() string {
+	names := make([]string, len(e.Workers))
+	for i, w := range e.Workers {
+		names[i] = fmt.Sprintf("%s on %s (build %s, schema %d)", w.ID, w.Host, w.Build, w.SchemaVersion)
+	}
+	return fmt.Sprintf("%s: %s; %s (or pass --force if they are gone and only their registry rows remain)", e.what, strings.Join(names, "; "), e.fix)
+}
+
+// refuseLive returns a *LiveError naming the live workers that in picks,
+// or nil when there are none.
+func refuseLive(ctx context.Context, store storage.Store, now time.Time, in func(storage.Worker) bool, what, fix string) error {
 	v, err := store.SchemaVersion(ctx)
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
@@ -97,15 +134,14 @@ func CheckNoOtherBuilds(ctx context.Context, store storage.Store, now time.Time)
 	if err != nil {
 		return fmt.Errorf("list live workers: %w", err)
 	}
-	mine := buildinfo.String()
-	var others []string
+	var picked []storage.Worker
 	for _, w := range live {
-		if w.Build != mine {
-			others = append(others, fmt.Sprintf("%s on %s (build %s, schema %d)", w.ID, w.Host, w.Build, w.SchemaVersion))
+		if in(w) {
+			picked = append(picked, w)
 		}
 	}
-	if len(others) > 0 {
-		return fmt.Errorf("live workers of another build are running: %s; stop them, migrate, then start the new build (or pass --force if they are gone and only their registry rows remain)", strings.Join(others, "; "))
+	if len(picked) == 0 {
+		return nil
 	}
-	return nil
+	return &LiveError{Workers: picked, what: what, fix: fix}
 }

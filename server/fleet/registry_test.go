@@ -2,8 +2,10 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +73,89 @@ func TestMigrateRefusesWhileAnotherBuildIsLive(t *testing.T) {
 				t.Fatalf("the other build deregistered: %v", err)
 			}
 		})
+	}
+}
+
+// TestLiveChecks holds the two refusals to one registry: the migration
+// refuses only live servers of another build, work that every server must
+// stop for refuses any live server, and neither counts a heartbeat older
+// than LiveWindow or looks for a registry the schema does not have yet.
+func TestLiveChecks(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	this := NewWorker(4, now)
+	other := storage.Worker{ID: "wrk_other", Build: "v0.0.1", SchemaVersion: 3, Host: "box1", StartedAt: now.Add(-time.Hour), HeartbeatAt: now}
+	stale := other
+	stale.ID, stale.HeartbeatAt = "wrk_stale", now.Add(-LiveWindow-time.Second)
+	const why = "they would keep the old key"
+	tests := []struct {
+		name    string
+		migrate bool
+		workers []storage.Worker
+		// The ids each check refuses for; none means it lets the work go.
+		otherBuilds, anyLive []string
+	}{
+		{name: "a database without the registry"},
+		{name: "no server registered", migrate: true},
+		{name: "a live server of this build", migrate: true, workers: []storage.Worker{this}, anyLive: []string{this.ID}},
+		{name: "a live server of another build", migrate: true, workers: []storage.Worker{other}, otherBuilds: []string{other.ID}, anyLive: []string{other.ID}},
+		{name: "only a stale heartbeat", migrate: true, workers: []storage.Worker{stale}},
+		{name: "both builds live", migrate: true, workers: []storage.Worker{this, other, stale}, otherBuilds: []string{other.ID}, anyLive: []string{other.ID, this.ID}},
+	}
+	for store, open := range unmigrated {
+		for _, tt := range tests {
+			t.Run(store+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				s := open(t)
+				if tt.migrate {
+					if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, w := range tt.workers {
+					if err := s.WorkerHeartbeat(ctx, w); err != nil {
+						t.Fatal(err)
+					}
+				}
+				wantRefusal(t, "CheckNoOtherBuilds", CheckNoOtherBuilds(ctx, s, now), tt.otherBuilds)
+				err := CheckNoneLive(ctx, s, now, why)
+				wantRefusal(t, "CheckNoneLive", err, tt.anyLive)
+				if err != nil && !strings.Contains(err.Error(), why) {
+					t.Errorf("CheckNoneLive: %q does not say why: %q", err, why)
+				}
+			})
+		}
+	}
+}
+
+// wantRefusal fails unless err is nil when ids is, and otherwise a
+// *LiveError for exactly ids that names each and says --force.
+func wantRefusal(t *testing.T, check string, err error, ids []string) {
+	t.Helper()
+	if len(ids) == 0 {
+		if err != nil {
+			t.Errorf("%s: %v, want no refusal", check, err)
+		}
+		return
+	}
+	var live *LiveError
+	if !errors.As(err, &live) {
+		t.Fatalf("%s: %v, want a *LiveError for %v", check, err, ids)
+	}
+	var got []string
+	for _, w := range live.Workers {
+		got = append(got, w.ID)
+	}
+	slices.Sort(got)
+	ids = slices.Sorted(slices.Values(ids))
+	if !slices.Equal(got, ids) {
+		t.Errorf("%s refuses for %v, want %v", check, got, ids)
+	}
+	for _, want := range append(ids, "--force") {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %q does not name %s", check, err, want)
+		}
 	}
 }
 
