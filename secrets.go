@@ -6,14 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
-	"time"
 
-	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/server/database"
-	"github.com/hymical/hymical/server/fleet"
-	"github.com/hymical/hymical/storage"
-	"github.com/hymical/hymical/storage/secretbox"
+	"github.com/hymical/hymical/server/secrets"
 )
 
 func runSecrets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,71 +50,12 @@ func runSecretsRotateKey(ctx context.Context, args []string, stdout, stderr io.W
 		fs.printUsage(stderr)
 		return fmt.Errorf("secrets rotate-key needs --new-key-file: the file holding the new key (with --generate, where to write one)")
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	current, err := database.LoadSecretsKey(*dbURL, database.SecretsConfig{Key: os.Getenv("FORMS_SECRETS_KEY"), KeyFile: *keyFile}, false, log)
-	if err != nil {
-		return err
-	}
-	if *generate {
-		key, err := secretbox.GenerateKey()
-		if err != nil {
-			return err
-		}
-		if err := database.WriteKeyFile(*newKeyFile, key); err != nil {
-			return fmt.Errorf("%w (--generate never replaces a file)", err)
-		}
-		fmt.Fprintf(stdout, "wrote a new key, id %s, to %s (mode 0600)\n", key.ID(), *newKeyFile)
-	}
-	next, err := database.ReadKeyFile(*newKeyFile, log)
-	if err != nil {
-		return err
-	}
-
-	store, err := database.Open(ctx, *dbURL, append(current.Options(), storage.WithLogger(log))...)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	shown := redact.URL(*dbURL)
-	if _, err := database.CheckSchema(ctx, store); err != nil {
-		return fmt.Errorf("%s: %w", shown, err)
-	}
-	if !*force {
-		live, err := store.WorkerList(ctx, time.Now().Add(-fleet.LiveWindow))
-		if err != nil {
-			return fmt.Errorf("%s: list live servers: %w", shown, err)
-		}
-		if len(live) > 0 {
-			var names []string
-			for _, w := range live {
-				names = append(names, fmt.Sprintf("%s on %s", w.ID, w.Host))
-			}
-			return fmt.Errorf("%s: servers are running on this database (%s): stop them first, since they would keep the old key; or pass --force if they are gone and only their registry rows remain", shown, strings.Join(names, "; "))
-		}
-	}
-	at, ok := store.(storage.SecretsAtRest)
-	if !ok {
-		return fmt.Errorf("%s: the store cannot keep endpoint secrets encrypted", shown)
-	}
-	res, err := at.SecretsEncrypt(ctx, next.Box)
-	if err != nil {
-		return fmt.Errorf("%s: %w", shown, err)
-	}
-	switch {
-	case res.From == res.To:
-		fmt.Fprintf(stdout, "the endpoint signing secrets in %s are already encrypted under the key with id %s: nothing to do\n", shown, res.To)
-	case res.From == "":
-		fmt.Fprintf(stdout, "encrypted the signing secrets of %d endpoints in %s, in plaintext until now, under the key with id %s, in one transaction\n", res.Endpoints, shown, res.To)
-	default:
-		fmt.Fprintf(stdout, "re-encrypted the signing secrets of %d endpoints in %s from the key with id %s to the key with id %s, in one transaction\n", res.Endpoints, shown, res.From, res.To)
-	}
-	fmt.Fprintf(stdout, "start hymical serve with the new key: FORMS_SECRETS_KEY_FILE=%s (or secrets.key_file)", *newKeyFile)
-	if def, ok := database.DefaultKeyFile(*dbURL); ok && *keyFile == "" && os.Getenv("FORMS_SECRETS_KEY") == "" {
-		fmt.Fprintf(stdout, ", or put it where the server looks by default: mv %s %s", *newKeyFile, def)
-	}
-	fmt.Fprintln(stdout)
-	if res.From != "" && res.From != res.To {
-		fmt.Fprintf(stdout, "the old key (id %s) no longer opens anything in this database; keep it only as long as you keep backups made before now\n", res.From)
-	}
-	return nil
+	return secrets.RotateKey(ctx, secrets.RotateParams{
+		DatabaseURL: *dbURL,
+		Current:     database.SecretsConfig{Key: os.Getenv("FORMS_SECRETS_KEY"), KeyFile: *keyFile},
+		NewKeyFile:  *newKeyFile,
+		Generate:    *generate,
+		Force:       *force,
+		Log:         slog.New(slog.NewTextHandler(stderr, nil)),
+	}, stdout)
 }
