@@ -63,7 +63,11 @@ func decodeObject(body []byte, dst any, allowEmpty bool) error {
 		return badRequest("empty_body", "the request body is empty; send a JSON object (%s)", fieldList(dst))
 	}
 	if trimmed[0] != '{' {
-		return badRequest("invalid_body", "the request body must be a JSON object, got %s; send {…} with %s", jsonKindOf(trimmed), fieldList(dst))
+		// A request of named fields that is not an object has the wrong
+		// type, as encoding/json would say (400). Only data to deliver that
+		// is not an object is invalid_body (422, objectBody): well-formed,
+		// but not what a receiver is promised.
+		return badRequest("wrong_type", "the request body must be a JSON object, got %s; send {…} with %s", jsonKindOf(trimmed), fieldList(dst))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

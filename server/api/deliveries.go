@@ -208,12 +208,12 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) {
-			ae.Code = "invalid_request"
+			ae.Status, ae.Code = http.StatusUnprocessableEntity, "invalid_request"
 		}
 		return err
 	}
 	if req.Limit < 0 || req.Limit > maxReplayBatch {
-		return badRequest("invalid_request", "limit %d is outside 1 to %d; leave it out for %d", req.Limit, maxReplayBatch, maxReplayBatch)
+		return unprocessable("invalid_request", "limit %d is outside 1 to %d; leave it out for %d", req.Limit, maxReplayBatch, maxReplayBatch)
 	}
 	if req.Limit == 0 {
 		req.Limit = maxReplayBatch

@@ -59,7 +59,7 @@ func TestRefusedRequests(t *testing.T) {
 			{"event: an array payload", "POST", "/v1/events", `{"type":"a.b","payload":[1]}`, nil, 422, "invalid_body", "payload must be a JSON object, got an array"},
 			{"event: no payload", "POST", "/v1/events", `{"type":"a.b"}`, nil, 422, "invalid_body", "got nothing"},
 			{"event: a bad form id", "POST", "/v1/events", `{"type":"a.b","form_id":"x y","payload":{}}`, nil, 422, "invalid_form_id", "form_id"},
-			{"event: an array body", "POST", "/v1/events", `[]`, nil, 400, "invalid_body", "must be a JSON object"},
+			{"event: an array body", "POST", "/v1/events", `[]`, nil, 400, "wrong_type", "must be a JSON object"},
 
 			// Endpoint creation.
 			{"create: an ftp URL", "POST", "/v1/endpoints", `{"url":"ftp://example.com/in"}`, nil, 422, "invalid_url", `scheme "ftp"`},
@@ -118,10 +118,10 @@ func TestRefusedRequests(t *testing.T) {
 			{"replay: an unknown delivery", "POST", "/v1/deliveries/dlv_missing/replay", nil, nil, 404, "not_found", "dlv_missing"},
 			{"replay: a body with fields", "POST", "/v1/deliveries/dlv_missing/replay", `{"force":true}`, nil, 400, "unknown_field", "force"},
 			{"bulk replay: pending", "POST", "/v1/deliveries/replay", `{"state":"pending"}`, nil, 422, "invalid_request", "failed (the default) or delivered"},
-			{"bulk replay: a negative limit", "POST", "/v1/deliveries/replay", `{"limit":-1}`, nil, 400, "invalid_request", "limit"},
-			{"bulk replay: a limit too large", "POST", "/v1/deliveries/replay", `{"limit":1001}`, nil, 400, "invalid_request", "1 to 1000"},
+			{"bulk replay: a negative limit", "POST", "/v1/deliveries/replay", `{"limit":-1}`, nil, 422, "invalid_request", "limit"},
+			{"bulk replay: a limit too large", "POST", "/v1/deliveries/replay", `{"limit":1001}`, nil, 422, "invalid_request", "1 to 1000"},
 			{"bulk replay: a string limit", "POST", "/v1/deliveries/replay", `{"limit":"ten"}`, nil, 400, "wrong_type", `"limit" must be an integer`},
-			{"bulk replay: a bad created_after", "POST", "/v1/deliveries/replay", `{"created_after":"last week"}`, nil, 400, "invalid_request", "created_after"},
+			{"bulk replay: a bad created_after", "POST", "/v1/deliveries/replay", `{"created_after":"last week"}`, nil, 422, "invalid_request", "created_after"},
 			{"bulk replay: an unknown field", "POST", "/v1/deliveries/replay", `{"states":["failed"]}`, nil, 400, "unknown_field", "states"},
 
 			// Routing.

@@ -601,7 +601,8 @@ func (c *contract) exercise(t *testing.T, b backend) {
 	const bulk = "POST /v1/deliveries/replay"
 	c.do(f, call{route: bulk, token: A, want: 200})
 	c.do(f, call{route: bulk, token: A, body: map[string]any{"state": "delivered", "form_id": "contact", "created_after": "2020-01-01T00:00:00Z", "limit": 10}, want: 200})
-	c.do(f, call{route: bulk, token: A, body: map[string]any{"limit": -1}, refused: true, want: 400})
+	c.do(f, call{route: bulk, token: A, body: map[string]any{"limit": "ten"}, refused: true, want: 400})
+	c.do(f, call{route: bulk, token: A, body: map[string]any{"limit": -1}, refused: true, want: 422})
 	c.do(f, call{route: bulk, token: A, body: big, refused: true, want: 413})
 	c.do(f, call{route: bulk, token: A, body: `{}`, contentType: "text/plain", refused: true, want: 415})
 	c.do(f, call{route: bulk, token: A, body: map[string]any{"state": "pending"}, refused: true, want: 422})
