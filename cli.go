@@ -690,7 +690,7 @@ func runEndpointsDelete(ctx context.Context, args []string, stdout, stderr io.Wr
 	var res apiwire.EndpointDeleted
 	if err := c.do(ctx, http.MethodDelete, path, nil, &res); err != nil {
 		var ae *apiwire.Error
-		if errors.As(err, &ae) && ae.Code == "endpoint_busy" {
+		if errors.As(err, &ae) && ae.Code == apiwire.CodeEndpointBusy {
 			return fmt.Errorf("%w; with this command: add --force", err)
 		}
 		return err

@@ -13,6 +13,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/devmode"
 	"github.com/hymical/hymical/server/faceopts"
@@ -342,7 +343,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ref = devmode.CheckJSONWrite(r)
 		}
 		if ref != nil {
-			h.fail(w, r, &apiError{Status: ref.Status, Code: ref.Code, Message: ref.Message})
+			h.fail(w, r, devmodeRefusal(ref))
 			return
 		}
 	}
@@ -351,6 +352,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// devmodeRefusal is ref in the API's words. devmode names its refusals
+// with API codes but keeps no list of them; one that is not apiwire's, or
+// comes with another status, is a bug here and answered as one, so that no
+// client meets a code the document does not list.
+func devmodeRefusal(ref *devmode.Refusal) *apiError {
+	code := apiwire.Code(ref.Code)
+	if code.Status() != ref.Status {
+		e := errInternal()
+		e.cause = fmt.Errorf("devmode refused with %d %q, which is not an API code with that status: %w", ref.Status, ref.Code, ref)
+		return e
+	}
+	return &apiError{Code: code, Message: ref.Message}
 }
 
 // unrouted answers a request no pattern matched. The mux knows whether that
@@ -362,10 +377,10 @@ func (h *handler) unrouted(w http.ResponseWriter, r *http.Request) {
 	switch c.status {
 	case http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", c.header.Get("Allow"))
-		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+		writeError(w, &apiError{Code: apiwire.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, c.header.Get("Allow"))})
 	case http.StatusNotFound, 0:
-		writeError(w, &apiError{Status: http.StatusNotFound, Code: "not_found",
+		writeError(w, &apiError{Code: apiwire.CodeNotFound,
 			Message: fmt.Sprintf("no route %s %s; the API lives under /v1 (see docs/api.md)", r.Method, r.URL.Path)})
 	default:
 		for k, v := range c.header {

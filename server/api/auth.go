@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/authlimit"
 )
 
@@ -99,10 +100,10 @@ func (a authenticator) check(r *http.Request, who access) (authlimit.Outcome, er
 		if who == ingest {
 			return authlimit.Passed, nil
 		}
-		return authlimit.Passed, &apiError{Status: http.StatusForbidden, Code: "forbidden",
+		return authlimit.Passed, &apiError{Code: apiwire.CodeForbidden,
 			Message: "an ingest key may only submit forms and events; this route needs the admin token"}
 	}
-	return authlimit.Failed, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+	return authlimit.Failed, &apiError{Code: apiwire.CodeUnauthorized,
 		Message: "the bearer token is not valid for this server; check the token you configured for this client"}
 }
 
@@ -123,7 +124,7 @@ func (h *handler) authorize(w http.ResponseWriter, r *http.Request, who access) 
 	if wait > 0 {
 		retry := authlimit.RetryAfter(wait)
 		w.Header().Set("Retry-After", retry)
-		return &apiError{Status: http.StatusTooManyRequests, Code: "too_many_failed_authentications",
+		return &apiError{Code: apiwire.CodeTooManyFailedAuthentications,
 			Message: fmt.Sprintf("too many requests from your address had a wrong token; every request that needs a token is refused for the next %s seconds (Retry-After), even with the right one: wait, then send the token configured for this client", retry)}
 	}
 	return err
@@ -133,13 +134,13 @@ func (h *handler) authorize(w http.ResponseWriter, r *http.Request, who access) 
 func bearer(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "", &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+		return "", &apiError{Code: apiwire.CodeUnauthorized,
 			Message: "missing credentials: send \"Authorization: Bearer <token>\" with the admin token or an ingest key"}
 	}
 	scheme, token, ok := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return "", &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+		return "", &apiError{Code: apiwire.CodeUnauthorized,
 			Message: "the Authorization header is not \"Bearer <token>\"; send the token with the Bearer scheme"}
 	}
 	return token, nil

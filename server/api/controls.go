@@ -34,7 +34,7 @@ func applyControls(c apiwire.EndpointControls, e *storage.Endpoint, retry RetryB
 		for i, s := range *c.RetrySchedule {
 			d, err := time.ParseDuration(strings.TrimSpace(s))
 			if err != nil {
-				return unprocessable("invalid_retry_schedule", "retry_schedule item %d is %q, not a duration: write delays like \"30s\", \"10m\" or \"2h\"", i+1, clip(s))
+				return refuse(apiwire.CodeInvalidRetrySchedule, "retry_schedule item %d is %q, not a duration: write delays like \"30s\", \"10m\" or \"2h\"", i+1, clip(s))
 			}
 			delays = append(delays, d)
 		}
@@ -45,16 +45,16 @@ func applyControls(c apiwire.EndpointControls, e *storage.Endpoint, retry RetryB
 	}
 	switch {
 	case math.IsNaN(e.RateLimit) || e.RateLimit < 0 || e.RateLimit > storage.MaxRateLimit:
-		return unprocessable("invalid_rate_limit", "rate_limit must be 0 (no limit) or a number of sends per second up to %d, such as 10 or 0.5", storage.MaxRateLimit)
+		return refuse(apiwire.CodeInvalidRateLimit, "rate_limit must be 0 (no limit) or a number of sends per second up to %d, such as 10 or 0.5", storage.MaxRateLimit)
 	case e.RateBurst < 0 || e.RateBurst > storage.MaxRateBurst:
-		return unprocessable("invalid_rate_limit", "rate_burst must be between 0 (the rate, rounded up) and %d", storage.MaxRateBurst)
+		return refuse(apiwire.CodeInvalidRateLimit, "rate_burst must be between 0 (the rate, rounded up) and %d", storage.MaxRateBurst)
 	case e.RateBurst > 0 && e.RateLimit == 0:
-		return unprocessable("invalid_rate_limit", "rate_burst is set but rate_limit is not: a burst only means something with a rate")
+		return refuse(apiwire.CodeInvalidRateLimit, "rate_burst is set but rate_limit is not: a burst only means something with a rate")
 	case e.MaxInFlight < 0 || e.MaxInFlight > storage.MaxInFlightCap:
-		return unprocessable("invalid_max_in_flight", "max_in_flight must be between 0 (no cap) and %d", storage.MaxInFlightCap)
+		return refuse(apiwire.CodeInvalidMaxInFlight, "max_in_flight must be between 0 (no cap) and %d", storage.MaxInFlightCap)
 	}
 	if err := retry.Check(e.RetrySchedule); err != nil {
-		return unprocessable("invalid_retry_schedule", "%s", err.Error())
+		return refuse(apiwire.CodeInvalidRetrySchedule, "%s", err.Error())
 	}
 	return nil
 }

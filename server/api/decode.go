@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hymical/hymical/server/api/apiwire"
 )
 
 // readBody reads the whole request body, refusing a body that is not JSON
@@ -26,11 +28,11 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			return nil, &apiError{Code: apiwire.CodeUnsupportedMediaType,
 				Message: fmt.Sprintf("the body's Content-Type is %q; send JSON with \"Content-Type: application/json\"", ct)}
 		}
 	}
-	tooLarge := &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+	tooLarge := &apiError{Code: apiwire.CodeBodyTooLarge,
 		Message: fmt.Sprintf("the body is larger than this server's limit of %d bytes; send less, or raise the limit in the server config", h.maxBody)}
 	if r.ContentLength > h.maxBody {
 		return nil, tooLarge
@@ -41,7 +43,7 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		if errors.As(err, &mbe) {
 			return nil, tooLarge
 		}
-		return nil, &apiError{Status: http.StatusBadRequest, Code: "unreadable_body",
+		return nil, &apiError{Code: apiwire.CodeUnreadableBody,
 			Message: "the request body could not be read to its end; send it again", cause: err}
 	}
 	if p := checkJSON(b, h.maxDepth); p != nil {
@@ -60,14 +62,14 @@ func decodeObject(body []byte, dst any, allowEmpty bool) error {
 		if allowEmpty {
 			return nil
 		}
-		return badRequest("empty_body", "the request body is empty; send a JSON object (%s)", fieldList(dst))
+		return refuse(apiwire.CodeEmptyBody, "the request body is empty; send a JSON object (%s)", fieldList(dst))
 	}
 	if trimmed[0] != '{' {
 		// A request of named fields that is not an object has the wrong
 		// type, as encoding/json would say (400). Only data to deliver that
 		// is not an object is invalid_body (422, objectBody): well-formed,
 		// but not what a receiver is promised.
-		return badRequest("wrong_type", "the request body must be a JSON object, got %s; send {…} with %s", jsonKindOf(trimmed), fieldList(dst))
+		return refuse(apiwire.CodeWrongType, "the request body must be a JSON object, got %s; send {…} with %s", jsonKindOf(trimmed), fieldList(dst))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -84,9 +86,9 @@ func noTrailing(dec *json.Decoder) error {
 	case errors.Is(err, io.EOF):
 		return nil
 	case err == nil:
-		return badRequest("trailing_data", "the request body has more after its JSON value (at byte %d); send exactly one JSON object", dec.InputOffset()-int64(len(extra)))
+		return refuse(apiwire.CodeTrailingData, "the request body has more after its JSON value (at byte %d); send exactly one JSON object", dec.InputOffset()-int64(len(extra)))
 	default:
-		return badRequest("trailing_data", "the request body has more after its JSON value; send exactly one JSON object")
+		return refuse(apiwire.CodeTrailingData, "the request body has more after its JSON value; send exactly one JSON object")
 	}
 }
 
@@ -100,15 +102,15 @@ func decodeError(err error, dst any) error {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &syn):
-		return badRequest("invalid_json", "the request body is not valid JSON: %s (at byte %d); fix the syntax and send it again", syn.Error(), syn.Offset)
+		return refuse(apiwire.CodeInvalidJSON, "the request body is not valid JSON: %s (at byte %d); fix the syntax and send it again", syn.Error(), syn.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badRequest("invalid_json", "the request body ends in the middle of a JSON value; send the whole object")
+		return refuse(apiwire.CodeInvalidJSON, "the request body ends in the middle of a JSON value; send the whole object")
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
-			return badRequest("wrong_type", "the request body must be a JSON object, got %s", typ.Value)
+			return refuse(apiwire.CodeWrongType, "the request body must be a JSON object, got %s", typ.Value)
 		}
-		return badRequest("wrong_type", "field %q must be %s, got %s", field, describeType(typ.Type), typ.Value)
+		return refuse(apiwire.CodeWrongType, "field %q must be %s, got %s", field, describeType(typ.Type), typ.Value)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
@@ -116,9 +118,9 @@ func decodeError(err error, dst any) error {
 		if hint := fieldHint(name); hint != "" {
 			msg += "; " + hint
 		}
-		return badRequest("unknown_field", "%s", msg)
+		return refuse(apiwire.CodeUnknownField, "%s", msg)
 	}
-	return badRequest("invalid_json", "the request body could not be decoded: %v", err)
+	return refuse(apiwire.CodeInvalidJSON, "the request body could not be decoded: %v", err)
 }
 
 // fieldHint points a caller who sends a field this route does not take to
@@ -212,7 +214,7 @@ func jsonKindOf(b []byte) string {
 func objectBody(body []byte, what string) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		return nil, badRequest("empty_body", "the request body is empty; send %s as a JSON object", what)
+		return nil, refuse(apiwire.CodeEmptyBody, "the request body is empty; send %s as a JSON object", what)
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	var v json.RawMessage
@@ -223,7 +225,7 @@ func objectBody(body []byte, what string) (json.RawMessage, error) {
 		return nil, err
 	}
 	if trimmed[0] != '{' {
-		return nil, unprocessable("invalid_body", "%s must be a JSON object, got %s; wrap the values in {…}", what, jsonKindOf(trimmed))
+		return nil, refuse(apiwire.CodeInvalidBody, "%s must be a JSON object, got %s; wrap the values in {…}", what, jsonKindOf(trimmed))
 	}
 	return v, nil
 }
@@ -233,17 +235,17 @@ func objectBody(body []byte, what string) (json.RawMessage, error) {
 func query(r *http.Request, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, badRequest("invalid_parameter", "the query string does not parse: %v; percent-encode its values", err)
+		return nil, refuse(apiwire.CodeInvalidParameter, "the query string does not parse: %v; percent-encode its values", err)
 	}
 	for name, vs := range q {
 		if !slices.Contains(allowed, name) {
 			if len(allowed) == 0 {
-				return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes no query parameters, so leave the query string out", clip(name))
+				return nil, refuse(apiwire.CodeInvalidParameter, "unknown query parameter %q; this route takes no query parameters, so leave the query string out", clip(name))
 			}
-			return nil, badRequest("invalid_parameter", "unknown query parameter %q; this route takes only %s", clip(name), strings.Join(allowed, ", "))
+			return nil, refuse(apiwire.CodeInvalidParameter, "unknown query parameter %q; this route takes only %s", clip(name), strings.Join(allowed, ", "))
 		}
 		if len(vs) > 1 {
-			return nil, badRequest("invalid_parameter", "query parameter %q is given %d times; give it once", clip(name), len(vs))
+			return nil, refuse(apiwire.CodeInvalidParameter, "query parameter %q is given %d times; give it once", clip(name), len(vs))
 		}
 	}
 	return q, nil
@@ -256,7 +258,7 @@ func parseTimeParam(name, v string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, badRequest("invalid_parameter", "%s %q is not an RFC 3339 time; write it like 2024-05-01T12:00:00Z", name, v)
+		return time.Time{}, refuse(apiwire.CodeInvalidParameter, "%s %q is not an RFC 3339 time; write it like 2024-05-01T12:00:00Z", name, v)
 	}
 	return t, nil
 }
@@ -268,7 +270,7 @@ func parseLimit(name, v string, def, maxN int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > maxN {
-		return 0, badRequest("invalid_parameter", "%s %q is not a whole number from 1 to %d", name, v, maxN)
+		return 0, refuse(apiwire.CodeInvalidParameter, "%s %q is not a whole number from 1 to %d", name, v, maxN)
 	}
 	return n, nil
 }

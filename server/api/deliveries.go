@@ -35,11 +35,11 @@ func (p filterParams) filter() (storage.DeliveryFilter, error) {
 		State: storage.DeliveryState(p.State), EndpointID: p.EndpointID, FormID: p.FormID, EventID: p.EventID,
 	}
 	if p.State != "" && !f.State.Valid() {
-		return f, badRequest("invalid_parameter", "state %q is not pending, processing, delivered or failed", clip(p.State))
+		return f, refuse(apiwire.CodeInvalidParameter, "state %q is not pending, processing, delivered or failed", clip(p.State))
 	}
 	for _, id := range [...]struct{ name, v string }{{"endpoint_id", p.EndpointID}, {"form_id", p.FormID}, {"event_id", p.EventID}} {
 		if len(id.v) > maxIDParamBytes {
-			return f, badRequest("invalid_parameter", "%s is %d bytes long; ids are at most %d", id.name, len(id.v), maxIDParamBytes)
+			return f, refuse(apiwire.CodeInvalidParameter, "%s is %d bytes long; ids are at most %d", id.name, len(id.v), maxIDParamBytes)
 		}
 	}
 	var err error
@@ -50,7 +50,7 @@ func (p filterParams) filter() (storage.DeliveryFilter, error) {
 		return f, err
 	}
 	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore) {
-		return f, badRequest("invalid_parameter", "created_after %s is not before created_before %s, so nothing can match; swap them or widen the range",
+		return f, refuse(apiwire.CodeInvalidParameter, "created_after %s is not before created_before %s, so nothing can match; swap them or widen the range",
 			p.CreatedAfter, p.CreatedBefore)
 	}
 	return f, nil
@@ -75,7 +75,7 @@ func (h *handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	}
 	cursor := q.Get("cursor")
 	if cursor != "" && !cursorPattern.MatchString(cursor) {
-		return badRequest("invalid_parameter", "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
+		return refuse(apiwire.CodeInvalidParameter, "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
 	}
 	// One more than the page tells whether there is a next page, so the
 	// last page says so instead of sending the caller to an empty one.
@@ -199,7 +199,7 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 		req.State = string(storage.StateFailed)
 	}
 	if s := storage.DeliveryState(req.State); !s.Terminal() {
-		return unprocessable("invalid_request", "state %q cannot be replayed; bulk replay takes failed (the default) or delivered", clip(req.State))
+		return refuse(apiwire.CodeInvalidRequest, "state %q cannot be replayed; bulk replay takes failed (the default) or delivered", clip(req.State))
 	}
 	f, err := filterParams{
 		State: req.State, EndpointID: req.EndpointID, FormID: req.FormID, EventID: req.EventID,
@@ -208,12 +208,12 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) {
-			ae.Status, ae.Code = http.StatusUnprocessableEntity, "invalid_request"
+			ae.Code = apiwire.CodeInvalidRequest
 		}
 		return err
 	}
 	if req.Limit < 0 || req.Limit > maxReplayBatch {
-		return unprocessable("invalid_request", "limit %d is outside 1 to %d; leave it out for %d", req.Limit, maxReplayBatch, maxReplayBatch)
+		return refuse(apiwire.CodeInvalidRequest, "limit %d is outside 1 to %d; leave it out for %d", req.Limit, maxReplayBatch, maxReplayBatch)
 	}
 	if req.Limit == 0 {
 		req.Limit = maxReplayBatch

@@ -37,10 +37,10 @@ func endpointName(id string) string { return fmt.Sprintf("endpoint %q", clip(id)
 // normalising its lists.
 func checkFields(e *storage.Endpoint) error {
 	if strings.TrimSpace(e.Transport) == "" {
-		return unprocessable("unknown_transport", "transport must not be empty; leave it out for %q", defaultTransport)
+		return refuse(apiwire.CodeUnknownTransport, "transport must not be empty; leave it out for %q", defaultTransport)
 	}
 	if e.URL == "" && e.Transport == defaultTransport {
-		return unprocessable("invalid_url", "url is required for the %s transport: give the receiver's https:// URL", defaultTransport)
+		return refuse(apiwire.CodeInvalidURL, "url is required for the %s transport: give the receiver's https:// URL", defaultTransport)
 	}
 	if e.URL != "" {
 		if err := checkEndpointURL(e.URL); err != nil {
@@ -69,7 +69,7 @@ func (h *handler) checkTarget(ctx context.Context, e storage.Endpoint) error {
 		if len(names) > 0 {
 			loaded = "the loaded transports are " + strings.Join(names, ", ")
 		}
-		return unprocessable("unknown_transport", "transport %q is not loaded on this server; %s", clip(e.Transport), loaded)
+		return refuse(apiwire.CodeUnknownTransport, "transport %q is not loaded on this server; %s", clip(e.Transport), loaded)
 	}
 	ctx, cancel := context.WithTimeout(ctx, validateTimeout)
 	defer cancel()
@@ -78,9 +78,9 @@ func (h *handler) checkTarget(ctx context.Context, e storage.Endpoint) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, transport.ErrRejected):
-		return unprocessable("transport_refused", "the %s transport refused this endpoint: %s", e.Transport, refusalReason(err))
+		return refuse(apiwire.CodeTransportRefused, "the %s transport refused this endpoint: %s", e.Transport, refusalReason(err))
 	}
-	return &apiError{Status: http.StatusServiceUnavailable, Code: "transport_unavailable",
+	return &apiError{Code: apiwire.CodeTransportUnavailable,
 		Message: fmt.Sprintf("the %s transport plugin could not check this endpoint; nothing was saved, try again", e.Transport), cause: err}
 }
 
@@ -102,7 +102,7 @@ func signatureScheme(s string) (webhook.Scheme, error) {
 	}
 	scheme, err := webhook.ParseScheme(s)
 	if err != nil {
-		return "", badRequest("invalid_signature_scheme",
+		return "", refuse(apiwire.CodeInvalidSignatureScheme,
 			"signature_scheme %q is not one this server signs with; use %q (HMAC-SHA256 with a shared whsec_ secret, the default) or %q (Ed25519: receivers verify with a whpk_ public key)",
 			clip(s), webhook.SchemeV1, webhook.SchemeV1a)
 	}
@@ -195,7 +195,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	res, err := h.store.EndpointCreate(r.Context(), storage.EndpointCreateParams{Endpoint: ep, Idempotency: idem})
 	created := res.Endpoint
 	if idem != nil && errors.Is(err, storage.ErrDeleted) {
-		return &apiError{Status: http.StatusGone, Code: "endpoint_deleted", cause: err,
+		return &apiError{Code: apiwire.CodeEndpointDeleted, cause: err,
 			Message: fmt.Sprintf("the endpoint this %s created was deleted since; send a new key to create another", HeaderIdempotencyKey)}
 	}
 	if err == nil && res.Duplicate {
@@ -226,7 +226,7 @@ func (h *handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 	}
 	cursor := q.Get("cursor")
 	if cursor != "" && !endpointCursorPattern.MatchString(cursor) {
-		return badRequest("invalid_parameter", "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
+		return refuse(apiwire.CodeInvalidParameter, "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
 	}
 	// One more than the page tells whether there is a next page.
 	eps, err := h.store.EndpointListPage(r.Context(), storage.EndpointListParams{Before: cursor, Limit: limit + 1})
@@ -266,7 +266,7 @@ func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 
 // deletedError answers a request about the deleted endpoint e.
 func deletedError(e storage.Endpoint) *apiError {
-	return &apiError{Status: http.StatusGone, Code: "endpoint_deleted",
+	return &apiError{Code: apiwire.CodeEndpointDeleted,
 		Message: fmt.Sprintf("%s was deleted at %s; its deliveries stay readable under GET /v1/deliveries?endpoint_id=%s",
 			endpointName(e.ID), e.DeletedAt.UTC().Format(time.RFC3339), e.ID)}
 }
@@ -289,7 +289,7 @@ func (h *handler) deleteEndpoint(w http.ResponseWriter, r *http.Request) error {
 	case "true":
 		force = true
 	default:
-		return badRequest("invalid_parameter", "force %q is not true or false; give force=true to delete an endpoint that still has pending or processing deliveries", clip(v))
+		return refuse(apiwire.CodeInvalidParameter, "force %q is not true or false; give force=true to delete an endpoint that still has pending or processing deliveries", clip(v))
 	}
 	if err := h.emptyBody(w, r); err != nil {
 		return err
@@ -297,10 +297,10 @@ func (h *handler) deleteEndpoint(w http.ResponseWriter, r *http.Request) error {
 	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint)
 	switch {
 	case errors.Is(err, endpoint.ErrOperatorEndpoint):
-		return &apiError{Status: http.StatusConflict, Code: "operator_endpoint", cause: err,
+		return &apiError{Code: apiwire.CodeOperatorEndpoint, cause: err,
 			Message: fmt.Sprintf("%s is endpoints.operator_endpoint, the endpoint this server tells when it disables one; point that setting at another endpoint or leave it empty, restart the server, and then delete this one", endpointName(id))}
 	case errors.Is(err, storage.ErrEndpointBusy):
-		return &apiError{Status: http.StatusConflict, Code: "endpoint_busy", cause: err,
+		return &apiError{Code: apiwire.CodeEndpointBusy, cause: err,
 			Message: fmt.Sprintf("%s has %d pending and %d processing deliveries, which deleting it would leave unsent; wait until they finish, or send DELETE /v1/endpoints/%s?force=true to fail them with the reason %q (a request already under way still records its outcome, as a late attempt)",
 				endpointName(id), res.Pending, res.Processing, clip(id), "endpoint deleted")}
 	case errors.Is(err, storage.ErrDeleted):
@@ -460,7 +460,7 @@ func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	}
 	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now, idem)
 	if errors.Is(err, endpoint.ErrSecretReplaced) {
-		return &apiError{Status: http.StatusConflict, Code: "secret_rotated", cause: err,
+		return &apiError{Code: apiwire.CodeSecretRotated, cause: err,
 			Message: fmt.Sprintf("the secret this %s's rotation of %s made was replaced by a later rotation, so it is not shown again (receivers given it would soon fail); rotate again with a new key to get a secret that signs",
 				HeaderIdempotencyKey, endpointName(id))}
 	}

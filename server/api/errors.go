@@ -16,11 +16,12 @@ import (
 
 // apiError is an answer other than success, written in the one error shape
 // every route uses (apiwire.ErrorResponse) with its cause kept for the log.
+// Its status is its code's (apiwire.Code.Status), never set beside it, so
+// no route can send a code with another status than the others do.
 // Message is written for the caller: it says what was wrong and what to do,
 // and never carries a secret or a database's own words.
 type apiError struct {
-	Status  int
-	Code    string
+	Code    apiwire.Code
 	Message string
 	// RetryAfter, when set, is sent as the Retry-After header: when a
 	// request refused for a passing reason is worth sending again.
@@ -29,25 +30,31 @@ type apiError struct {
 	cause error
 }
 
+// status is the HTTP status e is sent with. A code without one is a bug
+// here, answered as one rather than with a status the code does not mean.
+func (e *apiError) status() int {
+	if s := e.Code.Status(); s != 0 {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
 func (e *apiError) Error() string {
 	if e.cause != nil {
-		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Message, e.cause)
+		return fmt.Sprintf("%d %s: %s: %v", e.status(), e.Code, e.Message, e.cause)
 	}
-	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+	return fmt.Sprintf("%d %s: %s", e.status(), e.Code, e.Message)
 }
 
 func (e *apiError) Unwrap() error { return e.cause }
 
-func badRequest(code, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-func unprocessable(code, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusUnprocessableEntity, Code: code, Message: fmt.Sprintf(format, args...)}
+// refuse is the apiError with code and a message made from format.
+func refuse(code apiwire.Code, format string, args ...any) *apiError {
+	return &apiError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 func errInternal() *apiError {
-	return &apiError{Status: http.StatusInternalServerError, Code: "internal",
+	return &apiError{Code: apiwire.CodeInternal,
 		Message: "the server failed to complete the request; nothing is wrong with the request itself, try again and see the server log if it persists"}
 }
 
@@ -66,33 +73,33 @@ const (
 func storeError(err error, what string) *apiError {
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return &apiError{Status: http.StatusNotFound, Code: "not_found",
+		return &apiError{Code: apiwire.CodeNotFound,
 			Message: what + " does not exist; check the id", cause: err}
 	case errors.Is(err, storage.ErrDeleted):
-		return &apiError{Status: http.StatusGone, Code: "endpoint_deleted",
+		return &apiError{Code: apiwire.CodeEndpointDeleted,
 			Message: what + ": the endpoint was deleted; its deliveries and their attempts stay readable under GET /v1/deliveries?endpoint_id=…, but it takes no change, no replay and no new delivery", cause: err}
 	case errors.Is(err, storage.ErrKeyReused):
 		ae := keyReused()
 		ae.cause = err
 		return ae
 	case errors.Is(err, storage.ErrNotTerminal):
-		return &apiError{Status: http.StatusConflict, Code: "not_terminal",
+		return &apiError{Code: apiwire.CodeNotTerminal,
 			Message: what + " is pending or processing; only delivered or failed deliveries can be replayed, so wait until it finishes", cause: err}
 	case errors.Is(err, storage.ErrConflict):
-		return &apiError{Status: http.StatusConflict, Code: "conflict",
+		return &apiError{Code: apiwire.CodeConflict,
 			Message: what + " conflicts with one that already exists; retry, and if it persists use a new id or idempotency key", cause: err}
 	case errors.Is(err, storage.ErrInvalid):
-		return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid_request",
+		return &apiError{Code: apiwire.CodeInvalidRequest,
 			Message: "the request breaks a rule of the delivery store for " + what + "; check the values sent against docs/api.md", cause: err}
 	case errors.Is(err, storage.ErrNoSpace):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "storage_full", RetryAfter: noSpaceRetryAfter,
+		return &apiError{Code: apiwire.CodeStorageFull, RetryAfter: noSpaceRetryAfter,
 			Message: "the server's database is out of space, so nothing of this request was stored; send it again later. " +
 				"Whoever runs the server must free space on the database's volume or grow the volume (GET /readyz says so until then)", cause: err}
 	case errors.Is(err, storage.ErrResources):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "storage_busy", RetryAfter: resourcesRetryAfter,
+		return &apiError{Code: apiwire.CodeStorageBusy, RetryAfter: resourcesRetryAfter,
 			Message: "the server's database is short of resources (memory or connections), so nothing of this request was stored; send it again shortly", cause: err}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "timeout",
+		return &apiError{Code: apiwire.CodeTimeout,
 			Message: "the database did not answer in time; try again", cause: err}
 	}
 	e := errInternal()
@@ -115,24 +122,28 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case r.Context().Err() != nil:
 		// The client went away; there is no one to answer.
 		h.log.Debug("request abandoned by the client", "method", r.Method, "route", r.Pattern, "path", r.URL.Path)
-	case ae.Status >= 500:
+	case ae.status() >= 500:
 		h.log.Error("request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path,
-			"status", ae.Status, "code", ae.Code, "error", ae.cause)
+			"status", ae.status(), "code", ae.Code, "error", ae.cause)
 	default:
 		h.log.Debug("request refused", "method", r.Method, "route", r.Pattern, "path", r.URL.Path,
-			"status", ae.Status, "code", ae.Code, "message", ae.Message)
+			"status", ae.status(), "code", ae.Code, "message", ae.Message)
 	}
 	writeError(w, ae)
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == http.StatusUnauthorized {
+	if e.Code.Status() == 0 {
+		// A code apiwire does not list is a bug here; no client could know it.
+		e = errInternal()
+	}
+	if e.status() == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hymical"`)
 	}
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter/time.Second)))
 	}
-	writeJSON(w, e.Status, apiwire.ErrorResponse{Error: apiwire.Error{Code: e.Code, Message: e.Message}})
+	writeJSON(w, e.status(), apiwire.ErrorResponse{Error: apiwire.Error{Code: e.Code, Message: e.Message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -146,7 +157,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		// is a bug, answered without its details.
 		status = http.StatusInternalServerError
 		buf.Reset()
-		buf.WriteString(`{"error":{"code":"internal","message":"the server could not encode its answer"}}` + "\n")
+		buf.WriteString(`{"error":{"code":"` + string(apiwire.CodeInternal) + `","message":"the server could not encode its answer"}}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

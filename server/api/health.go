@@ -33,7 +33,7 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	notReady := func(format string, args ...any) error {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: fmt.Sprintf(format, args...)}
+		return &apiError{Code: apiwire.CodeNotReady, Message: fmt.Sprintf(format, args...)}
 	}
 	v, err := h.store.SchemaVersion(ctx)
 	if err != nil {

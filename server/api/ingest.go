@@ -28,9 +28,9 @@ func idempotencyKey(r *http.Request) (string, error) {
 	case len(vs) == 0:
 		return "", nil
 	case len(vs) > 1:
-		return "", badRequest("invalid_idempotency_key", "the %s header is given %d times; give it once", HeaderIdempotencyKey, len(vs))
+		return "", refuse(apiwire.CodeInvalidIdempotencyKey, "the %s header is given %d times; give it once", HeaderIdempotencyKey, len(vs))
 	case vs[0] == "":
-		return "", badRequest("invalid_idempotency_key", "the %s header is empty; give a unique value such as a UUID, or leave the header out", HeaderIdempotencyKey)
+		return "", refuse(apiwire.CodeInvalidIdempotencyKey, "the %s header is empty; give a unique value such as a UUID, or leave the header out", HeaderIdempotencyKey)
 	}
 	return vs[0], checkIdempotencyKey(vs[0])
 }
@@ -141,7 +141,7 @@ func (h *handler) createSubmission(w http.ResponseWriter, r *http.Request) error
 	ev, err := event.Submission(formID, data, h.now())
 	if err != nil {
 		if errors.Is(err, storage.ErrInvalid) {
-			return unprocessable("invalid_body", "the submission was refused: %v", err)
+			return refuse(apiwire.CodeInvalidBody, "the submission was refused: %v", err)
 		}
 		return err
 	}
@@ -182,13 +182,13 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch {
 	case req.Type == "":
-		return unprocessable("invalid_event_type", "type is required: name the event, e.g. form.published")
+		return refuse(apiwire.CodeInvalidEventType, "type is required: name the event, e.g. form.published")
 	case req.Type == event.TypeSubmissionReceived:
-		return unprocessable("invalid_event_type", "type %q is reserved for form submissions, which carry a submission id receivers dedupe on; send them to POST /v1/forms/{form_id}/submissions", req.Type)
+		return refuse(apiwire.CodeInvalidEventType, "type %q is reserved for form submissions, which carry a submission id receivers dedupe on; send them to POST /v1/forms/{form_id}/submissions", req.Type)
 	case strings.HasPrefix(req.Type, event.TypePrefix):
 		// A caller must not be able to forge what the server says, such
 		// as hymical.endpoint.disabled.
-		return unprocessable("invalid_event_type", "types starting with %q are the server's own events; name yours differently, e.g. form.published", event.TypePrefix)
+		return refuse(apiwire.CodeInvalidEventType, "types starting with %q are the server's own events; name yours differently, e.g. form.published", event.TypePrefix)
 	}
 	if err := checkEventType("type", req.Type); err != nil {
 		return err
@@ -204,11 +204,11 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 		if len(trimmed) > 0 {
 			got = jsonKindOf(trimmed)
 		}
-		return unprocessable("invalid_body", "payload must be a JSON object, got %s; send the event's data as {…}", got)
+		return refuse(apiwire.CodeInvalidBody, "payload must be a JSON object, got %s; send the event's data as {…}", got)
 	}
 	ev, err := event.Generic(req.Type, req.FormID, trimmed, h.now())
 	if err != nil {
-		return unprocessable("invalid_body", "the event was refused: %v", err)
+		return refuse(apiwire.CodeInvalidBody, "the event was refused: %v", err)
 	}
 	if key != "" {
 		ev.IdempotencyKey = eventScope(key)
@@ -240,7 +240,7 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 func ingestError(err error, ev storage.Event, what string) error {
 	if errors.Is(err, storage.ErrInvalid) {
 		if verr := ev.Validate(); verr != nil {
-			return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid_body", cause: err,
+			return &apiError{Code: apiwire.CodeInvalidBody, cause: err,
 				Message: fmt.Sprintf("the delivery store refused %s: %v; the signed payload wraps the data sent (a submission's two levels deeper, an event's one), so change the data and send it again", what, verr)}
 		}
 	}
@@ -248,7 +248,7 @@ func ingestError(err error, ev storage.Event, what string) error {
 }
 
 func keyReused() *apiError {
-	return unprocessable("idempotency_key_reused", "this %s was first used with a different request; a retry must send the same body, and a new request needs a new key", HeaderIdempotencyKey)
+	return refuse(apiwire.CodeIdempotencyKeyReused, "this %s was first used with a different request; a retry must send the same body, and a new request needs a new key", HeaderIdempotencyKey)
 }
 
 // writeIngest answers 202 for a new event and 200, marked as a replay, for a

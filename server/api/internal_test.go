@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/server/api/apiwire"
+	"github.com/hymical/hymical/server/devmode"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/sqlite/sqlitetest"
@@ -64,7 +66,7 @@ func TestStoreErrorMapsSentinelsAndHidesTheRest(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
 		status int
-		code   string
+		code   apiwire.Code
 	}{
 		{fmt.Errorf("sqlite: get delivery x: %w", storage.ErrNotFound), http.StatusNotFound, "not_found"},
 		{fmt.Errorf("postgres: replay: %w: it is pending", storage.ErrNotTerminal), http.StatusConflict, "not_terminal"},
@@ -77,14 +79,36 @@ func TestStoreErrorMapsSentinelsAndHidesTheRest(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", errors.New(leak)), http.StatusInternalServerError, "internal"},
 	} {
 		got := storeError(tc.err, "delivery \"dlv_1\"")
-		if got.Status != tc.status || got.Code != tc.code {
-			t.Errorf("storeError(%v) = %d %s, want %d %s", tc.err, got.Status, got.Code, tc.status, tc.code)
+		if got.status() != tc.status || got.Code != tc.code {
+			t.Errorf("storeError(%v) = %d %s, want %d %s", tc.err, got.status(), got.Code, tc.status, tc.code)
 		}
 		if strings.Contains(got.Message, "SELECT") || strings.Contains(got.Message, "password") {
 			t.Errorf("storeError(%v) leaks the cause into its message: %s", tc.err, got.Message)
 		}
 		if !errors.Is(got, tc.err) {
 			t.Errorf("storeError(%v) does not keep its cause for the log", tc.err)
+		}
+	}
+}
+
+// A dev-mode refusal keeps its code only when apiwire sends that code with
+// the same status; anything else is the server's bug, answered as one.
+func TestDevmodeRefusalKeepsOnlyAPICodes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ref  devmode.Refusal
+		want apiwire.Code
+	}{
+		{"an API code with its status", devmode.Refusal{Status: http.StatusMisdirectedRequest, Code: "misdirected_request", Message: "use 127.0.0.1"}, apiwire.CodeMisdirectedRequest},
+		{"a code the API does not have", devmode.Refusal{Status: http.StatusForbidden, Code: "browser_refused", Message: "refused for the browser"}, apiwire.CodeInternal},
+		{"an API code with another status", devmode.Refusal{Status: http.StatusBadRequest, Code: "misdirected_request", Message: "refused for the host"}, apiwire.CodeInternal},
+	} {
+		got := devmodeRefusal(&tc.ref)
+		if got.Code != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+		if tc.want == apiwire.CodeInternal && strings.Contains(got.Message, tc.ref.Message) {
+			t.Errorf("%s: the internal error passes on the refusal's message %q", tc.name, got.Message)
 		}
 	}
 }
@@ -141,9 +165,9 @@ func TestIngestErrorGivesTheStoresReason(t *testing.T) {
 	if !errors.As(ingestError(err, ev, "the submission"), &ae) {
 		t.Fatal("not an apiError")
 	}
-	if ae.Status != http.StatusUnprocessableEntity || ae.Code != "invalid_body" ||
+	if ae.status() != http.StatusUnprocessableEntity || ae.Code != apiwire.CodeInvalidBody ||
 		!strings.Contains(ae.Message, "exceeded max depth, at byte") || !strings.Contains(ae.Message, "the delivery store refused the submission") {
-		t.Fatalf("answer %d %s %q, want 422 invalid_body giving the store's reason", ae.Status, ae.Code, ae.Message)
+		t.Fatalf("answer %d %s %q, want 422 invalid_body giving the store's reason", ae.status(), ae.Code, ae.Message)
 	}
 	if strings.Contains(ae.Message, "sqlite") {
 		t.Fatalf("the answer carries the driver's words: %q", ae.Message)

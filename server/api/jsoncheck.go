@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/faceopts"
 )
 
@@ -21,7 +22,7 @@ import (
 // body fails at the receiver on every attempt, or is read there as
 // something else than was sent.
 type jsonProblem struct {
-	code string
+	code apiwire.Code
 	// what says what was found, fix what to do about it.
 	what, fix string
 	// offset is the byte offset of the problem in the body; path is the
@@ -34,7 +35,7 @@ func (p *jsonProblem) Error() string { return p.what }
 
 // apiError is the 400 that refuses the body for p.
 func (p *jsonProblem) apiError() *apiError {
-	return badRequest(p.code, "the request body has %s at byte %d (at %s); %s", p.what, p.offset, p.path, p.fix)
+	return refuse(p.code, "the request body has %s at byte %d (at %s); %s", p.what, p.offset, p.path, p.fix)
 }
 
 // errJSONSyntax stops the check at the first byte that is not well-formed
@@ -92,7 +93,7 @@ func (c *jsonChecker) value(depth int) error {
 	switch ch := c.b[c.i]; {
 	case ch == '{' || ch == '[':
 		if depth > c.maxDepth {
-			return c.problem(c.i, "too_deep",
+			return c.problem(c.i, apiwire.CodeTooDeep,
 				fmt.Sprintf("objects and arrays nested more than %d levels deep", c.maxDepth),
 				fmt.Sprintf("send the data less deeply nested, or raise server.max_nesting_depth (at most %d)", faceopts.MaxNestingDepthLimit))
 		}
@@ -227,7 +228,7 @@ func (c *jsonChecker) str(key bool) error {
 			}
 			switch {
 			case r == 0:
-				return c.problem(c.i, "nul_character", `a NUL character (\u0000) `+in,
+				return c.problem(c.i, apiwire.CodeNULCharacter, `a NUL character (\u0000) `+in,
 					"many receivers and databases cannot store it: leave it out")
 			case r >= 0xd800 && r < 0xdc00:
 				// A high surrogate must be followed by a low one: together
@@ -236,15 +237,15 @@ func (c *jsonChecker) str(key bool) error {
 					c.i += 12
 					continue
 				}
-				return c.problem(c.i, "lone_surrogate", fmt.Sprintf(`a lone UTF-16 surrogate escape \u%04x `+in+", not followed by a low surrogate (\\udc00 to \\udfff)", r),
+				return c.problem(c.i, apiwire.CodeLoneSurrogate, fmt.Sprintf(`a lone UTF-16 surrogate escape \u%04x `+in+", not followed by a low surrogate (\\udc00 to \\udfff)", r),
 					"it stands for no character, and receivers read it as U+FFFD or refuse it: send the character itself, or its full surrogate pair")
 			case r >= 0xdc00 && r < 0xe000:
-				return c.problem(c.i, "lone_surrogate", fmt.Sprintf(`a lone UTF-16 surrogate escape \u%04x `+in+", not preceded by a high surrogate (\\ud800 to \\udbff)", r),
+				return c.problem(c.i, apiwire.CodeLoneSurrogate, fmt.Sprintf(`a lone UTF-16 surrogate escape \u%04x `+in+", not preceded by a high surrogate (\\ud800 to \\udbff)", r),
 					"it stands for no character, and receivers read it as U+FFFD or refuse it: send the character itself, or its full surrogate pair")
 			}
 			c.i += 6
 		case ch == 0:
-			return c.problem(c.i, "nul_character", "a raw NUL byte "+in,
+			return c.problem(c.i, apiwire.CodeNULCharacter, "a raw NUL byte "+in,
 				"many receivers and databases cannot store it: leave it out")
 		case ch < 0x20:
 			return errJSONSyntax
@@ -253,7 +254,7 @@ func (c *jsonChecker) str(key bool) error {
 		default:
 			r, size := utf8.DecodeRune(c.b[c.i:])
 			if r == utf8.RuneError && size == 1 {
-				return c.problem(c.i, "invalid_utf8", fmt.Sprintf("a byte 0x%02x that is not valid UTF-8 %s", ch, in),
+				return c.problem(c.i, apiwire.CodeInvalidUTF8, fmt.Sprintf("a byte 0x%02x that is not valid UTF-8 %s", ch, in),
 					"JSON is UTF-8: encode the text as UTF-8 (not Latin-1 or another encoding), or escape the character as \\uXXXX")
 			}
 			c.i += size
@@ -329,7 +330,7 @@ func (c *jsonChecker) duplicate(offset int, key, first []byte) *jsonProblem {
 	if !bytes.Equal(key, first) {
 		what += fmt.Sprintf(`, written "%s" the first time`, shortKey(first))
 	}
-	return c.problem(offset, "duplicate_key", what,
+	return c.problem(offset, apiwire.CodeDuplicateKey, what,
 		"receivers disagree on which of the two they read (some the first, some the last, some refuse the body): send each key once")
 }
 
@@ -403,14 +404,14 @@ func (c *jsonChecker) number() error {
 		// A number too small is read as 0 (or the nearest float64) with no
 		// error, like any number with more digits than a float64 keeps;
 		// only one too large cannot be read at all.
-		return c.problem(start, "number_out_of_range", fmt.Sprintf("the number %s, too large for a 64-bit float (at most about 1.8e308)", shown),
+		return c.problem(start, apiwire.CodeNumberOutOfRange, fmt.Sprintf("the number %s, too large for a 64-bit float (at most about 1.8e308)", shown),
 			"most receivers cannot read it: send it as a string, or a smaller number")
 	}
 	return nil
 }
 
 // problem is a jsonProblem at offset, at the path the checker is at.
-func (c *jsonChecker) problem(offset int, code, what, fix string) *jsonProblem {
+func (c *jsonChecker) problem(offset int, code apiwire.Code, what, fix string) *jsonProblem {
 	return &jsonProblem{code: code, what: what, fix: fix, offset: offset, path: renderPath(c.path)}
 }
 

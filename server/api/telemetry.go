@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/telemetry"
 )
 
@@ -64,7 +65,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // GET /metrics: the Prometheus exposition, when metrics are on.
 func (h *handler) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	if h.metrics == nil {
-		return &apiError{Status: http.StatusNotFound, Code: "metrics_off",
+		return &apiError{Code: apiwire.CodeMetricsOff,
 			Message: "metrics are off on this server: set telemetry.metrics=true (FORMS_TELEMETRY_METRICS=true) to serve them here"}
 	}
 	h.metrics.ServeHTTP(w, r)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/boundtext"
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -32,14 +33,14 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 func checkFormID(field, v string) error {
 	if !namePattern.MatchString(v) {
-		return unprocessable("invalid_form_id", "%s %q is not a form id: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", field, clip(v))
+		return refuse(apiwire.CodeInvalidFormID, "%s %q is not a form id: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", field, clip(v))
 	}
 	return nil
 }
 
 func checkEventType(field, v string) error {
 	if !namePattern.MatchString(v) {
-		return unprocessable("invalid_event_type", "%s %q is not an event type: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit, e.g. form.published", field, clip(v))
+		return refuse(apiwire.CodeInvalidEventType, "%s %q is not an event type: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit, e.g. form.published", field, clip(v))
 	}
 	return nil
 }
@@ -50,7 +51,7 @@ func checkEventType(field, v string) error {
 // URL itself is never quoted back: its query may hold a token.
 func checkEndpointURL(raw string) error {
 	bad := func(format string, args ...any) error {
-		return unprocessable("invalid_url", format, args...)
+		return refuse(apiwire.CodeInvalidURL, format, args...)
 	}
 	if len(raw) > maxURLBytes {
 		return bad("url is %d bytes long; the limit is %d", len(raw), maxURLBytes)
@@ -84,7 +85,7 @@ func checkEndpointURL(raw string) error {
 // normaliseList checks a list of ids or types, dropping repeats.
 func normaliseList(field string, in []string, check func(field, v string) error) ([]string, error) {
 	if len(in) > maxListEntries {
-		return nil, unprocessable("invalid_request", "%s has %d entries; the limit is %d", field, len(in), maxListEntries)
+		return nil, refuse(apiwire.CodeInvalidRequest, "%s has %d entries; the limit is %d", field, len(in), maxListEntries)
 	}
 	out := make([]string, 0, len(in))
 	seen := map[string]bool{}
@@ -102,14 +103,14 @@ func normaliseList(field string, in []string, check func(field, v string) error)
 
 func checkConfig(cfg map[string]string) error {
 	if len(cfg) > maxConfigEntries {
-		return unprocessable("invalid_request", "config has %d entries; the limit is %d", len(cfg), maxConfigEntries)
+		return refuse(apiwire.CodeInvalidRequest, "config has %d entries; the limit is %d", len(cfg), maxConfigEntries)
 	}
 	for k, v := range cfg {
 		if k == "" || len(k) > maxConfigKeyBytes {
-			return unprocessable("invalid_request", "config key %q must be 1 to %d bytes", clip(k), maxConfigKeyBytes)
+			return refuse(apiwire.CodeInvalidRequest, "config key %q must be 1 to %d bytes", clip(k), maxConfigKeyBytes)
 		}
 		if len(v) > maxConfigValueBytes {
-			return unprocessable("invalid_request", "config value of %q is %d bytes; the limit is %d", clip(k), len(v), maxConfigValueBytes)
+			return refuse(apiwire.CodeInvalidRequest, "config value of %q is %d bytes; the limit is %d", clip(k), len(v), maxConfigValueBytes)
 		}
 	}
 	return nil
@@ -117,7 +118,7 @@ func checkConfig(cfg map[string]string) error {
 
 func checkDescription(d string) error {
 	if len(d) > maxDescriptionBytes {
-		return unprocessable("invalid_request", "description is %d bytes; the limit is %d", len(d), maxDescriptionBytes)
+		return refuse(apiwire.CodeInvalidRequest, "description is %d bytes; the limit is %d", len(d), maxDescriptionBytes)
 	}
 	return nil
 }
@@ -126,11 +127,11 @@ func checkDescription(d string) error {
 // store and log and cannot smuggle a separator into its scope.
 func checkIdempotencyKey(k string) error {
 	if len(k) > maxIdempotencyKey {
-		return badRequest("invalid_idempotency_key", "the %s header is %d bytes; the limit is %d (a UUID is plenty)", HeaderIdempotencyKey, len(k), maxIdempotencyKey)
+		return refuse(apiwire.CodeInvalidIdempotencyKey, "the %s header is %d bytes; the limit is %d (a UUID is plenty)", HeaderIdempotencyKey, len(k), maxIdempotencyKey)
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x21 || k[i] > 0x7e {
-			return badRequest("invalid_idempotency_key", "the %s header may hold only printable ASCII without spaces; use a UUID or similar", HeaderIdempotencyKey)
+			return refuse(apiwire.CodeInvalidIdempotencyKey, "the %s header may hold only printable ASCII without spaces; use a UUID or similar", HeaderIdempotencyKey)
 		}
 	}
 	return nil

@@ -14,7 +14,7 @@ type Error struct {
 	// Status is the HTTP status the error came with. It is not in the
 	// body: a client sets it from the response.
 	Status  int    `json:"-"`
-	Code    string `json:"code"`
+	Code    Code   `json:"code"`
 	Message string `json:"message"`
 }
 
