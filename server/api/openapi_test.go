@@ -27,6 +27,7 @@ import (
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
 	"github.com/hymical/hymical/server/api"
+	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/storage"
@@ -352,6 +353,53 @@ func TestOpenAPIRoutes(t *testing.T) {
 	for op := range ops {
 		if !slices.Contains(registered, op) {
 			t.Errorf("server/api/openapi.json documents %q, which the server does not serve", op)
+		}
+	}
+}
+
+// TestOpenAPIErrorCodes holds the document's list of error codes (the enum
+// of ErrorResponse's code) equal to apiwire's. TestOpenAPIDocument then
+// checks every error answer's code against that enum.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, backends["sqlite"], nil)
+	raw := f.send(req{method: "GET", path: "/v1/openapi.json"}).must(t, http.StatusOK).raw
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				ErrorResponse struct {
+					Properties struct {
+						Error struct {
+							Properties struct {
+								Code struct {
+									Enum []apiwire.Code
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := doc.Components.Schemas.ErrorResponse.Properties.Error.Properties.Code.Enum
+	if len(documented) == 0 {
+		t.Fatal("components.schemas.ErrorResponse.properties.error.properties.code has no enum: list apiwire.Codes() there")
+	}
+	want := apiwire.Codes()
+	for i, c := range documented {
+		if !slices.Contains(want, c) {
+			t.Errorf("server/api/openapi.json lists the error code %q, which apiwire does not declare: drop it", c)
+		}
+		if slices.Contains(documented[:i], c) {
+			t.Errorf("server/api/openapi.json lists the error code %q twice", c)
+		}
+	}
+	for _, c := range want {
+		if !slices.Contains(documented, c) {
+			t.Errorf("apiwire declares the error code %q, which server/api/openapi.json does not list in ErrorResponse's code enum: add it", c)
 		}
 	}
 }
