@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,22 +35,79 @@ type apiClient struct {
 	http     *http.Client
 }
 
-// clientFlags adds the flags every API command takes.
-func clientFlags(fs *flagSet) func() (*apiClient, error) {
-	server := fs.String("server", envOr("HYMICAL_SERVER", "http://127.0.0.1:8080"), "base URL of the running server (env HYMICAL_SERVER)")
-	token := fs.String("token", "", "admin token (default: env FORMS_SERVER_ADMIN_TOKEN; a flag is visible in the process list)")
+// The variables the CLI reads. FORMS_ is the product's one prefix, for the
+// server's settings and the CLI's alike, so the admin token is the server's
+// own variable and one shell can hold both.
+const (
+	envServer     = "FORMS_CLI_SERVER"
+	envAdminToken = "FORMS_SERVER_ADMIN_TOKEN"
+	// envServerOld is FORMS_CLI_SERVER's name before the prefix was made
+	// one. It is still read, with a warning, for one release, so scripts
+	// that set it keep working while they are changed; then it goes.
+	envServerOld = "HYMICAL_SERVER"
+)
+
+const defaultServer = "http://127.0.0.1:8080"
+
+// clientFlags adds the flags every API command takes; the client it
+// returns after parsing warns on stderr of a deprecated variable it read.
+func clientFlags(fs *flagSet, stderr io.Writer) func() (*apiClient, error) {
+	server := fs.String("server", defaultServer, "base URL of the running server (env "+envServer+")")
+	token := fs.String("token", "", "admin token (default: env "+envAdminToken+"; a flag is visible in the process list)")
 	operator := fs.String("operator", envOr("USER", ""), "who you are, recorded in the replay audit")
 	return func() (*apiClient, error) {
+		base := *server
+		if !flagGiven(fs, "server") {
+			if v := lookupRenamed(os.Getenv, envServer, envServerOld, stderr); v != "" {
+				base = v
+			}
+		}
 		t := *token
 		if t == "" {
-			t = os.Getenv("FORMS_SERVER_ADMIN_TOKEN")
+			t = os.Getenv(envAdminToken)
 		}
-		u, err := url.Parse(*server)
+		u, err := url.Parse(base)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("--server %q is not an http(s) URL such as http://127.0.0.1:8080", *server)
+			return nil, fmt.Errorf("the server %q is not an http(s) URL such as %s: fix --server or %s", base, defaultServer, envServer)
 		}
-		return &apiClient{base: strings.TrimRight(*server, "/"), token: t, operator: *operator, http: &http.Client{Timeout: 30 * time.Second}}, nil
+		return &apiClient{base: strings.TrimRight(base, "/"), token: t, operator: *operator, http: &http.Client{Timeout: 30 * time.Second}}, nil
 	}
+}
+
+// flagGiven reports whether the command line set the flag name, even to
+// its default value.
+func flagGiven(fs *flagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// lookupRenamed reads the variable name, or, when it is unset or empty, the
+// name it had before, old, warning on warn that old is deprecated. When
+// both are set, name wins and the warning says old is ignored, so a stale
+// value left in a profile does not go unnoticed.
+func lookupRenamed(getenv func(string) string, name, old string, warn io.Writer) string {
+	v, oldV := getenv(name), getenv(old)
+	switch {
+	case oldV == "":
+	case v == "":
+		fmt.Fprintf(warn, "hymical: warning: %s is deprecated and will stop working in the next release; set %s instead\n", old, name)
+		return oldV
+	default:
+		fmt.Fprintf(warn, "hymical: warning: %s is ignored because %s is set; unset %s, which is deprecated\n", old, name, old)
+	}
+	return v
+}
+
+// serverEnviron is environ without the variables only the CLI reads.
+// serve refuses a FORMS_ variable that names none of its settings, which
+// catches a misspelt one; the CLI's share the prefix on purpose, so that
+// one shell (or profile) can set both.
+func serverEnviron(environ []string) []string {
+	return slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == envServer
+	})
 }
 
 func envOr(key, def string) string {
@@ -126,7 +184,7 @@ func (c *apiClient) exchange(ctx context.Context, method, path string, extra htt
 		}
 		e.Error.Status = resp.StatusCode
 		if resp.StatusCode == http.StatusUnauthorized && c.token == "" {
-			e.Error.Message += " (set FORMS_SERVER_ADMIN_TOKEN or pass --token)"
+			e.Error.Message += " (set " + envAdminToken + " or pass --token)"
 		}
 		return nil, fmt.Errorf("server answered %w", &e.Error)
 	}
@@ -173,7 +231,7 @@ ask for the next page.`
 
 func runDeliveriesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("deliveries list", deliveriesListUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	state := fs.String("state", "", "pending, processing, delivered or failed")
 	endpoint := fs.String("endpoint", "", "endpoint id")
 	form := fs.String("form", "", "form id")
@@ -230,7 +288,7 @@ status, whether it was late, when, how long, its trace id and its error.`
 
 func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("deliveries show", deliveriesShowUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	output := outputFlag(fs)
 	id, err := fs.parseWithID(args, stdout, stderr, "delivery")
 	if err != nil {
@@ -352,7 +410,7 @@ finished again since.`
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replay", replayUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	state := fs.String("state", "", "bulk: replay every delivery in this terminal state (failed or delivered)")
 	endpoint := fs.String("endpoint", "", "bulk: only this endpoint's deliveries")
 	form := fs.String("form", "", "bulk: only this form's deliveries")
@@ -422,7 +480,7 @@ instead of making a second one.`
 
 func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("endpoints add", endpointsAddUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	target := fs.String("url", "", "the receiver's URL")
 	transportName := fs.String("transport", "http", "the transport plugin that sends to it")
 	description := fs.String("description", "", "a note for operators")
@@ -494,7 +552,7 @@ Changes an endpoint's controls; a control not given keeps its value.`
 
 func runEndpointsSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("endpoints set", endpointsSetUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	controls := controlFlags(fs)
 	id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
 	if err != nil {
@@ -533,7 +591,7 @@ Resumes a disabled endpoint: its held deliveries go out again.`
 	}
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs := newFlagSet("endpoints "+action, usage)
-		client := clientFlags(fs)
+		client := clientFlags(fs, stderr)
 		id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
 		if err != nil {
 			return err
@@ -563,7 +621,7 @@ again; if another rotation has replaced it since, it says so.`
 
 func runEndpointsRotateSecret(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("endpoints rotate-secret", endpointsRotateUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	key := fs.String("idempotency-key", "", "send the same key again and the server returns the secret the first rotation made")
 	id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
 	if err != nil {
@@ -608,7 +666,7 @@ const listWidth = 120
 
 func runEndpointsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("endpoints list", endpointsListUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	wide := fs.Bool("wide", false, "every column, in full: forms, event types, controls, scheme, public keys, description")
 	pageSize := fs.Int("page-size", 100, "endpoints asked for in each request, 1 to 500; the list follows every page")
 	output := outputFlag(fs)
@@ -669,7 +727,7 @@ outcome, as a late attempt). The operator endpoint
 
 func runEndpointsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("endpoints delete", endpointsDeleteUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	yes := fs.Bool("yes", false, "confirm the delete, which cannot be undone")
 	force := fs.Bool("force", false, "also fail the endpoint's pending and processing deliveries")
 	id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
@@ -952,7 +1010,7 @@ its submission id and the deliveries it fanned out to.`
 
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("submit", submitUsage)
-	client := clientFlags(fs)
+	client := clientFlags(fs, stderr)
 	form := fs.String("form", "form_demo", "the form id")
 	data := fs.String("data", `{"name":"Ada Lovelace","email":"ada@example.com","message":"Hello"}`, "the submission's data, a JSON object")
 	key := fs.String("idempotency-key", "", "send the same key again and the server returns the first submission")

@@ -7,17 +7,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/server/api/apiwire"
+	"github.com/hymical/hymical/server/config"
 )
 
 // TestEveryCommandHasItsOwnHelp runs --help on every command and
@@ -587,5 +590,109 @@ func TestEndpointsListEscapesControlCharacters(t *testing.T) {
 		if n := strings.Count(out, "\n"); n != want {
 			t.Errorf("%s: %d lines, want %d:\n%s", name, n, want, out)
 		}
+	}
+}
+
+// TestEnvRenamed: the CLI's variables take the new name first and read the
+// old one, with a warning naming the new, only when the new is not set.
+func TestEnvRenamed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		want     string
+		warnings []string // each must be in the warning; none: no warning
+	}{
+		{name: "neither set", want: ""},
+		{name: "the new name", env: map[string]string{"FORMS_CLI_SERVER": "http://new:1"}, want: "http://new:1"},
+		{name: "the old name alone", env: map[string]string{"HYMICAL_SERVER": "http://old:1"}, want: "http://old:1",
+			warnings: []string{"HYMICAL_SERVER is deprecated", "set FORMS_CLI_SERVER instead"}},
+		{name: "both", env: map[string]string{"FORMS_CLI_SERVER": "http://new:1", "HYMICAL_SERVER": "http://old:1"}, want: "http://new:1",
+			warnings: []string{"HYMICAL_SERVER is ignored because FORMS_CLI_SERVER is set"}},
+		{name: "the new name empty", env: map[string]string{"FORMS_CLI_SERVER": "", "HYMICAL_SERVER": "http://old:1"}, want: "http://old:1",
+			warnings: []string{"set FORMS_CLI_SERVER instead"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var warn bytes.Buffer
+			got := lookupRenamed(func(k string) string { return tc.env[k] }, envServer, envServerOld, &warn)
+			if got != tc.want {
+				t.Errorf("read %q, want %q", got, tc.want)
+			}
+			if len(tc.warnings) == 0 && warn.Len() > 0 {
+				t.Errorf("warned %q, want no warning", warn.String())
+			}
+			for _, w := range tc.warnings {
+				if !strings.Contains(warn.String(), w) {
+					t.Errorf("warned %q, want it to say %q", warn.String(), w)
+				}
+			}
+		})
+	}
+}
+
+// TestCLIServerFromEnv runs a command against a server named in each way a
+// user can name it: the warning for the old variable goes to stderr, once,
+// and only when that variable is what the command used.
+func TestCLIServerFromEnv(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"endpoints":[],"next_cursor":null}`))
+	}))
+	defer srv.Close()
+	const nowhere = "http://127.0.0.1:9" // the discard port: a request there fails
+	for _, tc := range []struct {
+		name           string
+		newVar, oldVar string
+		args           []string
+		warn           string // in stderr; "" for nothing on stderr
+	}{
+		{name: "FORMS_CLI_SERVER", newVar: srv.URL},
+		{name: "HYMICAL_SERVER, deprecated", oldVar: srv.URL, warn: "HYMICAL_SERVER is deprecated and will stop working in the next release; set FORMS_CLI_SERVER instead"},
+		{name: "both", newVar: srv.URL, oldVar: nowhere, warn: "HYMICAL_SERVER is ignored because FORMS_CLI_SERVER is set"},
+		{name: "--server over both", newVar: nowhere, oldVar: nowhere, args: []string{"--server", srv.URL}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("FORMS_CLI_SERVER", tc.newVar)
+			t.Setenv("HYMICAL_SERVER", tc.oldVar)
+			t.Setenv("FORMS_SERVER_ADMIN_TOKEN", "test-admin-token-0123456789")
+			asked.Store(0)
+			var stdout, stderr bytes.Buffer
+			if err := run(t.Context(), append([]string{"endpoints", "list"}, tc.args...), &stdout, &stderr); err != nil {
+				t.Fatalf("endpoints list: %v\nstderr: %s", err, stderr.String())
+			}
+			if n := asked.Load(); n != 1 {
+				t.Fatalf("the server was asked %d times, want once", n)
+			}
+			switch {
+			case tc.warn == "" && stderr.Len() > 0:
+				t.Errorf("stderr %q, want nothing", stderr.String())
+			case tc.warn != "" && strings.Count(stderr.String(), tc.warn) != 1:
+				t.Errorf("stderr %q, want it to say once %q", stderr.String(), tc.warn)
+			}
+		})
+	}
+}
+
+// TestCLIEnvIsNotRefusedByServe: serve refuses a FORMS_ variable that is
+// none of its settings, so the CLI's own are taken out of what it reads;
+// a shell that sets FORMS_CLI_SERVER can still start the server.
+func TestCLIEnvIsNotRefusedByServe(t *testing.T) {
+	t.Parallel()
+	environ := []string{"FORMS_CLI_SERVER=http://127.0.0.1:8080", "FORMS_SERVER_LISTEN=127.0.0.1:0", "PATH=/bin"}
+	load := func(environ []string) error {
+		_, _, err := config.Load(config.LoadOptions{Environ: environ, Program: "hymical serve", Output: io.Discard, GenerateAdminToken: randomToken})
+		return err
+	}
+	if err := load(environ); !errors.Is(err, config.ErrUnknownKey) {
+		t.Fatalf("config.Load with FORMS_CLI_SERVER: %v, want ErrUnknownKey (if serve now knows the CLI's variables, serverEnviron can go)", err)
+	}
+	if err := load(serverEnviron(environ)); err != nil {
+		t.Fatalf("config.Load of serverEnviron: %v", err)
+	}
+	if got := serverEnviron(environ); !slices.Equal(got, environ[1:]) {
+		t.Errorf("serverEnviron kept %q, want %q", got, environ[1:])
 	}
 }

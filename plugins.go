@@ -22,7 +22,7 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // reads the configuration as serve does, so --help lists serve's keys.
 func runPluginsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, _, err := config.Load(config.LoadOptions{
-		Environ: os.Environ(), Args: args, Program: "hymical plugins list", Output: stdout,
+		Environ: serverEnviron(os.Environ()), Args: args, Program: "hymical plugins list", Output: stdout,
 		// Listing plugins needs no API, so no token either.
 		GenerateAdminToken: randomToken,
 	})

@@ -20,7 +20,7 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	generated := false
 	cfg, warnings, err := config.Load(config.LoadOptions{
-		Environ: os.Environ(),
+		Environ: serverEnviron(os.Environ()),
 		Args:    args,
 		Program: "hymical serve",
 		Output:  stdout,
