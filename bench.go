@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/harness/bench"
+	"github.com/hymical/hymical/internal/gctarget"
 	"github.com/hymical/hymical/internal/redact"
 )
 
@@ -152,7 +153,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	// The phases that run the server's parts in this process run them with
 	// serve's collector setting; in the HTTP mode serve sets its own.
-	gc := setGCPercent(os.Getenv)
+	gc := gctarget.Apply(os.Getenv)
 
 	start := time.Now()
 	rep, err := bench.Run(ctx, o)
