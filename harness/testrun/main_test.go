@@ -44,6 +44,10 @@ func TestSummary(t *testing.T) {
 		{Action: "output", Package: "plugins/nats", Test: "TestBroken", Output: "    broken_test.go:9: lost a delivery\n"},
 		{Action: "fail", Package: "plugins/nats", Test: "TestBroken"},
 		{Action: "fail", Package: "plugins/nats", Elapsed: 1},
+		// Off unless HYMICAL_TEST_RELEASE=1: shown as skipped, by its reason.
+		{Action: "output", Package: "hymical", Test: "TestReleaseArchive", Output: "    release_test.go:35: HYMICAL_TEST_RELEASE is not set to 1: release builds take minutes\n"},
+		{Action: "skip", Package: "hymical", Test: "TestReleaseArchive"},
+		{Action: "pass", Package: "hymical", Elapsed: 2},
 		{Action: "output", Package: "sdk/webhook", Output: "ok  \tsdk/webhook\t(cached)\n"},
 		{Action: "pass", Package: "sdk/webhook"},
 	}
@@ -65,10 +69,11 @@ func TestSummary(t *testing.T) {
 		"FAIL\tplugins/nats\t1.000s",
 		"ok  \tsdk/webhook\t(cached)",
 		"broken_test.go:9: lost a delivery",
-		"1 top-level tests passed, 1 failed, 1 skipped",
+		"1 top-level tests passed, 1 failed, 2 skipped",
 		"postgres      SKIPPED: 1 tests did not run",
 		"nats-server   used by 1 tests",
 		"HYMICAL_TEST_POSTGRES_DSN is not set: run it\n         in storage/postgres",
+		"HYMICAL_TEST_RELEASE is not set to 1: release builds take minutes\n         in hymical",
 		"   plugins/nats TestBroken",
 	} {
 		if !strings.Contains(got, want) {
