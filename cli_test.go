@@ -74,7 +74,6 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		{args: []string{"deliveries", "show"}, usage: "usage: hymical deliveries show", flags: cat(client, []string{"o"}),
 			notFlags: []string{"state", "cursor", "limit", "url"}},
 		{args: []string{"replay"}, usage: "usage: hymical replay", flags: cat(client, []string{"state", "endpoint", "form", "limit", "idempotency-key"}), notFlags: []string{"cursor", "url", "wide"}},
-		{args: []string{"bench"}, usage: "usage: hymical bench", flags: []string{"backend", "submissions", "endpoints", "concurrency", "json"}, notFlags: client},
 		{args: []string{"version"}, usage: "usage: hymical version", notFlags: client},
 		{args: []string{"secrets"}, usage: "usage: hymical secrets COMMAND", lines: []string{"  rotate-key "}},
 		{args: []string{"secrets", "rotate-key"}, usage: "usage: hymical secrets rotate-key", flags: []string{"database", "key-file", "new-key-file", "generate", "force"},

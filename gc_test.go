@@ -4,44 +4,11 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"testing"
 	"time"
-)
 
-// serve runs the collector at serveGCPercent unless GOGC is set, and its
-// banner says which.
-func TestSetGCPercent(t *testing.T) {
-	// The collector's target is the process's: put back the test binary's.
-	before := debug.SetGCPercent(100)
-	t.Cleanup(func() { debug.SetGCPercent(before) })
-	tests := []struct {
-		name     string
-		gogc     string
-		wantGC   int
-		wantLine string
-	}{
-		{"GOGC unset", "", serveGCPercent, "GOGC=400, serve's default"},
-		{"GOGC set", "150", 100, "GOGC=150, from the environment"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			debug.SetGCPercent(100)
-			line := setGCPercent(func(k string) string {
-				if k == "GOGC" {
-					return tt.gogc
-				}
-				return ""
-			})
-			if got := debug.SetGCPercent(100); got != tt.wantGC {
-				t.Errorf("collector target %d, want %d", got, tt.wantGC)
-			}
-			if !strings.Contains(line, tt.wantLine) {
-				t.Errorf("banner line %q does not say %q", line, tt.wantLine)
-			}
-		})
-	}
-}
+	"github.com/hymical/hymical/internal/gctarget"
+)
 
 // serve gives its spare heap back once it is quiet, and only then: not
 // while it allocates, and not when it holds little more than is live.
@@ -69,7 +36,7 @@ func TestQuietSpareToReturn(t *testing.T) {
 // Read from the runtime, a heap that a burst grew is given back once the
 // allocating stops: what the runtime holds falls to near what is live.
 func TestReturnMemoryWhenQuietGivesBackAfterABurst(t *testing.T) {
-	before := debug.SetGCPercent(serveGCPercent)
+	before := debug.SetGCPercent(gctarget.Serve)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
 	// A burst: 200 MiB allocated, little of it kept.
 	var keep [][]byte

@@ -1,83 +1,218 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 )
 
-// TestImportBoundaries holds the layout's rules in one place: what each
-// room of the tree may not reach. Plugin authors import sdk/, so it must not
-// drag in the server; plugins must not touch delivery state; the plugin host
-// moves messages and never sees the store; storage knows no transport.
-// Receivers import sdk/webhook into their own services, so it carries no
-// database driver (its SQL deduper speaks database/sql and the receiver
-// picks the driver) and not the plugin SDK. The API and the console see the
-// store through its interface and share endpoint changes through
-// server/endpoint: they link no driver, never claim, send or reach a
-// plugin. internal/ holds primitives only; the harnesses sit on top and
-// nothing imports them. Only the packages themselves are checked, not
-// their tests. A forbidden entry is a path inside this module, or a full
-// import path when it contains a dot, and forbids that package and every
-// package below it; one ending in "=" forbids only that package (so
-// "server=" is the assembly, not its subpackages).
-func TestImportBoundaries(t *testing.T) {
-	t.Parallel()
-	const mod = "github.com/hymical/hymical/"
+// importRule is one room of the tree and what it may not reach, with the
+// reason, which a failure prints beside the offending import so that
+// whoever breaks the rule reads why it is there. A forbidden entry is a
+// path inside this module, or a full import path when it contains a dot,
+// and forbids that package and every package below it; one ending in "="
+// forbids only that package (so "server=" is the assembly, not its
+// subpackages). stdOnly forbids everything outside the standard library
+// but the pattern's own packages. Only the packages themselves are
+// checked, not their tests.
+type importRule struct {
+	pattern   string
+	forbidden []string
+	stdOnly   bool
+	why       string
+}
+
+// importRules are the layout's rules in one place (DESIGN.md, Layout).
+func importRules() []importRule {
 	// The assembly's rooms, under server/: none imports the assembly
 	// (server=) or the harnesses, and none reaches sideways into a room
 	// that is not its business.
 	room := func(sideways ...string) []string { return append([]string{"server=", "harness"}, sideways...) }
-	rules := []struct {
-		pattern   string
-		forbidden []string
-	}{
-		{"./sdk/...", []string{"server", "storage", "plugins", "harness", "internal"}},
-		{"./sdk/webhook/...", []string{"sdk/transport", "modernc.org/sqlite", "github.com/jackc/pgx", "github.com/lib/pq", "github.com/mattn/go-sqlite3"}},
-		{"./plugins/...", []string{"server", "storage", "harness", "internal"}},
-		{"./examples/...", []string{"server", "storage", "harness", "internal"}},
-		// storage shares one primitive with the SDK (sdk/boundtext), not its contracts.
-		{"./storage/...", []string{"server", "sdk/transport", "sdk/webhook", "plugins", "harness"}},
-		// internal/ holds only primitives that any layer may use.
-		{"./internal/...", []string{"server", "storage", "harness", "plugins", "sdk"}},
-		// The HTTP faces see the store through its interface: no database
-		// driver, not the package that opens one, and no delivery loop.
-		{"./server/api/...", room("server/worker", "server/database", "server/pluginhost", "server/console", "server/fleet", "plugins", "modernc.org/sqlite", "github.com/jackc/pgx")},
-		{"./server/console/...", room("server/worker", "server/database", "server/pluginhost", "server/api", "server/fleet", "plugins", "modernc.org/sqlite", "github.com/jackc/pgx")},
-		{"./server/config/...", room("server/api", "server/console", "server/database", "server/fleet", "server/endpoint")},
-		{"./server/database/...", room("server/api", "server/console", "server/worker", "server/pluginhost", "server/fleet", "server/endpoint")},
-		{"./server/endpoint/...", room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database", "server/fleet")},
-		{"./server/event/...", room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database", "server/fleet", "server/endpoint")},
-		{"./server/fleet/...", room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database")},
-		// The plugin host moves messages and never sees the store.
-		{"./server/pluginhost/...", room("storage", "server/worker", "server/api", "server/console")},
-		{"./server/telemetry/...", room("server/api", "server/console", "server/worker", "server/database")},
-		{"./server/worker/...", room("server/api", "server/console", "server/database", "server/fleet", "server/endpoint")},
-		{"./server", []string{"harness"}},
+	const roomWhy = "; no room under server/ imports the assembly (package server) or a harness"
+	return []importRule{
+		{pattern: ".", forbidden: []string{"harness", "plugins", "examples"},
+			why: "the hymical binary is the product: it links no harness (benchmarks and test drivers are commands of their own under harness/) and no transport in-process (plugins run as processes of their own)"},
+		{pattern: "./sdk/...", forbidden: []string{"server", "storage", "plugins", "harness", "internal"},
+			why: "plugin authors and receivers import sdk/, so it must not drag the server in"},
+		{pattern: "./sdk/webhook/...", forbidden: []string{"sdk/transport", "modernc.org/sqlite", "github.com/jackc/pgx", "github.com/lib/pq", "github.com/mattn/go-sqlite3"},
+			why: "receivers import sdk/webhook into their own services: its SQL deduper speaks database/sql and the receiver picks the driver, and it carries no plugin SDK"},
+		{pattern: "./plugins/...", forbidden: []string{"server", "storage", "harness", "internal"},
+			why: "a plugin sends an already-signed message and reports the outcome: it never sees the store or delivery state, only the SDK"},
+		{pattern: "./examples/...", forbidden: []string{"server", "storage", "harness", "internal"},
+			why: "the examples show what a third party can build with the SDK alone"},
+		{pattern: "./storage/...", forbidden: []string{"server", "sdk/transport", "sdk/webhook", "plugins", "harness"},
+			why: "storage is the state machine below the server and knows no transport; it shares one primitive with the SDK (sdk/boundtext), not its contracts"},
+		{pattern: "./internal/...", forbidden: []string{"server", "storage", "harness", "plugins", "sdk"},
+			why: "internal/ holds small primitives that any layer may use, so it imports none of the layers"},
+		{pattern: "./server/api/...", forbidden: room("server/worker", "server/database", "server/pluginhost", "server/console", "server/fleet", "plugins", "modernc.org/sqlite", "github.com/jackc/pgx"),
+			why: "the API sees the store through its interface: it links no database driver nor the package that opens one, never claims, sends or reaches a plugin (it checks retry schedules with server/retrypolicy, not the worker)" + roomWhy},
+		{pattern: "./server/api/apiwire", stdOnly: true,
+			why: "the API's JSON types are imported by clients (the CLI, tests, other programs), which must get no driver, no worker, nothing of the server"},
+		{pattern: "./server/console/...", forbidden: room("server/worker", "server/database", "server/pluginhost", "server/api", "server/fleet", "plugins", "modernc.org/sqlite", "github.com/jackc/pgx"),
+			why: "the console sees the store through its interface and shares endpoint changes through server/endpoint: it links no driver, never claims, sends or reaches a plugin, and is not the API" + roomWhy},
+		{pattern: "./server/config/...", forbidden: room("server/api", "server/console", "server/database", "server/fleet", "server/endpoint"),
+			why: "config reads and checks settings; the faces, the database and the jobs read it, not the other way round" + roomWhy},
+		{pattern: "./server/database/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/fleet", "server/endpoint"),
+			why: "database opens the store a URL names and checks its schema, for whoever needs one; it serves no request and delivers nothing" + roomWhy},
+		{pattern: "./server/endpoint/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database", "server/fleet"),
+			why: "the endpoint operations that the API, the console and endpoint health share sit below all three and take the store they are given" + roomWhy},
+		{pattern: "./server/event/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database", "server/fleet", "server/endpoint"),
+			why: "the events the server makes are built from what the store holds, below every part that creates them" + roomWhy},
+		{pattern: "./server/fleet/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database"),
+			why: "the jobs beside the loop (registry, health, retention) work on the store alone: no face, no delivery loop, no plugin" + roomWhy},
+		{pattern: "./server/pluginhost/...", forbidden: room("storage", "server/worker", "server/api", "server/console"),
+			why: "the plugin host moves messages to plugins and back and never sees the store or delivery state" + roomWhy},
+		{pattern: "./server/retrypolicy", stdOnly: true,
+			why: "the API and the worker both import the retry bounds, which must bring neither of them along"},
+		{pattern: "./server/telemetry/...", forbidden: room("server/api", "server/console", "server/worker", "server/database"),
+			why: "every part reports through telemetry, so it depends on none of them" + roomWhy},
+		{pattern: "./server/worker/...", forbidden: room("server/api", "server/console", "server/database", "server/fleet", "server/endpoint"),
+			why: "the worker claims, signs, sends and records through the store and the plugin host; it serves no request and is handed an open store" + roomWhy},
+		{pattern: "./server", forbidden: []string{"harness"},
+			why: "the assembly is the product that serve and demo run: it links no harness"},
 	}
-	for _, r := range rules {
+}
+
+// listedPackage is one line of go list -deps for a rule's pattern.
+type listedPackage struct {
+	path     string
+	standard bool // in the standard library
+	depOnly  bool // a dependency, not a package of the pattern itself
+}
+
+// listFormat has go list print what parseListed reads.
+const listFormat = "{{.ImportPath}} {{.Standard}} {{.DepOnly}}"
+
+func parseListed(out string) ([]listedPackage, error) {
+	var pkgs []listedPackage
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 3 {
+			return nil, fmt.Errorf("go list printed %q, not %q", line, listFormat)
+		}
+		pkgs = append(pkgs, listedPackage{path: f[0], standard: f[1] == "true", depOnly: f[2] == "true"})
+	}
+	return pkgs, nil
+}
+
+// violations are the packages of deps that r forbids, each said with r's
+// reason.
+func (r importRule) violations(deps []listedPackage) []string {
+	const mod = "github.com/hymical/hymical/"
+	var out []string
+	for _, dep := range deps {
+		if r.stdOnly && dep.depOnly && !dep.standard {
+			out = append(out, fmt.Sprintf("%s depends on %s, outside the standard library, which it must not: %s", r.pattern, dep.path, r.why))
+			continue
+		}
+		for _, f := range r.forbidden {
+			exact := strings.HasSuffix(f, "=")
+			f = strings.TrimSuffix(f, "=")
+			if !strings.Contains(f, ".") {
+				f = mod + f
+			}
+			if dep.path == f || !exact && strings.HasPrefix(dep.path, f+"/") {
+				out = append(out, fmt.Sprintf("%s depends on %s, which it must not: %s", r.pattern, dep.path, r.why))
+			}
+		}
+	}
+	return out
+}
+
+// TestImportBoundaries holds every room of the tree to its rule, on what
+// go list says the packages import now.
+func TestImportBoundaries(t *testing.T) {
+	t.Parallel()
+	for _, r := range importRules() {
 		t.Run(r.pattern, func(t *testing.T) {
 			t.Parallel()
-			// Packages of the pattern itself, with their non-test imports.
-			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", r.pattern).CombinedOutput()
+			out, err := exec.Command("go", "list", "-deps", "-f", listFormat, r.pattern).Output()
 			if err != nil {
-				if strings.Contains(string(out), "matched no packages") {
-					return
+				var stderr []byte
+				if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+					stderr = ee.Stderr
 				}
-				t.Fatalf("go list %s: %v\n%s", r.pattern, err, out)
+				t.Fatalf("go list %s: %v\n%s", r.pattern, err, stderr)
 			}
-			for _, dep := range strings.Fields(string(out)) {
-				for _, f := range r.forbidden {
-					exact := strings.HasSuffix(f, "=")
-					f = strings.TrimSuffix(f, "=")
-					if !strings.Contains(f, ".") {
-						f = mod + f
-					}
-					if dep == f || !exact && strings.HasPrefix(dep, f+"/") {
-						t.Errorf("%s depends on %s", r.pattern, dep)
-					}
+			deps, err := parseListed(string(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := 0
+			for _, d := range deps {
+				if !d.depOnly {
+					own++
 				}
+			}
+			if own == 0 {
+				// A rule whose pattern names nothing holds nothing.
+				t.Fatalf("%s matches no package: the rule guards nothing; point it at where the room is now", r.pattern)
+			}
+			for _, v := range r.violations(deps) {
+				t.Error(v)
 			}
 		})
+	}
+}
+
+// TestImportRulesCatchTheirBreaks feeds the rules the go list output of a
+// tree that breaks them, so a rule that could never fire cannot pass
+// unnoticed: the hymical command linking the bench again, the API linking
+// the worker, the API's wire types or the retry bounds importing anything
+// outside the standard library.
+func TestImportRulesCatchTheirBreaks(t *testing.T) {
+	t.Parallel()
+	const mod = "github.com/hymical/hymical/"
+	rules := map[string]importRule{}
+	for _, r := range importRules() {
+		if r.why == "" {
+			t.Errorf("the rule for %s gives no reason", r.pattern)
+		}
+		if len(r.forbidden) == 0 && !r.stdOnly {
+			t.Errorf("the rule for %s forbids nothing", r.pattern)
+		}
+		rules[r.pattern] = r
+	}
+	tests := []struct {
+		pattern string
+		listed  string // go list -deps -f listFormat
+		want    string // in the one violation; "" for none
+	}{
+		{".", mod + "harness/bench false true\n" + mod + " false false", "depends on " + mod + "harness/bench, which it must not: the hymical binary is the product"},
+		{".", mod + "plugins/http/httptransport false true\n" + mod + " false false", "no transport in-process"},
+		{".", "fmt true true\n" + mod + "server false true\n" + mod + " false false", ""},
+		{"./server/api/...", mod + "server/worker false true\n" + mod + "server/api false false", "server/api/... depends on " + mod + "server/worker"},
+		{"./server/api/...", mod + "server/retrypolicy false true\n" + mod + "server/api false false", ""},
+		{"./server/api/...", mod + "server false true\n" + mod + "server/api false false", "imports the assembly"},
+		{"./server/api/...", mod + "server/endpoint false true\n" + mod + "server/api false false", ""},
+		{"./server/api/apiwire", "github.com/jackc/pgx/v5 false true\n" + mod + "server/api/apiwire false false", "outside the standard library"},
+		{"./server/api/apiwire", "encoding/json true true\n" + mod + "server/api/apiwire false false", ""},
+		{"./server/retrypolicy", mod + "internal/redact false true\n" + mod + "server/retrypolicy false false", "must bring neither of them along"},
+		{"./server/retrypolicy", "time true true\n" + mod + "server/retrypolicy false false", ""},
+	}
+	for _, tt := range tests {
+		r, ok := rules[tt.pattern]
+		if !ok {
+			t.Fatalf("no rule for %s", tt.pattern)
+		}
+		deps, err := parseListed(tt.listed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := r.violations(deps)
+		switch {
+		case tt.want == "" && len(got) > 0:
+			t.Errorf("%s with %q: %q, want no violation", tt.pattern, tt.listed, got)
+		case tt.want != "" && (len(got) != 1 || !strings.Contains(got[0], tt.want)):
+			t.Errorf("%s with %q: %q, want one violation saying %q", tt.pattern, tt.listed, got, tt.want)
+		}
+	}
+	if _, err := parseListed("one two"); err == nil {
+		t.Error("parseListed took a line without the three fields")
 	}
 }

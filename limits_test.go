@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
@@ -51,10 +52,11 @@ func (r *limitReceiver) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 func TestEndpointLimitsHoldAcrossServerProcesses(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	dir := t.TempDir()
-	for out, pkg := range map[string]string{"hymical": ".", "hymical-plugin-http": "./plugins/http"} {
-		if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, b)
-		}
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, "hymical"), ".").CombinedOutput(); err != nil {
+		t.Fatalf("build hymical: %v\n%s", err, b)
 	}
 	ctx := t.Context()
 	store, err := postgres.Open(ctx, dsn)

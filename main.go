@@ -61,7 +61,6 @@ Commands:
   migrate      apply pending schema migrations and report what was done
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
-  bench        measure delivery throughput, latency and cost against a loopback receiver
   secrets      rotate-key: encrypt the endpoints' signing secrets under a new key
   version      print the build (version, revision, time) and the schema version it needs
 
@@ -84,7 +83,6 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"endpoints":  runEndpoints,
 	"deliveries": runDeliveries,
 	"replay":     runReplay,
-	"bench":      runBench,
 	"version":    runVersion,
 	"secrets":    runSecrets,
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"debug/buildinfo"
 	"debug/elf"
@@ -16,7 +17,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestReleaseArchive runs .ci/release.sh for linux/amd64 on the commit
@@ -29,6 +32,7 @@ import (
 // entries sorted, owned by 0:0 with no names, dated at the commit; gzip
 // with no name or time).
 func TestReleaseArchive(t *testing.T) {
+	needReleaseSwitch(t)
 	if testing.Short() {
 		t.Skip("builds a release from a fresh clone")
 	}
@@ -50,9 +54,7 @@ func TestReleaseArchive(t *testing.T) {
 		t.Helper()
 		// The commit read above, not HEAD again: a commit made while the
 		// test runs must not change what it checks against.
-		cmd := exec.Command("bash", ".ci/release.sh", "-o", out, rev)
-		cmd.Env = append(os.Environ(), "PLATFORMS=linux/amd64")
-		if b, err := cmd.CombinedOutput(); err != nil {
+		if b, err := runInOwnGroup(t, "", []string{"PLATFORMS=linux/amd64"}, "bash", ".ci/release.sh", "-o", out, rev); err != nil {
 			t.Fatalf(".ci/release.sh: %v\n%s", err, b)
 		}
 	}
@@ -130,6 +132,57 @@ func TestReleaseArchive(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(v), "hymical "+version+"+"+rev+" ") {
 		t.Errorf("the released hymical version says (%v):\n%s\nwant it to start with hymical %s+%s", err, v, version, rev)
 	}
+}
+
+// releaseSwitch is the environment variable that turns on the tests that
+// build release archives and fresh checkouts. They spend minutes in go
+// build on a small machine, which every run of the package's tests paid,
+// so a plain go test leaves them out; .ci/run sets it.
+const releaseSwitch = "HYMICAL_TEST_RELEASE"
+
+// needReleaseSwitch skips the test unless releaseSwitch is 1, with one
+// reason for every such test, so the test command's summary counts them
+// under it.
+func needReleaseSwitch(t *testing.T) {
+	t.Helper()
+	if os.Getenv(releaseSwitch) != "1" {
+		t.Skipf("%s is not set to 1: release builds and fresh checkouts take minutes (.ci/run sets it)", releaseSwitch)
+	}
+}
+
+// runInOwnGroup runs a command that starts processes of its own (go
+// build, git, gzip) in a process group of its own, in dir ("": this
+// package's) with env added to this process's environment, and returns its
+// combined output. Killing the command alone would leave those running
+// (they were left as orphans when the test was stopped), so the whole
+// group is killed when the test ends, or a little before the test
+// binary's -timeout would end it with a panic that kills nothing; and
+// whatever the command left running in its group goes with it when it
+// exits.
+func runInOwnGroup(t *testing.T, dir string, env []string, name string, args ...string) ([]byte, error) {
+	t.Helper()
+	ctx := t.Context()
+	if dl, ok := t.Deadline(); ok {
+		margin := min(time.Until(dl)/10, time.Minute)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// A killed command's children may hold the output pipe a moment.
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w: its process group was killed as the test's time ran out (%w)", err, ctx.Err())
+	}
+	return out, err
 }
 
 // untar writes a .tar.gz's regular files under dir and returns every

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/hymical/hymical/internal/gctarget"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/config"
 )
@@ -36,7 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	gc := setGCPercent(os.Getenv)
+	gc := gctarget.Apply(os.Getenv)
 	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
 		return err

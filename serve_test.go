@@ -136,10 +136,11 @@ func TestServeAndOperatorCommands(t *testing.T) {
 // not outlive it.
 func TestPluginsDieWithAKilledServer(t *testing.T) {
 	dir := t.TempDir()
-	for out, pkg := range map[string]string{"hymical": ".", "hymical-plugin-http": "./plugins/http"} {
-		if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, b)
-		}
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, "hymical"), ".").CombinedOutput(); err != nil {
+		t.Fatalf("build hymical: %v\n%s", err, b)
 	}
 	srv := exec.Command(filepath.Join(dir, "hymical"), "serve",
 		"--database.url=sqlite:"+filepath.Join(dir, "h.db"), "--server.listen=127.0.0.1:0")

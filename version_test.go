@@ -61,6 +61,7 @@ go        go1.26.8
 // (golang/go#58218), and this machine's GOFLAGS may say -buildvcs=false,
 // which the -buildvcs=true below overrides.
 func TestVersionOfABuildFromACheckout(t *testing.T) {
+	needReleaseSwitch(t)
 	if testing.Short() {
 		t.Skip("builds hymical in a fresh checkout")
 	}
@@ -106,9 +107,7 @@ func TestVersionOfABuildFromACheckout(t *testing.T) {
 	rev := git("rev-parse", "HEAD")
 
 	bin := filepath.Join(t.TempDir(), "hymical")
-	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
+	if out, err := runInOwnGroup(t, src, nil, "go", "build", "-buildvcs=true", "-o", bin, "."); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, "version").CombinedOutput()

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/harness/e2etest"
 	serverevent "github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
@@ -34,9 +34,8 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pluginhost.BinaryPrefix+"http"), "github.com/hymical/hymical/plugins/http").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the http plugin: %v\n%s", err, out)
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		fmt.Fprintf(os.Stderr, "building the http plugin: %v\n", err)
 		return 1
 	}
 	pluginDir = dir

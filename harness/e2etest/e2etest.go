@@ -7,7 +7,10 @@ package e2etest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -16,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/harness/pluginbin"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
@@ -26,17 +30,55 @@ import (
 	"github.com/hymical/hymical/storage/sqlite"
 )
 
-// BuildPlugins builds each plugin as dir/hymical-plugin-<name> from its
-// package's import path (e.g. "github.com/hymical/hymical/plugins/http"),
-// so it works from any package's test.
+// BuildPlugins puts each plugin in dir as hymical-plugin-<name>, built
+// from its package's import path (e.g. "github.com/hymical/hymical/plugins/http"),
+// so it works from any package's test. Under the test command, which has
+// built the shipped plugins once for the whole run (see pluginbin), it
+// copies that binary instead of building it again; a copy, not a link, so
+// a test may replace or damage its own.
 func BuildPlugins(dir string, pkgs map[string]string) error {
 	for name, pkg := range pkgs {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pluginhost.BinaryPrefix+name), pkg).CombinedOutput()
+		dst := filepath.Join(dir, pluginhost.BinaryPrefix+name)
+		built, ok, err := pluginbin.Lookup(os.Getenv, pkg)
+		if err != nil {
+			return fmt.Errorf("plugin %s: %w", name, err)
+		}
+		if ok {
+			if err := copyExecutable(built, dst); err != nil {
+				return fmt.Errorf("plugin %s from the run's build of %s: %w", name, pkg, err)
+			}
+			continue
+		}
+		out, err := exec.Command("go", "build", "-o", dst, pkg).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("build plugin %s from %s: %v\n%s", name, pkg, err, out)
 		}
 	}
 	return nil
+}
+
+// copyExecutable copies the file at src to a new executable file at dst.
+func copyExecutable(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	// A new file, as go build makes, even if an old one is still running.
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	_, err = io.Copy(out, in)
+	return err
 }
 
 // PluginMain builds the plugins into a fresh temporary directory, runs the

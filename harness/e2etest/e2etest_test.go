@@ -4,11 +4,15 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/harness/pluginbin"
 	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
 )
 
@@ -105,5 +109,39 @@ func TestCreateEndpoint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Under the test command BuildPlugins copies the binary the run built
+// instead of building: the package named here does not exist, so a build
+// would fail. The copy is a file of its own, so a test that damages its
+// plugin leaves the run's alone.
+func TestBuildPluginsTakesTheRunsBuild(t *testing.T) {
+	const pkg = "example.com/nowhere/plugins/fake"
+	run := t.TempDir()
+	built := filepath.Join(run, pluginbin.FileName(pkg))
+	if err := os.WriteFile(built, []byte("the run's binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(pluginbin.DirEnv, run)
+	dir := t.TempDir()
+	for range 2 { // again over its own copy, as a second build would
+		if err := BuildPlugins(dir, map[string]string{"fake": pkg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := filepath.Join(dir, pluginhost.BinaryPrefix+"fake")
+	fi, err := os.Stat(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm()&0o100 == 0 {
+		t.Errorf("%s is not executable: %s", got, fi.Mode())
+	}
+	if err := os.WriteFile(got, []byte("damaged"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(built); err != nil || string(b) != "the run's binary" {
+		t.Errorf("the run's binary holds %q, %v after a test changed its copy", b, err)
 	}
 }

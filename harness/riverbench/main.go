@@ -1,7 +1,7 @@
 // Command riverbench is the yardstick issue 21 measures hymical's drain
 // against: a webhook sender a team could build on River instead, run on the
 // same machine, database server, receiver and submission body as
-// `hymical bench --preload`, and measured the same way.
+// `hymical-bench --preload`, and measured the same way.
 //
 // It is its own Go module, outside the repository's go.work (hence
 // GOWORK=off), so River never enters hymical's dependencies:
@@ -18,7 +18,7 @@
 // worker with net/http: no plugin hop. plugin sends the message hymical's
 // worker would (bench.SignedMessage) through the real hymical-plugin-http,
 // launched from --plugins through hymical's plugin host (hashicorp/go-plugin
-// over gRPC) exactly as `hymical bench --transport plugin` launches it, so
+// over gRPC) exactly as `hymical-bench --transport plugin` launches it, so
 // the hop is on both sides of the comparison; build the plugin first:
 //
 //	go build -o bin/hymical-plugin-http ./plugins/http

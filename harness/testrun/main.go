@@ -12,6 +12,14 @@
 // Arguments are passed to go test: flags are added to -race, and package
 // patterns replace ./... ./sdk/... . The exit status is go test's.
 //
+// Before go test starts it builds every plugin under plugins/ once, into a
+// temporary directory it names to the tests in HYMICAL_TEST_PLUGIN_DIR
+// (see harness/pluginbin): the packages whose tests run a real plugin copy
+// it from there instead of each building it again. The tests that build
+// release archives and fresh checkouts run only with HYMICAL_TEST_RELEASE=1,
+// which .ci/run sets; without it the summary lists them as skipped, under
+// that reason.
+//
 // A test says it used a resource by logging a line "hymical-test-uses: NAME"
 // (pgtest, brokertest and the browser and interoperability tests do);
 // go test -json runs tests verbosely, so those lines reach this command
@@ -20,6 +28,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,9 +36,15 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/hymical/hymical/harness/pluginbin"
 )
 
 // usesMarker starts the log line a test writes when it uses a resource.
@@ -276,18 +291,117 @@ func needsValue(flag string) bool {
 	return false
 }
 
+// pluginPattern is where the plugins the tests share are.
+const pluginPattern = "./plugins/..."
+
+// mainPackages lists the import paths of the main packages pattern matches.
+func mainPackages(ctx context.Context, pattern string) ([]string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-f", `{{if eq .Name "main"}}{{.ImportPath}}{{end}}`, pattern).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil, fmt.Errorf("go list %s: %w\n%s", pattern, err, exit.Stderr)
+		}
+		return nil, fmt.Errorf("go list %s: %w", pattern, err)
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// buildPlugins builds the main packages pkgs into dir, each under the
+// name pluginbin gives it, with one go build so that the toolchain spreads
+// the work over the cores.
+func buildPlugins(ctx context.Context, dir string, pkgs []string) error {
+	// go build -o DIR/ names each binary for its import path's last
+	// element: build into a directory of their own, then rename.
+	stage, err := os.MkdirTemp(dir, ".build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stage)
+	byName := map[string]string{}
+	for _, p := range pkgs {
+		if other, ok := byName[path.Base(p)]; ok {
+			return fmt.Errorf("%s and %s would both be built as %s", other, p, path.Base(p))
+		}
+		byName[path.Base(p)] = p
+	}
+	if out, err := exec.CommandContext(ctx, "go", append([]string{"build", "-o", stage + string(filepath.Separator)}, pkgs...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	for name, p := range byName {
+		if err := os.Rename(filepath.Join(stage, name), filepath.Join(dir, pluginbin.FileName(p))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sharePlugins builds the plugins into a new temporary directory and
+// returns the environment variable that names it to the tests, and the
+// function that removes it. When that fails, it says so and the tests
+// build their own, as under plain go test.
+func sharePlugins(ctx context.Context, w io.Writer) (env string, cleanup func()) {
+	start := time.Now()
+	dir, err := os.MkdirTemp("", "hymical-test-plugins-")
+	if err != nil {
+		fmt.Fprintf(w, "== plugins: not built once for the run (%v); each package's tests build their own\n", err)
+		return "", func() {}
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	pkgs, err := mainPackages(ctx, pluginPattern)
+	if err == nil {
+		err = buildPlugins(ctx, dir, pkgs)
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(w, "== plugins: stopped while they were built")
+		return "", cleanup
+	case err != nil:
+		fmt.Fprintf(w, "== plugins: not built once for the run; each package's tests build their own:\n%v\n", err)
+		return "", cleanup
+	}
+	names := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		names[i] = path.Base(p)
+	}
+	fmt.Fprintf(w, "== plugins built once for the run, in %s: %s\n", time.Since(start).Round(100*time.Millisecond), strings.Join(names, ", "))
+	return pluginbin.DirEnv + "=" + dir, cleanup
+}
+
 func main() {
 	start := time.Now()
-	cmd := exec.Command("go", goTestArgs(os.Args[1:])...)
+	// Stopped, this command stops what it runs (go test gets the signal,
+	// and prints what it has) and still prints the summary and removes
+	// the plugins' directory.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	pluginEnv, removePlugins := sharePlugins(ctx, os.Stdout)
+	code := runTests(ctx, start, pluginEnv)
+	removePlugins()
+	stop()
+	os.Exit(code)
+}
+
+// runTests runs go test with the arguments given, prints what it says,
+// and returns the exit status.
+func runTests(ctx context.Context, start time.Time, pluginEnv string) int {
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "testrun: stopped before the tests started")
+		return 2
+	}
+	cmd := exec.CommandContext(ctx, "go", goTestArgs(os.Args[1:])...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.Stderr = os.Stderr
+	if pluginEnv != "" {
+		cmd.Env = append(os.Environ(), pluginEnv)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testrun:", err)
-		os.Exit(2)
+		return 2
 	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "testrun: starting go test:", err)
-		os.Exit(2)
+		return 2
 	}
 	r := newRun(os.Stdout)
 	sc := bufio.NewScanner(stdout)
@@ -307,9 +421,10 @@ func main() {
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
-		os.Exit(exit.ExitCode())
+		return exit.ExitCode()
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "testrun:", err)
-		os.Exit(2)
+		return 2
 	}
+	return 0
 }

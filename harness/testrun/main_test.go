@@ -3,10 +3,17 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hymical/hymical/harness/pluginbin"
 )
+
+const mod = "github.com/hymical/hymical/"
 
 func TestGoTestArgs(t *testing.T) {
 	for _, c := range []struct {
@@ -44,6 +51,10 @@ func TestSummary(t *testing.T) {
 		{Action: "output", Package: "plugins/nats", Test: "TestBroken", Output: "    broken_test.go:9: lost a delivery\n"},
 		{Action: "fail", Package: "plugins/nats", Test: "TestBroken"},
 		{Action: "fail", Package: "plugins/nats", Elapsed: 1},
+		// Off unless HYMICAL_TEST_RELEASE=1: shown as skipped, by its reason.
+		{Action: "output", Package: "hymical", Test: "TestReleaseArchive", Output: "    release_test.go:35: HYMICAL_TEST_RELEASE is not set to 1: release builds take minutes\n"},
+		{Action: "skip", Package: "hymical", Test: "TestReleaseArchive"},
+		{Action: "pass", Package: "hymical", Elapsed: 2},
 		{Action: "output", Package: "sdk/webhook", Output: "ok  \tsdk/webhook\t(cached)\n"},
 		{Action: "pass", Package: "sdk/webhook"},
 	}
@@ -65,10 +76,11 @@ func TestSummary(t *testing.T) {
 		"FAIL\tplugins/nats\t1.000s",
 		"ok  \tsdk/webhook\t(cached)",
 		"broken_test.go:9: lost a delivery",
-		"1 top-level tests passed, 1 failed, 1 skipped",
+		"1 top-level tests passed, 1 failed, 2 skipped",
 		"postgres      SKIPPED: 1 tests did not run",
 		"nats-server   used by 1 tests",
 		"HYMICAL_TEST_POSTGRES_DSN is not set: run it\n         in storage/postgres",
+		"HYMICAL_TEST_RELEASE is not set to 1: release builds take minutes\n         in hymical",
 		"   plugins/nats TestBroken",
 	} {
 		if !strings.Contains(got, want) {
@@ -77,5 +89,41 @@ func TestSummary(t *testing.T) {
 	}
 	if !slices.Equal(r.pkgFails, []string{"plugins/nats"}) {
 		t.Errorf("failed packages %q", r.pkgFails)
+	}
+}
+
+// The plugins are built into the directory under pluginbin's names, which
+// keep the whole import path; two that go build would give one name are
+// refused rather than one taking the other's place.
+func TestBuildPlugins(t *testing.T) {
+	t.Parallel()
+	const a, b = mod + "harness/testrun/testdata/a/hello", mod + "harness/testrun/testdata/b/hello"
+	dir := t.TempDir()
+	if err := buildPlugins(t.Context(), dir, []string{a}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(dir, pluginbin.FileName(a))).Output()
+	if err != nil || string(out) != "hello from a\n" {
+		t.Errorf("the built binary said %q, %v", out, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("the directory holds %d entries, want the one binary (no staging left)", len(entries))
+	}
+	if err := buildPlugins(t.Context(), t.TempDir(), []string{a, b}); err == nil || !strings.Contains(err.Error(), "would both be built as hello") {
+		t.Errorf("two plugins named hello: %v", err)
+	}
+}
+
+// The shipped plugins are main packages under plugins/, which is where
+// the test command looks.
+func TestMainPackagesFindsThePlugins(t *testing.T) {
+	t.Parallel()
+	pkgs, err := mainPackages(t.Context(), "../../"+strings.TrimPrefix(pluginPattern, "./"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pkgs, mod+"plugins/http") || slices.ContainsFunc(pkgs, func(p string) bool { return strings.Contains(p, "/internal/") }) {
+		t.Errorf("main packages under plugins/: %q, want plugins/http and nothing under internal/", pkgs)
 	}
 }

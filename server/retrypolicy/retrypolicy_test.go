@@ -1,7 +1,6 @@
 package retrypolicy_test
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -66,17 +65,4 @@ func TestEndpointBounds(t *testing.T) {
 			t.Fatalf("Clamp = %v, %d; want %v and 4 attempts", got, allowance, want)
 		}
 	})
-}
-
-// TestImportsOnlyTheStandardLibrary holds the package to its doc: the API
-// and the worker both import it, so it must not bring either along.
-func TestImportsOnlyTheStandardLibrary(t *testing.T) {
-	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	if deps := strings.Fields(string(out)); !slices.Equal(deps, []string{"github.com/hymical/hymical/server/retrypolicy"}) {
-		t.Fatalf("retrypolicy depends on %v beyond the standard library", deps)
-	}
 }

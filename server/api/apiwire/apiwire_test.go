@@ -4,26 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os/exec"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/hymical/hymical/server/api/apiwire"
 )
-
-// TestImportsOnlyTheStandardLibrary holds the package to its doc: a client
-// that imports it gets no driver, no worker, nothing of the server.
-func TestImportsOnlyTheStandardLibrary(t *testing.T) {
-	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	if deps := strings.Fields(string(out)); !slices.Equal(deps, []string{"github.com/hymical/hymical/server/api/apiwire"}) {
-		t.Fatalf("apiwire depends on %v beyond the standard library", deps)
-	}
-}
 
 func TestError(t *testing.T) {
 	t.Parallel()

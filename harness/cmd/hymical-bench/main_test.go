@@ -6,23 +6,26 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// The bench command runs from its flags and prints the table; the phases
+// The command runs from its flags and prints the table; the phases
 // themselves are tested in harness/bench.
 func TestBenchCommandRunsAndPrintsTheTable(t *testing.T) {
 	t.Parallel()
-	args := []string{"bench", "--sqlite-dir", t.TempDir(), "--submissions", "10", "--endpoints", "2",
+	args := []string{"--sqlite-dir", t.TempDir(), "--submissions", "10", "--endpoints", "2",
 		"--concurrency", "2", "--batch", "2", "--transport", "inprocess", "--send-only=false", "--quiet"}
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
 	}
 	for _, want := range []string{"ceiling: bare loop", "end to end: in-process", "10 submissions x 2 endpoints = 20 deliveries",
-		"end to end, in-process / ceiling", "command   hymical bench --sqlite-dir"} {
+		"end to end, in-process / ceiling", "command   hymical-bench --sqlite-dir"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("bench output lacks %q:\n%s", want, stdout.String())
 		}
@@ -51,15 +54,24 @@ func TestBenchCommandRunsAndPrintsTheTable(t *testing.T) {
 func TestBenchCommandHelpAndMistakes(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"bench", "--help"}, &out, &out); !errors.Is(err, flag.ErrHelp) {
+	if err := run(context.Background(), []string{"--help"}, &out, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("bench --help = %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"usage: hymical bench", "-cpuprofile", "-backend", "FORMS_DATABASE_URL", "-http", "-idle", "--rate 50"} {
+	for _, want := range []string{"usage: hymical-bench", "-cpuprofile", "-hymical", "-backend", "FORMS_DATABASE_URL", "-http", "-idle", "--rate 50"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("bench --help lacks %q", want)
 		}
 	}
-	err := run(context.Background(), []string{"bench", "--backend", "postgres", "--database", ""}, &out, &out)
+	// The README's build puts hymical beside this command, where --http
+	// looks for it unless told.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("(default %q)", filepath.Join(filepath.Dir(exe), "hymical")); !strings.Contains(out.String(), want) {
+		t.Errorf("bench --help does not give -hymical's default as %s:\n%s", want, out.String())
+	}
+	err = run(context.Background(), []string{"--backend", "postgres", "--database", ""}, &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "--database") {
 		t.Errorf("bench on postgres without a URL = %v, want an error naming --database", err)
 	}
@@ -85,7 +97,7 @@ func TestBenchHTTPModeFlags(t *testing.T) {
 		{[]string{"--lease", "1500ms"}, nil, "whole seconds"},
 	}
 	for _, tt := range tests {
-		fs := newFlagSet("bench", "")
+		fs := newFlagSet("")
 		fs.Int("concurrency", 16, "")
 		fs.Int("batch", 16, "")
 		fs.Duration("poll-interval", 0, "")
@@ -108,7 +120,7 @@ func TestBenchHTTPModeFlags(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"bench", "--idle", "1s", "--preload"}, &out, &out)
+	err := run(context.Background(), []string{"--idle", "1s", "--preload"}, &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "--preload does not apply to --http") {
 		t.Errorf("bench --idle 1s --preload = %v, want it refused by name", err)
 	}

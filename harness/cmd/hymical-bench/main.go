@@ -1,3 +1,9 @@
+// Command hymical-bench measures the delivery server on this machine: the
+// server's parts in this process against a loopback receiver, or, with
+// --http, a real `hymical serve` driven through its HTTP API. It lives
+// under harness/, outside the product, so that the hymical binary links no
+// measuring code, no in-process copy of a transport and no raw SQL of its
+// own; what it measures is in harness/bench. Run it with --help.
 package main
 
 import (
@@ -9,14 +15,31 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hymical/hymical/harness/bench"
+	"github.com/hymical/hymical/internal/gctarget"
 	"github.com/hymical/hymical/internal/redact"
 )
 
-const benchUsage = `usage: hymical bench [flags]
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hymical-bench:", err)
+		os.Exit(1)
+	}
+}
+
+const benchUsage = `usage: hymical-bench [flags]
 
 Measures the delivery server on this machine. Each end-to-end phase makes a
 fresh database (a new SQLite file, or a new PostgreSQL database that it drops
@@ -33,8 +56,8 @@ per second, p50/p99 latency, CPU time, peak RSS, and the ratios between
 phases.
 
 With --http it measures what users run instead: it starts a real
-` + "`hymical serve`" + ` (this executable, with the plugins of --plugins and serve's
-default settings) on a fresh database, creates --endpoints endpoints through
+` + "`hymical serve`" + ` (the hymical executable beside this one, or --hymical, with
+the plugins of --plugins and serve's default settings) on a fresh database, creates --endpoints endpoints through
 POST /v1/endpoints, and posts --submissions submissions to the ingest route
 from --producers goroutines, as fast as they go or paced by --rate. It
 prints deliveries per second, the latency from each POST to the receiver
@@ -52,19 +75,23 @@ per delivery is then that of all N and their plugins, summed, and with
 --idle all N idle.
 
 Examples:
-  go build -o bin/ . && go build -o bin/hymical-plugin-http ./plugins/http
-  bin/hymical bench --backend sqlite --submissions 5000 --endpoints 2
-  bin/hymical bench --backend postgres --database postgres://me@127.0.0.1/postgres
-  bin/hymical bench --http --submissions 20000 --endpoints 2 --producers 4
-  bin/hymical bench --http --submissions 1500 --endpoints 1 --rate 50
-  bin/hymical bench --http --idle 30s
-  bin/hymical bench --http --idle 30s --registered 100000 --idle-warm
-  bin/hymical bench --http --backend postgres --database postgres://me@127.0.0.1/postgres --serves 3`
+  go build -o bin/ . ./harness/cmd/hymical-bench && go build -o bin/hymical-plugin-http ./plugins/http
+  bin/hymical-bench --backend sqlite --submissions 5000 --endpoints 2
+  bin/hymical-bench --backend postgres --database postgres://me@127.0.0.1/postgres
+  bin/hymical-bench --http --submissions 20000 --endpoints 2 --producers 4
+  bin/hymical-bench --http --submissions 1500 --endpoints 1 --rate 50
+  bin/hymical-bench --http --idle 30s
+  bin/hymical-bench --http --idle 30s --registered 100000 --idle-warm
+  bin/hymical-bench --http --backend postgres --database postgres://me@127.0.0.1/postgres --serves 3`
 
-// runBench is `hymical bench`.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run is the whole command line. Asked for help, it prints the usage on
+// stdout and returns flag.ErrHelp, which main turns into exit status 0.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d := bench.DefaultOptions()
-	fs := newFlagSet("bench", benchUsage)
+	fs := newFlagSet(benchUsage)
+	// The README's build puts hymical, its plugins and this command in one
+	// directory, so that is where both are looked for by default.
+	here := executableDir()
 	backend := fs.String("backend", d.Backend, "database: sqlite or postgres")
 	dbURL := fs.String("database", os.Getenv("FORMS_DATABASE_URL"), "postgres only: a postgres:// URL of a server where the bench may create and drop databases (env FORMS_DATABASE_URL); add pool_max_conns=N to size the pool")
 	sqliteDir := fs.String("sqlite-dir", "", "sqlite only: where each phase's new database file is made (default: the temporary directory)")
@@ -85,7 +112,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ceiling := fs.Bool("ceiling", d.Ceiling, "run the bare-loop ceiling phase")
 	sendOnly := fs.Bool("send-only", d.SendOnly, "run the transports without a store, to measure the plugin boundary alone")
 	floor := fs.Bool("floor", d.Floor, "postgres only: run the database floor, the least SQL a delivery needs with nothing else, a bound for end to end")
-	pluginDir := fs.String("plugins", defaultPluginDir(), "directory holding hymical-plugin-http")
+	pluginDir := fs.String("plugins", here, "directory holding hymical-plugin-http")
 	repeat := fs.Int("repeat", 1, "run the whole sequence of phases this many times; ratios use each phase's best round")
 	sample := fs.Int("latency-sample", d.LatencySample, "deliveries whose attempts are read back for the latency")
 	timeout := fs.Duration("timeout", d.Timeout, "give up on a phase after this long")
@@ -96,7 +123,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	viaHTTP := fs.Bool("http", false, "run a real `hymical serve` and drive it through its HTTP API instead of the phases above (see above)")
 	idle := fs.Duration("idle", 0, "with --http: measure serve with one endpoint and no traffic for this long instead, e.g. 30s (implies --http)")
-	hymical := fs.String("hymical", "", "with --http: the hymical executable whose serve is run (default: this one)")
+	hymical := fs.String("hymical", filepath.Join(here, "hymical"), "with --http: the hymical executable whose serve is run")
 	idleWarm := fs.Bool("idle-warm", false, "with --idle: first post one submission to the form of each endpoint (the idle one and every --registered one) from --producers goroutines and wait until every endpoint has had its delivery, verified; then settle and measure a serve that has just delivered to all of them")
 	serves := fs.Int("serves", 1, "with --http and --backend postgres: run this many serve processes on the one database, each on its own port; the first makes the endpoints, submission i goes to serve i%N, and the CPU per delivery sums them all")
 	if err := fs.parse(args, stdout, stderr); err != nil {
@@ -104,7 +131,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		fs.printUsage(stderr)
-		return fmt.Errorf("bench takes no arguments, got %q", fs.Args())
+		return fmt.Errorf("no arguments are taken, only flags; got %q", fs.Args())
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -125,11 +152,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		o.HTTP, o.Idle, o.Hymical, o.ServeArgs = true, *idle, *hymical, serveArgs
-		if o.Hymical == "" {
-			if o.Hymical, err = os.Executable(); err != nil {
-				return fmt.Errorf("--http: find this executable to run its serve (give it with --hymical): %w", err)
-			}
-		}
 	}
 	o.Backend, o.DatabaseURL, o.SQLiteDir, o.Keep = *backend, *dbURL, *sqliteDir, *keep
 	o.Submissions, o.Endpoints, o.Producers, o.Rate, o.Preload = *subs, *endpoints, *producers, *rate, *preload
@@ -152,7 +174,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	// The phases that run the server's parts in this process run them with
 	// serve's collector setting; in the HTTP mode serve sets its own.
-	gc := setGCPercent(os.Getenv)
+	gc := gctarget.Apply(os.Getenv)
 
 	start := time.Now()
 	rep, err := bench.Run(ctx, o)
@@ -161,7 +183,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if rep != nil && len(rep.Phases) > 0 && !*asJSON {
 			_ = rep.WriteText(stdout)
 		}
-		return fmt.Errorf("bench: %w", err)
+		return err
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -170,13 +192,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			*bench.Report
 			Ratios  []bench.Ratio `json:"ratios"`
 			Command string        `json:"command"`
-		}{rep, rep.Ratios(), "hymical bench " + shownArgs(args)})
+		}{rep, rep.Ratios(), "hymical-bench " + shownArgs(args)})
 	}
 	if err := rep.WriteText(stdout); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "go        collector %s\n", gc)
-	fmt.Fprintf(stdout, "command   hymical bench %s  (%s in all)\n", shownArgs(args), time.Since(start).Round(time.Second))
+	fmt.Fprintf(stdout, "command   hymical-bench %s  (%s in all)\n", shownArgs(args), time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -223,4 +245,50 @@ func shownArgs(args []string) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// executableDir is the directory of the running executable, or "bin" (the
+// README's) when the system cannot say.
+func executableDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(exe)
+}
+
+// flagSet is the command's flags and its usage text, printed above them.
+type flagSet struct {
+	*flag.FlagSet
+	usage string
+}
+
+// newFlagSet makes the flags. The flag package prints nothing itself:
+// parse says where the usage goes.
+func newFlagSet(usage string) *flagSet {
+	fs := flag.NewFlagSet("hymical-bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, usage: usage}
+}
+
+// parse reads args. Asked for help (-h, --help), it prints the usage on
+// stdout and returns flag.ErrHelp; after a mistake it prints the usage on
+// stderr and returns the mistake, which main prints last.
+func (fs *flagSet) parse(args []string, stdout, stderr io.Writer) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.printUsage(stdout)
+	case err != nil:
+		fs.printUsage(stderr)
+	}
+	return err
+}
+
+func (fs *flagSet) printUsage(w io.Writer) {
+	fmt.Fprint(w, strings.TrimRight(fs.usage, "\n")+"\n\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }
