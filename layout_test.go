@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -60,6 +62,10 @@ func importRules() []importRule {
 			why: "the endpoint operations that the API, the console and endpoint health share sit below all three and take the store they are given" + roomWhy},
 		{pattern: "./server/event/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database", "server/fleet", "server/endpoint"),
 			why: "the events the server makes are built from what the store holds, below every part that creates them" + roomWhy},
+		{pattern: "./server/faceopts", stdOnly: true,
+			why: "config imports the HTTP faces' defaults and bounds from here, so this leaf must link neither face nor anything else"},
+		{pattern: "./server/secrets/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost"),
+			why: "rotating the key of secrets at rest is an operator's job on the store, run with the fleet stopped: it serves no request and delivers nothing" + roomWhy},
 		{pattern: "./server/fleet/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database"),
 			why: "the jobs beside the loop (registry, health, retention) work on the store alone: no face, no delivery loop, no plugin" + roomWhy},
 		{pattern: "./server/pluginhost/...", forbidden: room("storage", "server/worker", "server/api", "server/console"),
@@ -194,6 +200,7 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 		{"./server/api/apiwire", "encoding/json true true\n" + mod + "server/api/apiwire false false", ""},
 		{"./server/retrypolicy", mod + "internal/redact false true\n" + mod + "server/retrypolicy false false", "must bring neither of them along"},
 		{"./server/retrypolicy", "time true true\n" + mod + "server/retrypolicy false false", ""},
+		{"./server/faceopts", mod + "server/api false true\n" + mod + "server/faceopts false false", "must link neither face"},
 	}
 	for _, tt := range tests {
 		r, ok := rules[tt.pattern]
@@ -214,5 +221,46 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 	}
 	if _, err := parseListed("one two"); err == nil {
 		t.Error("parseListed took a line without the three fields")
+	}
+}
+
+// storageGroupFiles are the files, one per group of the storage contract,
+// that storage/postgres, storage/sqlite and storage/storagetest each have:
+// a rule's two SQL implementations and its conformance tests sit in files
+// of the same name. Beside them each store has driver-only files (store.go
+// opens and closes it, migrate.go, doc.go) and the suite harness-only ones.
+var storageGroupFiles = map[string][]string{
+	"storage/postgres":    {"store.go", "doc.go"},
+	"storage/sqlite":      {"store.go", "doc.go"},
+	"storage/storagetest": {"harness.go", "run.go", "model.go", "bench.go"},
+}
+
+// TestStorageFilesGroupedByNoun holds the three storage packages to the
+// same set of group files, so that a new rule lands in a predictable place
+// in each and a file added to one store is missed in no other.
+func TestStorageFilesGroupedByNoun(t *testing.T) {
+	t.Parallel()
+	sets := map[string][]string{}
+	for dir, own := range storageGroupFiles {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || slices.Contains(own, name) {
+				continue
+			}
+			sets[dir] = append(sets[dir], name)
+		}
+	}
+	want := sets["storage/storagetest"]
+	if len(want) < 10 {
+		t.Fatalf("storagetest has %d group files (%v): the walk found too few to compare", len(want), want)
+	}
+	for dir, got := range sets {
+		if !slices.Equal(got, want) {
+			t.Errorf("%s has the group files %v, storage/storagetest %v: every group has a file of the same name in both stores and the suite (a file only one store needs is driver-only: list it in storageGroupFiles with the reason)", dir, got, want)
+		}
 	}
 }
