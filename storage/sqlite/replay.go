@@ -142,41 +142,6 @@ func replayOne(ctx context.Context, tx *sql.Tx, p storage.DeliveryReplayParams, 
 	return scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE id = ?`, p.DeliveryID))
 }
 
-// requeued holds the deliveries in ids that just re-entered the queue if
-// their endpoint is disabled or ordered, and lets each ordered endpoint's
-// next delivery go if none of it is under way or due.
-func requeued(ctx context.Context, tx *sql.Tx, ids []string) error {
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT endpoint_id FROM webhook_deliveries
-		WHERE id IN (SELECT value FROM json_each(?))`, jsonList(ids))
-	if err != nil {
-		return err
-	}
-	endpointIDs, err := collectStrings(rows)
-	if err != nil {
-		return err
-	}
-	controls, err := endpointControls(ctx, tx, endpointIDs)
-	if err != nil {
-		return err
-	}
-	var holdable []string
-	for id, c := range controls {
-		if c.holdable() {
-			holdable = append(holdable, id)
-		}
-	}
-	if len(holdable) == 0 {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET held = 1
-		WHERE id IN (SELECT value FROM json_each(?)) AND endpoint_id IN (SELECT value FROM json_each(?))`,
-		jsonList(ids), jsonList(holdable)); err != nil {
-		return err
-	}
-	_, err = promoteAll(ctx, tx, controls)
-	return err
-}
-
 // replayMany is DeliveryReplayMany's write, in tx; it returns how many it
 // replayed.
 func replayMany(ctx context.Context, tx *sql.Tx, p storage.DeliveryReplayManyParams, now int64) (int, error) {
