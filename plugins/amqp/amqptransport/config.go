@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hymical/hymical/sdk/netguard"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -197,7 +198,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the URL's password from text.
 func (s *server) scrub(text string) string {
-	return pluginkit.Redact(text, s.secret)
+	return redact.Hide(text, s.secret)
 }
 
 // target is where one endpoint publishes.

@@ -58,6 +58,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/hymical/hymical/sdk/netguard"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -114,7 +115,7 @@ func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
 }
 
 func scrubSecret(err error, secret string) error {
-	if text := pluginkit.Redact(err.Error(), secret); text != err.Error() {
+	if text := redact.Hide(err.Error(), secret); text != err.Error() {
 		return errors.New(text)
 	}
 	return err
@@ -385,5 +386,5 @@ func recordKey(body []byte, webhookID string) string {
 // scrub makes an outcome's text safe: no SASL password, and none of the
 // header values or the body, should an error ever have quoted them.
 func scrub(text, password string, msg transport.Message) string {
-	return pluginkit.ScrubMessage(pluginkit.Redact(text, password), msg)
+	return transport.ScrubError(redact.Hide(text, password), msg)
 }

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hymical/hymical/sdk/netguard"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -259,7 +260,7 @@ func parseServer(raw string, operator bool) (*server, error) {
 
 // scrub removes the password from text.
 func (s *server) scrub(text string) string {
-	return pluginkit.Redact(text, s.password)
+	return redact.Hide(text, s.password)
 }
 
 // target is where one endpoint publishes.

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hymical/hymical/sdk/netguard"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -167,7 +168,7 @@ func parseServers(raw string) (*servers, error) {
 
 // scrub removes every credential in s from text.
 func (s *servers) scrub(text string) string {
-	return pluginkit.Redact(text, s.secrets...)
+	return redact.Hide(text, s.secrets...)
 }
 
 // target is where one endpoint publishes.

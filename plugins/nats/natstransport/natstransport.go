@@ -179,6 +179,6 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 func outcome(tgt target, msg transport.Message, err, cause error, f failure) transport.Outcome {
 	f.subject, f.servers = tgt.subject, tgt.servers.shown
 	o := classify(err, cause, f)
-	o.Error = pluginkit.ScrubMessage(tgt.servers.scrub(o.Error), msg)
+	o.Error = transport.ScrubError(tgt.servers.scrub(o.Error), msg)
 	return o
 }

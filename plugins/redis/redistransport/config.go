@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hymical/hymical/sdk/netguard"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
@@ -192,7 +193,7 @@ func parseServer(raw string) (*server, error) {
 
 // scrub removes the URL's password from text.
 func (s *server) scrub(text string) string {
-	return pluginkit.Redact(text, s.secret)
+	return redact.Hide(text, s.secret)
 }
 
 // target is where one endpoint appends.

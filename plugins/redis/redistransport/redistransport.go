@@ -272,5 +272,5 @@ func entry(msg transport.Message) ([]any, error) {
 // scrub makes an outcome's text safe: no password from the URL, and none
 // of the header values or the body, should an error ever have quoted them.
 func scrub(text string, srv *server, msg transport.Message) string {
-	return pluginkit.ScrubMessage(srv.scrub(text), msg)
+	return transport.ScrubError(srv.scrub(text), msg)
 }
