@@ -29,7 +29,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/hymical/hymical/internal/buildinfo"
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/config"

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/boundtext"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/webhook"
 
 	"github.com/hymical/hymical/server/endpoint"

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/storage"
 )
 

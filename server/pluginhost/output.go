@@ -8,7 +8,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
