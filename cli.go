@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/server/api/apiwire"
 )
 

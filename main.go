@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/internal/buildinfo"
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 
 	"github.com/hymical/hymical/migrations"
 	"github.com/hymical/hymical/server/config"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 
 	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/storage"

@@ -7,8 +7,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/hymical/hymical/internal/redact"
 	"github.com/hymical/hymical/sdk/boundtext"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/storage"
 )

@@ -3,7 +3,7 @@ package api
 import (
 	"time"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/webhook"
 
 	"github.com/hymical/hymical/server/api/apiwire"

@@ -41,7 +41,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/server/pluginhost"

@@ -15,7 +15,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/server/fleet"
 	"github.com/hymical/hymical/storage"

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/storage"

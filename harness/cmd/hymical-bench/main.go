@@ -23,7 +23,7 @@ import (
 
 	"github.com/hymical/hymical/harness/bench"
 	"github.com/hymical/hymical/internal/gctarget"
-	"github.com/hymical/hymical/internal/redact"
+	"github.com/hymical/hymical/sdk/redact"
 )
 
 func main() {
