@@ -63,7 +63,9 @@ type Message struct {
 }
 
 // OutcomeKind is what an attempt produced. Its values are the words the
-// attempt history uses.
+// attempt history uses: the server's storage declares the same kinds (it
+// may not import the plugin contract), and a test in server/worker holds
+// the two equal.
 type OutcomeKind string
 
 const (
@@ -144,7 +146,8 @@ func Deferred(reason string) Outcome {
 }
 
 // MaxErrorBytes bounds every error text that crosses the plugin boundary.
-// It matches what the attempt history stores.
+// It matches what the attempt history stores (storage.MaxErrorBytes, held
+// equal by the same test).
 const MaxErrorBytes = 1024
 
 // BoundError makes error text safe to carry and store: valid UTF-8, no NUL
