@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hymical/hymical/sdk/transport/pluginkit"
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 )
 
 // proxy is the egress proxy every send goes through, when the operator

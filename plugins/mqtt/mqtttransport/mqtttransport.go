@@ -46,8 +46,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 	"github.com/hymical/hymical/sdk/transport"
-	"github.com/hymical/hymical/sdk/transport/pluginkit"
 )
 
 // MaxPayloadBytes is the largest payload an MQTT packet can carry (its
