@@ -4,6 +4,11 @@
 // given number of bytes, cut on a rune boundary. The core and the SDK share
 // this one rule so a message is never cut differently on the two sides; it
 // lives in the SDK module because that is the side the core may import.
+//
+// It is public because it has to be: the server's storage bounds what it
+// stores with it and may not import sdk/transport. It is kept to this one
+// function. A plugin calls transport.BoundError, which is this rule at
+// transport.MaxErrorBytes, and a receiver has no use for it.
 package boundtext
 
 import (

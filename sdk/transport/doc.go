@@ -4,8 +4,10 @@
 // It owns the plugin contract: the Transport interface a plugin implements,
 // the Message, Endpoint and Outcome it exchanges, the handshake and plugin
 // name both sides must agree on, the gRPC shims that carry calls across the
-// process boundary, and Serve for a plugin's main. A plugin imports this
-// package and nothing else of Hymical's.
+// process boundary, and Serve for a plugin's main. A plugin needs this
+// package and nothing else of Hymical's; sdk/netguard (where a plugin may
+// connect) and sdk/redact (what it may show) are there for one that wants
+// the server's own rules.
 //
 // A plugin performs the send of a message the server has already signed and
 // reports only its outcome. It never sees the database, a signing secret or
@@ -112,7 +114,8 @@
 // losing a message is worse than sending it twice. Outcome.Error goes into
 // the attempt history, cut to MaxErrorBytes; it must never contain the
 // message's headers (they carry the signature), its body or anything the
-// receiver sent back. StatusCode is the receiver's protocol status when
+// receiver sent back. ScrubError replaces any header value or body an
+// error quoted, and bounds the text. StatusCode is the receiver's protocol status when
 // there is one (an HTTP status for the http plugin), 0 otherwise.
 //
 // Delivery is at least once: the same message (the same DeliveryID, a new
