@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -16,33 +15,29 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/hymical/hymical/plugins/internal/broker"
 	"github.com/hymical/hymical/plugins/internal/pluginkit"
-	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
-// The plugin-wide settings Configure accepts.
+// The plugin-wide settings Configure accepts: SettingURL and
+// SettingConfirmTimeout, and those every broker transport takes.
 const (
 	// SettingURL is the broker every endpoint without its own url uses. It
 	// is where the password belongs: the plugin's settings live in the
 	// operator's config file, not in the endpoint record.
-	SettingURL            = "url"
-	SettingConnectTimeout = "connect_timeout"
+	SettingURL = "url"
 	// SettingConfirmTimeout bounds the wait for the broker's publisher
 	// confirm when the attempt's own deadline is later.
-	SettingConfirmTimeout = "confirm_timeout"
-	// SettingReconnectWait is the first wait before dialling again after
-	// a failed dial; it doubles on each failure up to
-	// SettingReconnectWaitMax.
-	SettingReconnectWait    = "reconnect_wait"
-	SettingReconnectWaitMax = "reconnect_wait_max"
-	// SettingAllowedNetworks lists the networks (CIDRs or addresses,
-	// comma-separated) of brokers that are not globally reachable but may
-	// be connected to, such as the operator's own RabbitMQ on a private
-	// network or loopback. Every other such address is refused, by the
-	// rule of sdk/netguard.
-	SettingAllowedNetworks = netguard.SettingAllowedNetworks
+	SettingConfirmTimeout   = "confirm_timeout"
+	SettingConnectTimeout   = broker.SettingConnectTimeout
+	SettingReconnectWait    = broker.SettingReconnectWait
+	SettingReconnectWaitMax = broker.SettingReconnectWaitMax
+	// SettingAllowedNetworks lets the plugin reach brokers that are not
+	// globally reachable, such as the operator's own RabbitMQ on a
+	// private network or loopback.
+	SettingAllowedNetworks = broker.SettingAllowedNetworks
 )
 
 // The endpoint config keys Validate and Send read.
@@ -56,10 +51,10 @@ const (
 
 // Defaults for the plugin-wide settings.
 const (
-	DefaultConnectTimeout   = 5 * time.Second
+	DefaultConnectTimeout   = broker.DefaultConnectTimeout
 	DefaultConfirmTimeout   = 10 * time.Second
-	DefaultReconnectWait    = 500 * time.Millisecond
-	DefaultReconnectWaitMax = 15 * time.Second
+	DefaultReconnectWait    = broker.DefaultReconnectWait
+	DefaultReconnectWaitMax = broker.DefaultReconnectWaitMax
 )
 
 // MaxNameBytes is the longest exchange name or routing key AMQP 0-9-1 can
@@ -68,26 +63,13 @@ const MaxNameBytes = 255
 
 // settings is one Configure's worth of plugin-wide settings.
 type settings struct {
-	server           *server // nil when no default url is set
-	connectTimeout   time.Duration
-	confirmTimeout   time.Duration
-	reconnectWait    time.Duration
-	reconnectWaitMax time.Duration
-	guard            *netguard.Guard
+	broker.Common
+	server         *server // nil when no default url is set
+	confirmTimeout time.Duration
 }
 
 func defaultSettings() settings {
-	return settings{
-		connectTimeout:   DefaultConnectTimeout,
-		confirmTimeout:   DefaultConfirmTimeout,
-		reconnectWait:    DefaultReconnectWait,
-		reconnectWaitMax: DefaultReconnectWaitMax,
-		guard:            newGuard(nil),
-	}
-}
-
-func newGuard(allowed []netip.Prefix) *netguard.Guard {
-	return netguard.New(netguard.Config{Allowed: allowed, Plugin: "amqp", Target: "AMQP broker"})
+	return settings{Common: broker.Defaults("amqp", "AMQP broker"), confirmTimeout: DefaultConfirmTimeout}
 }
 
 func parseSettings(s transport.Settings) (settings, error) {
@@ -95,9 +77,10 @@ func parseSettings(s transport.Settings) (settings, error) {
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(s)) {
 		value := s[key]
-		var err error
-		switch key {
-		case SettingURL:
+		common, err := out.Parse(key, value)
+		switch {
+		case common:
+		case key == SettingURL:
 			if strings.TrimSpace(value) != "" {
 				// The operator's own file may name TLS files on this host.
 				out.server, err = parseServer(value, true)
@@ -105,28 +88,15 @@ func parseSettings(s transport.Settings) (settings, error) {
 					err = fmt.Errorf("setting %s: %w", key, err)
 				}
 			}
-		case SettingConnectTimeout:
-			out.connectTimeout, err = pluginkit.ParseDuration(key, value)
-		case SettingConfirmTimeout:
+		case key == SettingConfirmTimeout:
 			out.confirmTimeout, err = pluginkit.ParseDuration(key, value)
-		case SettingReconnectWait:
-			out.reconnectWait, err = pluginkit.ParseDuration(key, value)
-		case SettingReconnectWaitMax:
-			out.reconnectWaitMax, err = pluginkit.ParseDuration(key, value)
-		case SettingAllowedNetworks:
-			var allowed []netip.Prefix
-			allowed, err = netguard.ParseNetworks("setting "+key, value)
-			out.guard = newGuard(allowed)
 		default:
 			err = fmt.Errorf("unknown setting %q: the amqp plugin takes %s, %s, %s, %s, %s and %s", key,
 				SettingURL, SettingConnectTimeout, SettingConfirmTimeout, SettingReconnectWait, SettingReconnectWaitMax, SettingAllowedNetworks)
 		}
 		errs = append(errs, err)
 	}
-	if out.reconnectWaitMax < out.reconnectWait {
-		errs = append(errs, fmt.Errorf("setting %s (%s) is shorter than %s (%s); the wait only grows from the one to the other",
-			SettingReconnectWaitMax, out.reconnectWaitMax, SettingReconnectWait, out.reconnectWait))
-	}
+	errs = append(errs, out.Check())
 	return out, errors.Join(errs...)
 }
 
@@ -206,6 +176,10 @@ type target struct {
 	exchange, routingKey string
 	server               *server
 }
+
+// Broker keys the connection by the URL as configured, and gives the
+// broker's address for the guard.
+func (tgt target) Broker() (key, addr string) { return tgt.server.raw, tgt.server.addr }
 
 // destination names the target for spans and error text.
 func (tgt target) destination() string {
