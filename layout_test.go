@@ -198,7 +198,7 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 		{"./server/api/...", mod + "server/endpoint false true\n" + mod + "server/api false false", ""},
 		{"./server/api/apiwire", "github.com/jackc/pgx/v5 false true\n" + mod + "server/api/apiwire false false", "outside the standard library"},
 		{"./server/api/apiwire", "encoding/json true true\n" + mod + "server/api/apiwire false false", ""},
-		{"./server/retrypolicy", mod + "internal/redact false true\n" + mod + "server/retrypolicy false false", "must bring neither of them along"},
+		{"./server/retrypolicy", mod + "internal/wakeup false true\n" + mod + "server/retrypolicy false false", "must bring neither of them along"},
 		{"./server/retrypolicy", "time true true\n" + mod + "server/retrypolicy false false", ""},
 		{"./server/faceopts", mod + "server/api false true\n" + mod + "server/faceopts false false", "must link neither face"},
 	}
