@@ -52,9 +52,12 @@ func small(t *testing.T) Options {
 }
 
 // Every phase delivers each message exactly once to a receiver that checks
-// its signature, measures it, and leaves no database behind.
+// its signature, measures it, and leaves no database behind. Not parallel:
+// a run counts every plugin process this test process started as its own,
+// and TestRivalSendsThroughThePlugin, run beside it, starts one (its
+// in-process phases then read a plugin's RSS); parallel tests wait until
+// the sequential ones are done.
 func TestRunMeasuresEveryPhaseAndCleansUp(t *testing.T) {
-	t.Parallel()
 	backends := map[string]func(t *testing.T, o *Options) (left func() int){
 		BackendSQLite: func(t *testing.T, o *Options) func() int {
 			return func() int {
