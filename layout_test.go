@@ -34,8 +34,8 @@ func importRules() []importRule {
 	room := func(sideways ...string) []string { return append([]string{"server=", "harness"}, sideways...) }
 	const roomWhy = "; no room under server/ imports the assembly (package server) or a harness"
 	return []importRule{
-		{pattern: ".", forbidden: []string{"harness", "plugins", "examples"},
-			why: "the hymical binary is the product: it links no harness (benchmarks and test drivers are commands of their own under harness/) and no transport in-process (plugins run as processes of their own)"},
+		{pattern: ".", forbidden: []string{"harness", "plugins", "examples", "internal/testwait"},
+			why: "the hymical binary is the product: it links no harness (benchmarks and test drivers are commands of their own under harness/), no test helper (internal/testwait fails tests) and no transport in-process (plugins run as processes of their own)"},
 		{pattern: "./sdk/...", forbidden: []string{"server", "storage", "plugins", "harness", "internal"},
 			why: "plugin authors and receivers import sdk/, so it must not drag the server in"},
 		{pattern: "./sdk/webhook/...", forbidden: []string{"sdk/transport", "modernc.org/sqlite", "github.com/jackc/pgx", "github.com/lib/pq", "github.com/mattn/go-sqlite3"},
@@ -168,9 +168,9 @@ func TestImportBoundaries(t *testing.T) {
 
 // TestImportRulesCatchTheirBreaks feeds the rules the go list output of a
 // tree that breaks them, so a rule that could never fire cannot pass
-// unnoticed: the hymical command linking the bench again, the API linking
-// the worker, the API's wire types or the retry bounds importing anything
-// outside the standard library.
+// unnoticed: the hymical command linking the bench again or a test
+// helper, the API linking the worker, the API's wire types or the retry
+// bounds importing anything outside the standard library.
 func TestImportRulesCatchTheirBreaks(t *testing.T) {
 	t.Parallel()
 	const mod = "github.com/hymical/hymical/"
@@ -191,6 +191,7 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 	}{
 		{".", mod + "harness/bench false true\n" + mod + " false false", "depends on " + mod + "harness/bench, which it must not: the hymical binary is the product"},
 		{".", mod + "plugins/http/httptransport false true\n" + mod + " false false", "no transport in-process"},
+		{".", mod + "internal/testwait false true\n" + mod + " false false", "no test helper"},
 		{".", "fmt true true\n" + mod + "server false true\n" + mod + " false false", ""},
 		{"./server/api/...", mod + "server/worker false true\n" + mod + "server/api false false", "server/api/... depends on " + mod + "server/worker"},
 		{"./server/api/...", mod + "server/retrypolicy false true\n" + mod + "server/api false false", ""},
