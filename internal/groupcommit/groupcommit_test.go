@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // gate is a Write that records each batch and, while held, blocks until
@@ -45,17 +47,12 @@ func (g *gate) write(batch []*Call[int, int]) {
 
 func waitStats(t *testing.T, q *Queue[int, int], batches, waiting int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, w := q.Stats()
-		if b == batches && w == waiting {
-			return
+	testwait.For(t, 10*time.Second, func() error {
+		if b, w := q.Stats(); b != batches || w != waiting {
+			return fmt.Errorf("queue took %d batches with %d waiting, want %d and %d", b, w, batches, waiting)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue took %d batches with %d waiting, want %d and %d", b, w, batches, waiting)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestCallsQueuedBehindABatchAreWrittenTogetherEachWithItsAnswer(t *testing.T) {

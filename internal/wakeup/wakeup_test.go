@@ -2,8 +2,11 @@ package wakeup
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // within is how long a test waits for a wake-up that must come: long, since
@@ -49,19 +52,14 @@ func TestSubscriptionEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	ch := h.Subscribe(ctx)
 	cancel()
-	deadline := time.Now().Add(within)
-	for {
+	testwait.For(t, within, func() error {
 		h.mu.Lock()
-		n := len(h.subs)
-		h.mu.Unlock()
-		if n == 0 {
-			break
+		defer h.mu.Unlock()
+		if n := len(h.subs); n != 0 {
+			return fmt.Errorf("%d subscriptions outlived their context", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription outlived its context")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	h.Signal()
 	quiet(t, ch)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/migrations"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
@@ -453,31 +454,24 @@ func updateAcross(t *testing.T, db *database, tx pgx.Tx, update func() error) er
 	ctx := context.Background()
 	done := make(chan error, 1)
 	go func() { done <- update() }()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		select {
-		case err := <-done:
-			if cerr := tx.Commit(ctx); cerr != nil {
-				t.Fatal(cerr)
-			}
-			return err
-		default:
+	testwait.For(t, 10*time.Second, func() error {
+		if len(done) > 0 {
+			return nil // the update finished
 		}
 		waiting, err := db.QueryInt(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waiting > 0 {
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			return <-done
+		if waiting == 0 {
+			return errors.New("the update neither finished nor waited for a lock")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the update neither finished nor waited for a lock in 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
+	return <-done
 }
 
 // A claim with a share picks its rows before it locks them. When another

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,29 +10,32 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/storage/postgres"
 	"github.com/hymical/hymical/storage/storagetest"
 )
 
 // listenerPID is the backend pid of the one wake-up listener on the
-// database, waiting for it to be connected; 0 if none came within 20 s.
+// database, other than not, waiting up to 20 s for it to be connected.
 func listenerPID(t *testing.T, db *database, not int32) int32 {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		var pid int32
+	var pid int32
+	testwait.For(t, 20*time.Second, func() error {
 		err := db.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'hymical wakeups'
 			AND query ILIKE 'LISTEN%'`).Scan(&pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pid != 0 && pid != not {
-			return pid
+		switch pid {
+		case 0:
+			return errors.New("no wake-up listener is connected")
+		case not:
+			return fmt.Errorf("the wake-up listener is still backend %d", not)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return 0
+		return nil
+	})
+	return pid
 }
 
 func wokenWithin(ch <-chan struct{}, d time.Duration) bool {
@@ -53,9 +57,6 @@ func TestTheListenerComesBackAndWakesOnce(t *testing.T) {
 	seedEndpoint(t, a)
 	wake := b.Wakeups(t.Context())
 	pid := listenerPID(t, db, 0)
-	if pid == 0 {
-		t.Fatal("no listener connection after Wakeups")
-	}
 	var ok bool
 	if err := db.pool.QueryRow(t.Context(), `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
 		t.Fatalf("terminate the listener %d: %v, %v", pid, ok, err)
@@ -63,10 +64,7 @@ func TestTheListenerComesBackAndWakesOnce(t *testing.T) {
 	if !wokenWithin(wake, 20*time.Second) {
 		t.Fatal("no wake-up after the listener came back: what was missed while it was away waits for the poll")
 	}
-	back := listenerPID(t, db, pid)
-	if back == 0 {
-		t.Fatal("the listener did not come back")
-	}
+	listenerPID(t, db, pid) // the listener came back
 	if wokenWithin(wake, 0) {
 		t.Fatal("woken twice for one reconnect")
 	}
@@ -128,21 +126,17 @@ func holdCommits(t *testing.T, sdb storagetest.Database) storagetest.CommitHold 
 	return storagetest.CommitHold{
 		Waiting: func() {
 			t.Helper()
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			testwait.For(t, 20*time.Second, func() error {
 				n, err := db.QueryInt(ctx, fmt.Sprintf(`SELECT count(*) FROM pg_locks
 					WHERE locktype = 'advisory' AND objid = %d AND NOT granted`, holdCommitsKey))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if n > 0 {
-					return
+				if n == 0 {
+					return errors.New("no write transaction waits at its commit")
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("no write transaction came to wait at its commit within 20s")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return nil
+			})
 		},
 		Sent: func() bool {
 			t.Helper()

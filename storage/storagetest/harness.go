@@ -11,9 +11,11 @@ package storagetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -101,15 +103,10 @@ func newStore(t *testing.T, b Backend) (storage.Store, Database) {
 // and waiting, so a store's own test can line creates up behind a batch.
 func WaitForBatches(t *testing.T, stats func() (batches, waiting int), batches, waiting int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, w := stats()
-		if b == batches && w == waiting {
-			return
+	testwait.For(t, 10*time.Second, func() error {
+		if b, w := stats(); b != batches || w != waiting {
+			return fmt.Errorf("took %d batches of creates with %d waiting, want %d and %d", b, w, batches, waiting)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("took %d batches of creates with %d waiting, want %d and %d", b, w, batches, waiting)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
