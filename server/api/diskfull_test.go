@@ -19,6 +19,7 @@ import (
 	msqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
@@ -215,17 +216,17 @@ func (w *spaceWatch) failures() []error {
 	return append([]error(nil), w.failed...)
 }
 
-// until polls cond every 20 ms until it holds, failing the test with what
-// after two minutes: long enough for the worker's claim loop, which backs
-// off up to 30 s while the database is full, to come round again on a
-// loaded machine.
+// until waits for cond, failing the test with what after two minutes:
+// long enough for the worker's claim loop, which backs off up to 30 s
+// while the database is full, to come round again on a loaded machine.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
+	testwait.For(t, 2*time.Minute, func() error {
+		if !cond() {
+			return fmt.Errorf("still waiting for %s", what)
 		}
-	}
+		return nil
+	})
 }
 
 // When the database runs out of space, ingest answers 503 with

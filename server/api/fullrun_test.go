@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/worker"
 )
@@ -82,17 +84,15 @@ func (f *fixture) runPool() {
 // waitState polls the delivery through the API until it is in state.
 func (f *fixture) waitState(id, state string) response {
 	f.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r := f.admin("GET", "/v1/deliveries/"+id, nil).must(f.t, http.StatusOK)
-		if r.str("state") == state {
-			return r
+	var r response
+	testwait.For(f.t, 20*time.Second, func() error {
+		r = f.admin("GET", "/v1/deliveries/"+id, nil).must(f.t, http.StatusOK)
+		if r.str("state") != state {
+			return fmt.Errorf("delivery never became %s: %s", state, r.raw)
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("delivery never became %s: %s", state, r.raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 // TestFullRun drives one delivery through its whole life over the API:

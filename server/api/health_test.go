@@ -3,6 +3,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/harness/proctest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/pluginhost"
 )
@@ -39,20 +41,18 @@ func TestReadyzNamesATransportThatIsDown(t *testing.T) {
 		t.Fatalf("killed %d processes of %s (%v), want the plugin's", n, bin, err)
 	}
 	var msg string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.For(t, 5*time.Second, func() error {
 		r := f.send(req{method: "GET", path: "/readyz"})
-		if r.status == http.StatusServiceUnavailable {
-			var code string
-			code, msg = r.errorCode(t)
-			if code != "not_ready" {
-				t.Fatalf("readyz with the plugin down: code %q, want not_ready", code)
-			}
-			break
+		if r.status != http.StatusServiceUnavailable {
+			return fmt.Errorf("readyz still answers %d with the http plugin's binary gone and its process killed", r.status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz still answers %d with the http plugin's binary gone and its process killed", r.status)
+		var code string
+		code, msg = r.errorCode(t)
+		if code != "not_ready" {
+			t.Fatalf("readyz with the plugin down: code %q, want not_ready", code)
 		}
-	}
+		return nil
+	})
 	if !strings.Contains(msg, `transport plugin "http" is not running (executable not found)`) {
 		t.Fatalf("readyz says %q, want it to name the http transport as not running, and why in two words", msg)
 	}
@@ -108,16 +108,14 @@ func TestReadyzSaysAChecksumMismatchWithoutThePath(t *testing.T) {
 		t.Fatalf("killed %d processes of %s (%v), want the plugin's", n, bin, err)
 	}
 	var msg string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.For(t, 5*time.Second, func() error {
 		r := f.send(req{method: "GET", path: "/readyz"})
-		if r.status == http.StatusServiceUnavailable {
-			_, msg = r.errorCode(t)
-			break
+		if r.status != http.StatusServiceUnavailable {
+			return fmt.Errorf("readyz still answers %d with the plugin's file changed and its process killed", r.status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz still answers %d with the plugin's file changed and its process killed", r.status)
-		}
-	}
+		_, msg = r.errorCode(t)
+		return nil
+	})
 	if !strings.Contains(msg, `transport plugin "http" is not running (checksum mismatch)`) {
 		t.Fatalf("readyz says %q, want it to name the http transport and a checksum mismatch", msg)
 	}

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/internal/buildinfo"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
 	"github.com/hymical/hymical/storage/postgres/pgtest"
@@ -196,20 +198,19 @@ func TestHeartbeatRegistersRefreshesAndDeregisters(t *testing.T) {
 // waitForWorker polls the registry until worker id is there and cond holds.
 func waitForWorker(t *testing.T, s storage.Store, id string, cond func(storage.Worker) bool) storage.Worker {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var found storage.Worker
+	testwait.For(t, 10*time.Second, func() error {
 		ws, err := s.WorkerList(t.Context(), time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, w := range ws {
 			if w.ID == id && cond(w) {
-				return w
+				found = w
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker %s never as wanted in the registry: %+v", id, ws)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("worker %s never as wanted in the registry: %+v", id, ws)
+	})
+	return found
 }

@@ -25,6 +25,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // Span is one received span, flattened for assertions. Ids are lower-case
@@ -184,21 +186,19 @@ func (c *Collector) Spans() []Span {
 // it fails the test after timeout, listing what did arrive.
 func (c *Collector) WaitFor(t testing.TB, timeout time.Duration, what string, cond func([]Span) bool) []Span {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		spans := c.Spans()
+	var spans []Span
+	testwait.For(t, timeout, func() error {
+		spans = c.Spans()
 		if cond(spans) {
-			return spans
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var names []string
-			for _, s := range spans {
-				names = append(names, s.Service+"/"+s.Name)
-			}
-			t.Fatalf("the collector never received %s; it has %d spans: %s", what, len(spans), strings.Join(names, ", "))
+		var names []string
+		for _, s := range spans {
+			names = append(names, s.Service+"/"+s.Name)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the collector never received %s; it has %d spans: %s", what, len(spans), strings.Join(names, ", "))
+	})
+	return spans
 }
 
 // Find returns the spans of the given service and name.
