@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/worker"
@@ -118,10 +118,13 @@ func TestADeliveredAttemptLogsNothingAtInfo(t *testing.T) {
 				addEndpoint(t, store, "form_bad", "https://receiver.example/fail")
 				ok, bad := submitTo(t, store, "form_ok"), submitTo(t, store, "form_bad")
 				tap, stop := runLoggedPool(t, store, fastConfig(1), level)
-				e2etest.WaitUntil(t, 20*time.Second, "both deliveries finished", func() (bool, string) {
+				testwait.For(t, 20*time.Second, func() error {
 					a, _ := store.DeliveryGet(t.Context(), ok.ID)
 					b, _ := store.DeliveryGet(t.Context(), bad.ID)
-					return a.State == storage.StateDelivered && b.State == storage.StateFailed, fmt.Sprintf("%s and %s", a.State, b.State)
+					if a.State != storage.StateDelivered || b.State != storage.StateFailed {
+						return fmt.Errorf("the deliveries are %s and %s, want delivered and failed", a.State, b.State)
+					}
+					return nil
 				})
 				stop()
 				recorded := map[string][]map[string]any{}

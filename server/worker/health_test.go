@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 
 	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/server/event"
@@ -129,17 +131,17 @@ func TestEndpointRetrySchedule(t *testing.T) {
 
 func waitForPath(t *testing.T, rc *receiver, suffix string) received {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var found received
+	testwait.For(t, 20*time.Second, func() error {
 		for _, r := range rc.requests() {
 			if strings.HasSuffix(r.path, suffix) {
-				return r
+				found = r
+				return nil
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no request reached %s within 20 s", suffix)
-	return received{}
+		return fmt.Errorf("no request reached %s", suffix)
+	})
+	return found
 }
 
 func countPath(rc *receiver, suffix string) int {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/harness/proctest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 
 	"github.com/hymical/hymical/server/event"
@@ -165,20 +166,18 @@ func (e *env) run(cfg worker.Config, store worker.Store) {
 // waitFor polls the delivery until cond holds or 20 s pass.
 func (e *env) waitFor(id string, what string, cond func(storage.Delivery) bool) storage.Delivery {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		d, err := e.store.DeliveryGet(context.Background(), id)
-		if err != nil {
+	var d storage.Delivery
+	testwait.For(e.t, 20*time.Second, func() error {
+		var err error
+		if d, err = e.store.DeliveryGet(context.Background(), id); err != nil {
 			e.t.Fatal(err)
 		}
-		if cond(d) {
-			return d
+		if !cond(d) {
+			return fmt.Errorf("delivery %s never became %s: %+v", id, what, d)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("delivery %s never became %s: %+v", id, what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return d
 }
 
 func terminal(d storage.Delivery) bool { return d.State.Terminal() }

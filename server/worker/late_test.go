@@ -157,10 +157,7 @@ func TestLateAttemptLandsAfterTheDatabaseRefusedIt(t *testing.T) {
 
 			// The database refuses the late attempt until well after the
 			// late worker's own lease has run out.
-			refuseUntil := held.ClaimExpiresAt.Add(time.Second)
-			for time.Now().Before(refuseUntil) {
-				time.Sleep(50 * time.Millisecond)
-			}
+			time.Sleep(time.Until(held.ClaimExpiresAt.Add(time.Second)))
 			if counter.refused.Load() < 2 || counter.calls.Load() != counter.refused.Load() {
 				t.Fatalf("before the database took writes again: %d late records asked for, %d refused; want every one refused, at least 2",
 					counter.calls.Load(), counter.refused.Load())

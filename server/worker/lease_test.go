@@ -2,12 +2,14 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 )
@@ -78,8 +80,11 @@ func TestAClaimWhoseLeaseEndsBeforeTheSendDeadlineIsGivenBack(t *testing.T) {
 				t.Cleanup(func() { _ = stop() })
 
 				_, d := e.submit()
-				e2etest.WaitUntil(t, 20*time.Second, "the claim sent or given back", func() (bool, string) {
-					return len(e.recv.requests()) > 0 || len(store.released()) > 0, "neither yet"
+				testwait.For(t, 20*time.Second, func() error {
+					if len(e.recv.requests()) == 0 && len(store.released()) == 0 {
+						return errors.New("the claim is neither sent nor given back")
+					}
+					return nil
 				})
 				// Stopped, the pool has given back what it held and recorded
 				// every send it started: what follows is its final word.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 
 	"github.com/hymical/hymical/server/pluginhost"
@@ -69,7 +70,7 @@ func TestPluginWordsAreMaskedBeforeTheyAreKept(t *testing.T) {
 			}()
 
 			var kept []string
-			e2etest.WaitUntil(t, 20*time.Second, "both deliveries failed and the plugin's log lines arrived", func() (bool, string) {
+			testwait.For(t, 20*time.Second, func() error {
 				kept = kept[:0]
 				for _, id := range []string{retried, refused} {
 					d, err := store.DeliveryGet(ctx, id)
@@ -77,7 +78,7 @@ func TestPluginWordsAreMaskedBeforeTheyAreKept(t *testing.T) {
 						t.Fatal(err)
 					}
 					if d.State != storage.StateFailed {
-						return false, fmt.Sprintf("delivery %s is %s", id, d.State)
+						return fmt.Errorf("delivery %s is %s, want failed", id, d.State)
 					}
 					kept = append(kept, d.UnsentReason)
 					as, err := store.AttemptList(ctx, id)
@@ -88,8 +89,10 @@ func TestPluginWordsAreMaskedBeforeTheyAreKept(t *testing.T) {
 						kept = append(kept, a.Error)
 					}
 				}
-				l := logs.String()
-				return strings.Contains(l, "leaky: sending") && strings.Contains(l, "leaky sends to"), "the plugin's log lines:\n" + l
+				if l := logs.String(); !strings.Contains(l, "leaky: sending") || !strings.Contains(l, "leaky sends to") {
+					return fmt.Errorf("the plugin's log lines have not all arrived:\n%s", l)
+				}
+				return nil
 			})
 			const shown = "https://[redacted]@127.0.0.1:9/hook?token=[redacted]&x=1"
 			history := strings.Join(kept, "\n")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // Endpoints whose receivers answer just under what makes an endpoint slow
@@ -64,10 +65,13 @@ func TestFairShareANewcomerIsNotBehindOthersBacklog(t *testing.T) {
 					}
 					time.Sleep(250 * time.Millisecond)
 				}
-				e2etest.WaitUntil(t, 60*time.Second, "the healthy endpoint's deliveries all arrived", func() (bool, string) {
+				testwait.For(t, 60*time.Second, func() error {
 					mu.Lock()
 					defer mu.Unlock()
-					return len(arrived) >= healthy, fmt.Sprintf("%d of %d", len(arrived), healthy)
+					if len(arrived) < healthy {
+						return fmt.Errorf("%d of the healthy endpoint's %d deliveries arrived", len(arrived), healthy)
+					}
+					return nil
 				})
 				mu.Lock()
 				defer mu.Unlock()

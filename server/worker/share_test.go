@@ -1,14 +1,16 @@
 package worker_test
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/worker"
@@ -105,14 +107,19 @@ func TestFairShareAHungReceiverDoesNotStallTheOthers(t *testing.T) {
 			// before the pool stops, which waits for its sends.
 			t.Cleanup(func() { close(release) })
 			e2etest.Submit(t, store, "form_hung", 200)
-			e2etest.WaitUntil(t, 10*time.Second, "the hung receiver holding requests", func() (bool, string) {
-				return hung.now.Load() > 0, "none yet"
+			testwait.For(t, 10*time.Second, func() error {
+				if hung.now.Load() == 0 {
+					return errors.New("the hung receiver holds no request")
+				}
+				return nil
 			})
 			start := time.Now()
 			e2etest.Submit(t, store, "form_ok", 20)
-			e2etest.WaitUntil(t, 10*time.Second, "the healthy receiver getting all 20", func() (bool, string) {
-				n := healthy.total.Load()
-				return n >= 20, "got " + strconv.FormatInt(n, 10)
+			testwait.For(t, 10*time.Second, func() error {
+				if n := healthy.total.Load(); n < 20 {
+					return fmt.Errorf("the healthy receiver got %d of 20", n)
+				}
+				return nil
 			})
 			took := time.Since(start)
 			t.Logf("healthy endpoint: 20/20 in %s; the hung receiver held at most %d requests at once", took.Round(time.Millisecond), hung.peak.Load())
@@ -144,9 +151,11 @@ func TestFairShareAnEndpointAloneUsesEverySender(t *testing.T) {
 			cfg := shareConfig()
 			e2etest.RunPool(t, store, host, cfg)
 			e2etest.Submit(t, store, "form_busy", 400)
-			e2etest.WaitUntil(t, 30*time.Second, "all 400 delivered", func() (bool, string) {
-				n := busy.total.Load()
-				return n >= 400, "got " + strconv.FormatInt(n, 10)
+			testwait.For(t, 30*time.Second, func() error {
+				if n := busy.total.Load(); n < 400 {
+					return fmt.Errorf("%d of 400 delivered", n)
+				}
+				return nil
 			})
 			t.Logf("the endpoint alone held up to %d of the 16 senders", busy.peak.Load())
 			if p := busy.peak.Load(); p < 12 {
@@ -191,15 +200,20 @@ func TestFairShareAnEndpointThatHangsGivesBackItsQueuedClaims(t *testing.T) {
 			e2etest.RunPool(t, store, host, cfg)
 			// Quick sends make it the endpoint that may hold every sender
 			// and a full queue.
-			e2etest.WaitUntil(t, 10*time.Second, "endpoint a's first 100 deliveries", func() (bool, string) {
-				n := a.total.Load()
-				return n >= 100, "got " + strconv.FormatInt(n, 10)
+			testwait.For(t, 10*time.Second, func() error {
+				if n := a.total.Load(); n < 100 {
+					return fmt.Errorf("endpoint a got %d of its first 100 deliveries", n)
+				}
+				return nil
 			})
 			hanging.Store(true)
 			start := time.Now()
 			e2etest.Submit(t, store, "form_b", 1)
-			e2etest.WaitUntil(t, 3*hang, "endpoint b's delivery", func() (bool, string) {
-				return b.total.Load() >= 1, "none yet"
+			testwait.For(t, 3*hang, func() error {
+				if b.total.Load() == 0 {
+					return errors.New("endpoint b's delivery has not arrived")
+				}
+				return nil
 			})
 			took := time.Since(start)
 			t.Logf("endpoint b's delivery arrived after %s; endpoint a got %d requests that hung meanwhile", took.Round(time.Millisecond), hungStarted.Load())

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
@@ -119,25 +120,23 @@ func (e *tracedEnv) ingest() (trace.SpanContext, storage.Delivery) {
 // returns them in attempt-number order.
 func (e *tracedEnv) attemptSpans(deliveryID string, n int) []tracetest.SpanStub {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var got []tracetest.SpanStub
+	var got []tracetest.SpanStub
+	testwait.For(e.t, 20*time.Second, func() error {
+		got = nil
 		for _, s := range e.spans.GetSpans() {
 			if s.Name == telemetry.SpanAttempt && attr(s.Attributes, telemetry.AttrDeliveryID) == deliveryID {
 				got = append(got, s)
 			}
 		}
-		if len(got) >= n {
-			slices.SortFunc(got, func(a, b tracetest.SpanStub) int {
-				return strings.Compare(attr(a.Attributes, telemetry.AttrAttemptNumber), attr(b.Attributes, telemetry.AttrAttemptNumber))
-			})
-			return got
+		if len(got) < n {
+			return fmt.Errorf("%d attempt spans of %s ended, want %d; spans: %v", len(got), deliveryID, n, spanNames(e.spans.GetSpans()))
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%d attempt spans of %s ended, want %d; spans: %v", len(got), deliveryID, n, spanNames(e.spans.GetSpans()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	slices.SortFunc(got, func(a, b tracetest.SpanStub) int {
+		return strings.Compare(attr(a.Attributes, telemetry.AttrAttemptNumber), attr(b.Attributes, telemetry.AttrAttemptNumber))
+	})
+	return got
 }
 
 // byID finds the ended span with the given id.

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
@@ -41,9 +43,11 @@ func TestNoRequestNoAttempt(t *testing.T) {
 				killPlugin(t, bin)
 				// Up starts what it can; until the host has seen the process
 				// go it still counts it as running.
-				e2etest.WaitUntil(t, 5*time.Second, "the host seeing the plugin down", func() (bool, string) {
-					err := e.host.Up(t.Context())
-					return err != nil, fmt.Sprint(err)
+				testwait.For(t, 5*time.Second, func() error {
+					if e.host.Up(t.Context()) == nil {
+						return errors.New("the host still sees the plugin up")
+					}
+					return nil
 				})
 
 				reader := sdkmetric.NewManualReader()
@@ -61,9 +65,12 @@ func TestNoRequestNoAttempt(t *testing.T) {
 					ids = append(ids, d.ID)
 				}
 				// Round and round, many more times than the allowance.
-				e2etest.WaitUntil(t, 20*time.Second, "many claims ended unsent", func() (bool, string) {
+				testwait.For(t, 20*time.Second, func() error {
 					n := counter(t, reader, telemetry.MetricClaimsUnsent, "transport", "http", "reason", telemetry.UnsentUnavailable)
-					return n >= int64(len(ids)*(allowance+2)), fmt.Sprintf("%d unsent", n)
+					if want := int64(len(ids) * (allowance + 2)); n < want {
+						return fmt.Errorf("%d claims ended unsent, want at least %d", n, want)
+					}
+					return nil
 				})
 				for _, id := range ids {
 					d := e.waitFor(id, "given back with the reason", func(d storage.Delivery) bool { return d.State == storage.StatePending })

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/server/worker"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
@@ -230,11 +232,10 @@ func TestDeliveriesFlowWhileTheListenerIsKilled(t *testing.T) {
 // waitListening waits for s's listener to be LISTENing.
 func waitListening(t *testing.T, s *postgres.Store) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !s.Listening() {
-		if time.Now().After(deadline) {
-			t.Fatal("the wake-up listener is not listening")
+	testwait.For(t, 20*time.Second, func() error {
+		if !s.Listening() {
+			return errors.New("the wake-up listener is not listening")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
