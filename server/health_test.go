@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/event"
@@ -69,12 +69,15 @@ func TestGoneDisablesOnlyWhenAskedTo(t *testing.T) {
 			}
 			id := res.Deliveries[0].ID
 			var d storage.Delivery
-			e2etest.WaitUntil(t, 20*time.Second, "the 410 recorded", func() (bool, string) {
+			testwait.For(t, 20*time.Second, func() error {
 				d, err = direct.DeliveryGet(t.Context(), id)
 				if err != nil {
 					t.Fatal(err)
 				}
-				return d.State.Terminal() || d.Held, fmt.Sprintf("%+v", d)
+				if !d.State.Terminal() && !d.Held {
+					return fmt.Errorf("the 410 is not recorded: %+v", d)
+				}
+				return nil
 			})
 			as, err := direct.AttemptList(t.Context(), id)
 			if err != nil || len(as) != 1 || as[0].HTTPStatus != http.StatusGone {

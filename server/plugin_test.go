@@ -8,6 +8,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/harness/proctest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/config"
 	"github.com/hymical/hymical/server/pluginhost"
@@ -75,9 +76,12 @@ func TestAPluginWhoseChildHoldsItsOutputCannotHoldUpTheServer(t *testing.T) {
 	spawn := func(n int) {
 		t.Helper()
 		submitTo(t, direct, "form_spawn", 1)
-		e2etest.WaitUntil(t, 20*time.Second, "the spawning delivery delivered", func() (bool, string) {
+		testwait.For(t, 20*time.Second, func() error {
 			ds, err := direct.DeliveryList(t.Context(), storage.DeliveryListParams{Filter: storage.DeliveryFilter{EndpointID: spawner, State: storage.StateDelivered}})
-			return err == nil && len(ds) == n, fmt.Sprintf("%d delivered (%v)", len(ds), err)
+			if err != nil || len(ds) != n {
+				return fmt.Errorf("%d of the spawning endpoint's deliveries delivered, want %d (%v)", len(ds), n, err)
+			}
+			return nil
 		})
 		if procs, err := proctest.Alive(bin); err != nil || len(procs) != 2 {
 			t.Fatalf("processes of %s: %v (%v), want the plugin and its child", bin, procs, err)
@@ -90,9 +94,11 @@ func TestAPluginWhoseChildHoldsItsOutputCannotHoldUpTheServer(t *testing.T) {
 	// before its lease would have run out.
 	hungAt := time.Now()
 	submitTo(t, direct, "form_hang", 1)
-	e2etest.WaitUntil(t, lease, "the hung delivery released with its attempt", func() (bool, string) {
-		d := only(hanger)
-		return d.Attempts >= 1 && d.State == storage.StatePending, fmt.Sprintf("%+v", d)
+	testwait.For(t, lease, func() error {
+		if d := only(hanger); d.Attempts < 1 || d.State != storage.StatePending {
+			return fmt.Errorf("the hung delivery is not released with its attempt: %+v", d)
+		}
+		return nil
 	})
 	t.Logf("the hung delivery was released %s after it was submitted", time.Since(hungAt).Round(time.Millisecond))
 	// The restart took the child with the plugin; the new plugin starts

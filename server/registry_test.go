@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/buildinfo"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/migrations"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/database"
@@ -57,25 +59,29 @@ func TestRunRegistersHeartbeatsAndDeregisters(t *testing.T) {
 
 			host, _ := os.Hostname()
 			var first storage.Worker
-			e2etest.WaitUntil(t, 10*time.Second, "this server in the registry", func() (bool, string) {
+			testwait.For(t, 10*time.Second, func() error {
 				ws, err := direct.WorkerList(t.Context(), time.Time{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(ws) == 1 {
-					first = ws[0]
+				if len(ws) != 1 {
+					return fmt.Errorf("the registry holds %s, want this server alone", formatWorkers(ws))
 				}
-				return len(ws) == 1, formatWorkers(ws)
+				first = ws[0]
+				return nil
 			})
 			if first.Build != buildinfo.String() || first.SchemaVersion != latest || first.Host != host {
 				t.Fatalf("registered %+v, want build %s, schema %d, host %s", first, buildinfo.String(), latest, host)
 			}
-			e2etest.WaitUntil(t, 5*time.Second, "the heartbeat to move", func() (bool, string) {
+			testwait.For(t, 5*time.Second, func() error {
 				ws, err := direct.WorkerList(t.Context(), time.Time{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return len(ws) == 1 && ws[0].ID == first.ID && ws[0].HeartbeatAt.After(first.HeartbeatAt), formatWorkers(ws)
+				if len(ws) != 1 || ws[0].ID != first.ID || !ws[0].HeartbeatAt.After(first.HeartbeatAt) {
+					return fmt.Errorf("the heartbeat has not moved: %s", formatWorkers(ws))
+				}
+				return nil
 			})
 
 			stop()

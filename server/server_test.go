@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server"
 	"github.com/hymical/hymical/server/config"
@@ -312,9 +313,11 @@ func TestShutdownIsBoundedWhenTheDatabaseStopsAnswering(t *testing.T) {
 			lease := time.Duration(cfg.Workers.LeaseSeconds) * time.Second
 			r := start(t, cfg)
 
-			e2etest.WaitUntil(t, 20*time.Second, "requests in flight", func() (bool, string) {
-				got := recv.got.Load() - recv.answered.Load()
-				return got >= 2, fmt.Sprintf("%d in flight", got)
+			testwait.For(t, 20*time.Second, func() error {
+				if n := recv.got.Load() - recv.answered.Load(); n < 2 {
+					return fmt.Errorf("%d requests in flight, want at least 2", n)
+				}
+				return nil
 			})
 			if stopsAnswering {
 				proxy.freeze()
@@ -406,13 +409,19 @@ func TestFairShareHoldsAcrossServersOnOnePostgreSQL(t *testing.T) {
 		start(t, cfg)
 	}
 	submitTo(t, direct, "form_hung", 200)
-	e2etest.WaitUntil(t, 10*time.Second, "the hung receiver holding requests", func() (bool, string) {
-		return hungNow.Load() >= 8, fmt.Sprintf("%d held", hungNow.Load())
+	testwait.For(t, 10*time.Second, func() error {
+		if n := hungNow.Load(); n < 8 {
+			return fmt.Errorf("the hung receiver holds %d requests, want at least 8", n)
+		}
+		return nil
 	})
 	began := time.Now()
 	submitTo(t, direct, "form_ok", 20)
-	e2etest.WaitUntil(t, 10*time.Second, "the healthy receiver getting all 20", func() (bool, string) {
-		return healthy.Load() >= 20, fmt.Sprintf("got %d", healthy.Load())
+	testwait.For(t, 10*time.Second, func() error {
+		if n := healthy.Load(); n < 20 {
+			return fmt.Errorf("the healthy receiver got %d of 20", n)
+		}
+		return nil
 	})
 	took := time.Since(began)
 	t.Logf("three servers: the healthy endpoint's 20 in %s; the hung receiver held at most %d requests", took.Round(time.Millisecond), hungPeak.Load())
