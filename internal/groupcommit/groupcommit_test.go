@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hymical/hymical/internal/testwait"
@@ -188,25 +189,30 @@ func TestAPanickingWriteAnswersItsBatchAndTheQueueGoesOn(t *testing.T) {
 	}
 }
 
+// The callers' contexts end the batch's through context.AfterFunc, on
+// goroutines of their own. The test runs in a synctest bubble, where
+// synctest.Wait returns once those goroutines have done all they will:
+// then the batch's context is in the state it keeps, and a test of "not
+// ended" proves something without sleeping on it.
 func TestABatchContextEndsWhenEveryCallerHasGivenUp(t *testing.T) {
-	ctx1, cancel1 := context.WithCancel(context.Background())
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	defer cancel2()
-	batch := []*Call[int, int]{{Ctx: ctx1}, {Ctx: ctx2}}
-	ctx, stop := BatchContext(batch)
-	defer stop()
-	cancel1()
-	select {
-	case <-ctx.Done():
-		t.Fatal("the batch's context ended while a caller still waits")
-	case <-time.After(50 * time.Millisecond):
-	}
-	cancel2()
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the batch's context did not end after every caller gave up")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx1, cancel1 := context.WithCancel(context.Background())
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		defer cancel2()
+		batch := []*Call[int, int]{{Ctx: ctx1}, {Ctx: ctx2}}
+		ctx, stop := BatchContext(batch)
+		defer stop()
+		cancel1()
+		synctest.Wait()
+		if ctx.Err() != nil {
+			t.Fatal("the batch's context ended while a caller still waits")
+		}
+		cancel2()
+		synctest.Wait()
+		if ctx.Err() == nil {
+			t.Fatal("the batch's context did not end after every caller gave up")
+		}
+	})
 
 	// stop ends it too, for a batch written while its callers wait.
 	live, stopLive := BatchContext([]*Call[int, int]{{Ctx: context.Background()}})

@@ -110,11 +110,13 @@ func (h *Hub) SignalAfter(d time.Duration) {
 	h.armLocked()
 }
 
-// Close stops the timer; timed wake-ups still to come are dropped.
+// Close stops the timer and drops the timed wake-ups still to come, so
+// that Pending says none are; SignalAfter keeps nothing after it.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
+	h.timed, h.known = nil, nil
 	if h.timer != nil {
 		h.timer.Stop()
 	}

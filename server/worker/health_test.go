@@ -86,8 +86,14 @@ func TestGoneDisablesTheEndpointAndTellsTheOperator(t *testing.T) {
 				t.Fatal("the notification carries the endpoint's secret")
 			}
 
-			// Paused means paused: nothing more goes to /hook.
-			time.Sleep(300 * time.Millisecond)
+			// Paused means paused: the held delivery is one that no claim
+			// takes, even once its retry is due (the claim looks a second
+			// ahead, past the 50 ms backoff and within the notification's
+			// lease), so nothing more goes to /hook.
+			claims, err := e.store.DeliveryClaim(ctx, storage.DeliveryClaimParams{Limit: 10, Lease: time.Minute, Now: time.Now().Add(time.Second)})
+			if err != nil || len(claims) != 0 {
+				t.Fatalf("a claim took %d deliveries (%v) with the only pending one held, want none", len(claims), err)
+			}
 			if n := countPath(e.recv, "/hook"); n != 1 {
 				t.Fatalf("%d requests reached the disabled endpoint, want the 1 that answered 410", n)
 			}

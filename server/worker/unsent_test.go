@@ -204,19 +204,25 @@ func TestNoRequestNoAttempt(t *testing.T) {
 				}
 				e.run(fastConfig(2), e.store)
 				_, d := e.submit()
-				e.waitFor(d.ID, "given back with the plugin's reason", func(d storage.Delivery) bool {
-					return strings.Contains(d.UnsentReason, "misbehave is not sending for now")
+				// Each time it is given back it is due again 50 ms later, so
+				// three distinct due times are three rounds of deferring,
+				// seen rather than slept through, and none may cost an
+				// attempt.
+				given := map[int64]bool{}
+				e.waitFor(d.ID, "given back three times with the plugin's reason", func(d storage.Delivery) bool {
+					if d.Attempts != 0 || d.CycleAttempts != 0 {
+						t.Fatalf("delivery the plugin keeps deferring = %+v, want no attempts", d)
+					}
+					if d.State == storage.StatePending && strings.Contains(d.UnsentReason, "misbehave is not sending for now") {
+						given[d.NextAttemptAt.UnixNano()] = true
+					}
+					return len(given) >= 3
 				})
-				time.Sleep(300 * time.Millisecond) // several rounds of a 50 ms backoff
-				got := e.waitFor(d.ID, "pending", func(d storage.Delivery) bool { return d.State == storage.StatePending })
-				if got.Attempts != 0 || got.CycleAttempts != 0 {
-					t.Fatalf("delivery the plugin keeps deferring = %+v, want no attempts", got)
-				}
 				ep.Config = map[string]string{"mode": "ok"}
 				if ep, err = e.store.EndpointUpdate(t.Context(), ep); err != nil {
 					t.Fatal(err)
 				}
-				got = e.waitFor(d.ID, "delivered", func(d storage.Delivery) bool { return d.State == storage.StateDelivered })
+				got := e.waitFor(d.ID, "delivered", func(d storage.Delivery) bool { return d.State == storage.StateDelivered })
 				if got.Attempts != 1 || got.UnsentReason != "" {
 					t.Fatalf("delivered = %+v, want one attempt and the reason cleared", got)
 				}
