@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // Install says how to get the brokers the plugin tests run against.
@@ -150,17 +152,12 @@ func (p *Proc) Run() error {
 // port may still be in TIME_WAIT.
 func (p *Proc) Restart() {
 	p.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := p.Run()
-		if err == nil {
-			return
+	testwait.For(p.t, 10*time.Second, func() error {
+		if err := p.Run(); err != nil {
+			return fmt.Errorf("%s did not start again: %w", p.name, err)
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s did not start again: %v", p.name, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Stop kills the server at once, as a crash or a lost host would, and

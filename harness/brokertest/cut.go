@@ -2,11 +2,14 @@ package brokertest
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // Cut stands between clients and a server on its own loopback port and
@@ -70,18 +73,14 @@ func (c *Cut) Stop() {
 // still held by the connections just reset.
 func (c *Cut) Restart() {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.For(c.t, 10*time.Second, func() error {
 		ln, err := net.Listen("tcp", c.addr)
-		if err == nil {
-			c.serve(ln)
-			return
+		if err != nil {
+			return fmt.Errorf("listening again on %s: %w", c.addr, err)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("listening again on %s: %v", c.addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		c.serve(ln)
+		return nil
+	})
 }
 
 func (c *Cut) serve(ln net.Listener) {

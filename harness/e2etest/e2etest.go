@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hymical/hymical/harness/pluginbin"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/server/pluginhost"
@@ -228,20 +229,16 @@ func Submit(t *testing.T, store storage.Store, formID string, n int) map[string]
 	return out
 }
 
-// WaitUntil polls cond every 20 ms for up to limit; cond also says what it saw.
+// WaitUntil is testwait.For for a cond that says whether it holds and
+// what it saw. New tests call testwait.For.
 func WaitUntil(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	testwait.For(t, limit, func() error {
+		if ok, state := cond(); !ok {
+			return fmt.Errorf("still not %s: %s", what, state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s, still not %s: %s", limit, what, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // CountDelivered counts the deliveries among ids that are delivered.
@@ -324,17 +321,21 @@ func DeliverAcrossOutage(t *testing.T, store storage.Store, broker Broker, addr,
 	// The broker dies with deliveries going out: some of them may be on
 	// the wire when it does.
 	before := Submit(t, store, "form_1", 30)
-	WaitUntil(t, 20*time.Second, "delivering", func() (bool, string) {
-		n := CountDelivered(t, store, before)
-		return n >= 3, fmt.Sprintf("%d delivered", n)
+	testwait.For(t, 20*time.Second, func() error {
+		if n := CountDelivered(t, store, before); n < 3 {
+			return fmt.Errorf("%d delivered before the outage, want at least 3", n)
+		}
+		return nil
 	})
 	broker.Stop()
 	// Deliveries made while it is away fail as retryable and wait in the
 	// store.
 	during := Submit(t, store, "form_1", 20)
-	WaitUntil(t, 20*time.Second, "retrying while the broker is down", func() (bool, string) {
-		n := CountAttempts(t, store, during, storage.OutcomeRetryable)
-		return n >= 10, fmt.Sprintf("%d retryable attempts", n)
+	testwait.For(t, 20*time.Second, func() error {
+		if n := CountAttempts(t, store, during, storage.OutcomeRetryable); n < 10 {
+			return fmt.Errorf("%d retryable attempts while the broker is down, want at least 10", n)
+		}
+		return nil
 	})
 	// It comes back on the same address and data; the plugin connects
 	// again and every waiting delivery goes out.
@@ -352,9 +353,11 @@ func DeliverAcrossOutage(t *testing.T, store storage.Store, broker Broker, addr,
 	// in the 30 s, and once in the 60 s, after the plugin had reconnected
 	// (while every package's tests ran at once on two cores); alone it
 	// takes a few seconds. The message says why the rest still wait.
-	WaitUntil(t, 3*time.Minute, "all delivered after the outage", func() (bool, string) {
-		n := CountDelivered(t, store, all)
-		return n == len(all), fmt.Sprintf("%d of %d delivered; %s", n, len(all), lastFailure(t, store, all))
+	testwait.For(t, 3*time.Minute, func() error {
+		if n := CountDelivered(t, store, all); n != len(all) {
+			return fmt.Errorf("after the outage, %d of %d delivered; %s", n, len(all), lastFailure(t, store, all))
+		}
+		return nil
 	})
 
 	retried := 0
