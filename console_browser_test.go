@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hymical/hymical/harness/e2etest"
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // TestConsoleInABrowser runs `hymical serve` with the real http plugin and
@@ -99,15 +100,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	dlv := api("POST", "/v1/forms/contact/submissions", `{"email":"a@example.com"}`)["deliveries"].([]any)[0].(string)
 	waitState := func(state string) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			if api("GET", "/v1/deliveries/"+dlv, "")["state"] == state {
-				return
+		testwait.For(t, 20*time.Second, func() error {
+			if got := api("GET", "/v1/deliveries/"+dlv, "")["state"]; got != state {
+				return fmt.Errorf("delivery %s is %v, want %s", dlv, got, state)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("delivery %s never became %s", dlv, state)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitState("failed")
 
@@ -217,13 +215,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	if flash := text(".flash"); !strings.Contains(flash, "Replayed") {
 		t.Errorf("after Replay the page says %q", flash)
 	}
-	for deadline := time.Now().Add(20 * time.Second); text("#delivery-state") != "delivered"; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the delivery page never showed delivered; it shows %q", text("#delivery-state"))
+	testwait.For(t, 20*time.Second, func() error {
+		if got := text("#delivery-state"); got != "delivered" {
+			navigate("reload the delivery", chromedp.Navigate(base+"/console/deliveries/"+dlv))
+			return fmt.Errorf("the delivery page never showed delivered; it shows %q", got)
 		}
-		time.Sleep(200 * time.Millisecond)
-		navigate("reload the delivery", chromedp.Navigate(base+"/console/deliveries/"+dlv))
-	}
+		return nil
+	})
 	history = text("table tbody")
 	if !strings.Contains(history, "delivered") || !strings.Contains(history, "204") {
 		t.Errorf("attempt history lacks the delivered 204:\n%s", history)

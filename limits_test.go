@@ -18,6 +18,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/postgres"
 	"github.com/hymical/hymical/storage/postgres/pgtest"
@@ -109,20 +110,16 @@ func TestEndpointLimitsHoldAcrossServerProcesses(t *testing.T) {
 	for i := range 3 {
 		startLimitServer(t, dir, dsn, i)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, 60*time.Second, func() error {
 		st, err := store.DeliveryStats(ctx, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.ByState[storage.StateDelivered] == 2*n {
-			break
+		if st.ByState[storage.StateDelivered] != 2*n {
+			return fmt.Errorf("not all delivered: %+v", st.ByState)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not all delivered within 60 s: %+v", st.ByState)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 
 	if p := capped.peak.Load(); p > capLimit || p < 2 {
 		t.Fatalf("the capped endpoint saw %d requests at once across 3 servers; want the cap, %d (and at least 2, or nothing overlapped)", p, capLimit)

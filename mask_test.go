@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/storage"
 	"github.com/hymical/hymical/storage/secretbox"
 
@@ -66,16 +67,14 @@ func TestURLSecretsStayHiddenEndToEnd(t *testing.T) {
 	}
 	waitFor := func(dlv, state string) string {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			shown := hymical("deliveries", "show", dlv)
-			if strings.Contains(shown, "state "+state) {
-				return shown
+		var shown string
+		testwait.For(t, 20*time.Second, func() error {
+			if shown = hymical("deliveries", "show", dlv); !strings.Contains(shown, "state "+state) {
+				return fmt.Errorf("delivery %s never became %s:\n%s", dlv, state, shown)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("delivery %s never became %s:\n%s", dlv, state, shown)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return shown
 	}
 	deliveryID := regexp.MustCompile(`dlv_[0-9a-f]{32}`)
 

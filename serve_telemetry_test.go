@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
+	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/server/telemetry/telemetrytest"
 )
@@ -83,16 +85,12 @@ func TestServeTracesAndMetrics(t *testing.T) {
 		t.Fatal("submit printed no delivery")
 	}
 	var shown string
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		shown = hymical("deliveries", "show", "--server", base, dlv)
-		if strings.Contains(shown, "state delivered") {
-			break
+	testwait.For(t, 20*time.Second, func() error {
+		if shown = hymical("deliveries", "show", "--server", base, dlv); !strings.Contains(shown, "state delivered") {
+			return fmt.Errorf("the delivery was never delivered:\n%s", shown)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the delivery was never delivered:\n%s", shown)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	// The CLI shows each attempt's trace id, for jumping to the trace.
 	rows := regexp.MustCompile(`(?m)^([12])\s+(retryable|delivered)\s+(503|200)\s+false\s+\S+\s+\S+\s+([0-9a-f]{32})\s`).FindAllStringSubmatch(shown, -1)
 	if len(rows) != 2 {
@@ -289,18 +287,18 @@ func startServe(t *testing.T, dir string, flags ...string) (base string, out, lo
 func waitListening(t *testing.T, out, logs *syncbuf.Buffer, done <-chan error) string {
 	t.Helper()
 	listening := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	var base string
+	testwait.For(t, 20*time.Second, func() error {
 		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+			base = m[1]
+			return nil
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("serve stopped: %v\n%s\n%s", err, out.String(), logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve never said where it listens:\n%s\n%s", out.String(), logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("serve never said where it listens:\n%s\n%s", out.String(), logs.String())
+	})
+	return base
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
+	"github.com/hymical/hymical/internal/testwait"
 )
 
 // TestServeAndOperatorCommands runs `hymical serve` on SQLite with the real
@@ -72,16 +74,14 @@ func TestServeAndOperatorCommands(t *testing.T) {
 
 	waitFor := func(state string) string {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			shown := hymical("deliveries", "show", "--server", base, dlv)
-			if strings.Contains(shown, "state "+state) {
-				return shown
+		var shown string
+		testwait.For(t, 20*time.Second, func() error {
+			if shown = hymical("deliveries", "show", "--server", base, dlv); !strings.Contains(shown, "state "+state) {
+				return fmt.Errorf("delivery never became %s:\n%s", state, shown)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("delivery never became %s:\n%s", state, shown)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return shown
 	}
 	shown := waitFor("failed")
 	if !strings.Contains(shown, "attempts 1  cycle_attempts 1") || !strings.Contains(shown, "permanent") {
@@ -154,24 +154,27 @@ func TestPluginsDieWithAKilledServer(t *testing.T) {
 
 	plugin := filepath.Join(dir, "hymical-plugin-http")
 	var pid int
-	for deadline := time.Now().Add(20 * time.Second); pid == 0; {
-		pid = childWithExe(t, srv.Process.Pid, plugin)
-		if time.Now().After(deadline) {
-			t.Fatalf("the server never started its plugin:\n%s", out.String())
+	testwait.For(t, 20*time.Second, func() error {
+		if pid = childWithExe(t, srv.Process.Pid, plugin); pid == 0 {
+			return fmt.Errorf("the server never started its plugin:\n%s", out.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := srv.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = srv.Wait()
-	for deadline := time.Now().Add(10 * time.Second); processAlive(pid); {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("plugin process %d still runs 10 s after its server was killed", pid)
+	defer func() {
+		if t.Failed() {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // leave no orphan behind a failure
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	}()
+	testwait.For(t, 10*time.Second, func() error {
+		if processAlive(pid) {
+			return fmt.Errorf("plugin process %d still runs after its server was killed", pid)
+		}
+		return nil
+	})
 }
 
 // childWithExe finds a child of parent running the executable exe.
