@@ -165,11 +165,15 @@ func TestConcurrentDeliveriesAreStoredOnce(t *testing.T) {
 	subs := []string{newID("sub"), newID("sub"), newID("sub"), newID("sub")}
 	const each = 8
 	var mu sync.Mutex
+	// Every submission's count exists before any sender runs: the senders
+	// read the outer map, so it is not written while they do.
 	statuses := map[string]map[int]int{}
+	for _, sub := range subs {
+		statuses[sub] = map[int]int{}
+	}
 	var wg sync.WaitGroup
 	for _, sub := range subs {
 		body := event(t, sub)
-		statuses[sub] = map[int]int{}
 		for range each {
 			wg.Go(func() {
 				got := deliver(t, r.hookURL(), "dlv_"+sub[4:], body, secret)
