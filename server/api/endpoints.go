@@ -273,7 +273,7 @@ func deletedError(e storage.Endpoint) *apiError {
 
 // DELETE /v1/endpoints/{id}
 //
-// Deleting is soft (storage.Store.EndpointDelete): the endpoint's history
+// Deleting is soft (storage.Endpoints.EndpointDelete): the endpoint's history
 // stays. An endpoint with pending or processing deliveries is refused with
 // 409 unless ?force=true, which fails them with the reason "endpoint
 // deleted"; the operator endpoint is refused outright.

@@ -44,7 +44,7 @@ func Open(ctx context.Context, url string, opts ...storage.OpenOption) (storage.
 
 // CheckSchema refuses to run against a schema this build does not know, or
 // one that still needs migrating.
-func CheckSchema(ctx context.Context, s storage.Store) (int, error) {
+func CheckSchema(ctx context.Context, s storage.Fleet) (int, error) {
 	latest, err := migrations.Latest()
 	if err != nil {
 		return 0, err

@@ -119,7 +119,7 @@ type Deleter interface {
 	EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error)
 }
 
-// Delete deletes the endpoint id (see storage.Store.EndpointDelete),
+// Delete deletes the endpoint id (see storage.Endpoints.EndpointDelete),
 // refusing the configured operator endpoint, operatorEndpoint: the
 // server would go on addressing its notices to an endpoint that takes
 // none, and nobody would hear that an endpoint was disabled. The setting

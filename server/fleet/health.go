@@ -11,7 +11,7 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
-// HealthStore is what endpoint health needs of storage.Store.
+// HealthStore is what endpoint health needs of the store.
 type HealthStore interface {
 	endpoint.Store
 	EndpointList(ctx context.Context) ([]storage.Endpoint, error)

@@ -50,7 +50,7 @@ func NewWorker(schemaVersion int, now time.Time) storage.Worker {
 // interval (0 means HeartbeatInterval), until ctx ends, then removes it.
 // Servers use HeartbeatInterval, which LiveWindow is measured in; a test
 // may beat faster to see the heartbeat move.
-func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, interval time.Duration, log *slog.Logger) {
+func RunHeartbeat(ctx context.Context, store storage.Fleet, w storage.Worker, interval time.Duration, log *slog.Logger) {
 	if interval <= 0 {
 		interval = HeartbeatInterval
 	}
@@ -86,7 +86,7 @@ func RunHeartbeat(ctx context.Context, store storage.Store, w storage.Worker, in
 // nor checks it, and one left running beside newer ones defeats the fence.
 // Before the registry existed (schema version < 4) there is nothing to
 // check. The refusal is a *LiveError.
-func CheckNoOtherBuilds(ctx context.Context, store storage.Store, now time.Time) error {
+func CheckNoOtherBuilds(ctx context.Context, store storage.Fleet, now time.Time) error {
 	mine := buildinfo.String()
 	return refuseLive(ctx, store, now, func(w storage.Worker) bool { return w.Build != mine },
 		"live workers of another build are running", "stop them, migrate, then start the new build")
@@ -97,7 +97,7 @@ func CheckNoOtherBuilds(ctx context.Context, store storage.Store, now time.Time)
 // endpoint secrets to a new key, which a running server would not know.
 // why ends the advice to stop them ("since they would ..."). The refusal
 // is a *LiveError.
-func CheckNoneLive(ctx context.Context, store storage.Store, now time.Time, why string) error {
+func CheckNoneLive(ctx context.Context, store storage.Fleet, now time.Time, why string) error {
 	return refuseLive(ctx, store, now, func(storage.Worker) bool { return true },
 		"servers are running on this database", "stop them first, since "+why)
 }
@@ -122,7 +122,7 @@ func (e *LiveError) Error() string {
 
 // refuseLive returns a *LiveError naming the live workers that in picks,
 // or nil when there are none.
-func refuseLive(ctx context.Context, store storage.Store, now time.Time, in func(storage.Worker) bool, what, fix string) error {
+func refuseLive(ctx context.Context, store storage.Fleet, now time.Time, in func(storage.Worker) bool, what, fix string) error {
 	v, err := store.SchemaVersion(ctx)
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)

@@ -8,7 +8,7 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
-// Pruner is what the retention job needs of storage.Store.
+// Pruner is what the retention job needs of the store.
 type Pruner interface {
 	DeliveryPrune(ctx context.Context, p storage.DeliveryPruneParams) (int, error)
 }

@@ -34,7 +34,7 @@ type Config struct {
 	// PollInterval is how long the claimer waits for a wake-up, when
 	// nothing was due, before it looks again anyway: the fallback that
 	// finds expired leases and the deliveries whose wake-up it could not
-	// hear (see storage.Store.Wakeups).
+	// hear (see storage.Claiming.Wakeups).
 	PollInterval time.Duration
 	// MaxCycleAttempts is the retry allowance.
 	MaxCycleAttempts int

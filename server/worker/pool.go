@@ -39,7 +39,8 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
-// Store is what the worker needs of storage.Store.
+// Store is what the worker needs of the store: the Claiming role less
+// the one-at-a-time DeliveryComplete, since it completes in batches.
 type Store interface {
 	DeliveryClaim(ctx context.Context, p storage.DeliveryClaimParams) ([]storage.Claim, error)
 	DeliveryCompleteBatch(ctx context.Context, ps []storage.DeliveryCompleteParams) ([]storage.DeliveryCompleteResult, error)
