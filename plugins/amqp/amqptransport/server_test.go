@@ -381,7 +381,11 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	// a send is retryable. What this test is about starts once the queue
 	// holds again the message confirmed before the kill.
 	waitRecovered(t, url, "forms.away", 1)
-	deadline := time.Now().Add(30 * time.Second)
+	// The queue's binding came back later still in one full test run, with
+	// every package's tests loading the machine: unroutable for 30 s after
+	// the queue held its message again. So the wait is long; a plugin
+	// that never reconnects still fails it.
+	deadline := time.Now().Add(90 * time.Second)
 	retries := 0
 	for {
 		out := transporttest.Send(tr, message(url, "forms", "away"), 5*time.Second)
