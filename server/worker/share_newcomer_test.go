@@ -20,8 +20,12 @@ import (
 // with a reserve only an endpoint with nothing in flight may use, and the
 // claimer claims a newly due endpoint's work even while the queue is full
 // of others': the healthy endpoint's deliveries go out as they come.
+//
+// Not parallel, and its cases one at a time: what it measures is one
+// pool's turn-taking within a 1 s bound, and on two cores the package's
+// other tests running beside it stretched a healthy delivery past it
+// (2.7 s in one full run).
 func TestFairShareANewcomerIsNotBehindOthersBacklog(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		slow  int
 		delay time.Duration
