@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -15,29 +16,33 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/hymical/hymical/plugins/internal/broker"
 	"github.com/hymical/hymical/plugins/internal/pluginkit"
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
-// The plugin-wide settings Configure accepts: SettingURL and
-// SettingConfirmTimeout, and those every broker transport takes.
+// The plugin-wide settings Configure accepts.
 const (
 	// SettingURL is the broker every endpoint without its own url uses. It
 	// is where the password belongs: the plugin's settings live in the
 	// operator's config file, not in the endpoint record.
-	SettingURL = "url"
+	SettingURL            = "url"
+	SettingConnectTimeout = "connect_timeout"
 	// SettingConfirmTimeout bounds the wait for the broker's publisher
 	// confirm when the attempt's own deadline is later.
-	SettingConfirmTimeout   = "confirm_timeout"
-	SettingConnectTimeout   = broker.SettingConnectTimeout
-	SettingReconnectWait    = broker.SettingReconnectWait
-	SettingReconnectWaitMax = broker.SettingReconnectWaitMax
-	// SettingAllowedNetworks lets the plugin reach brokers that are not
-	// globally reachable, such as the operator's own RabbitMQ on a
-	// private network or loopback.
-	SettingAllowedNetworks = broker.SettingAllowedNetworks
+	SettingConfirmTimeout = "confirm_timeout"
+	// SettingReconnectWait is the first wait before dialling again after
+	// a failed dial; it doubles on each failure up to
+	// SettingReconnectWaitMax.
+	SettingReconnectWait    = "reconnect_wait"
+	SettingReconnectWaitMax = "reconnect_wait_max"
+	// SettingAllowedNetworks lists the networks (CIDRs or addresses,
+	// comma-separated) of brokers that are not globally reachable but may
+	// be connected to, such as the operator's own RabbitMQ on a private
+	// network or loopback. Every other such address is refused, by the
+	// rule of sdk/netguard.
+	SettingAllowedNetworks = netguard.SettingAllowedNetworks
 )
 
 // The endpoint config keys Validate and Send read.
@@ -51,10 +56,10 @@ const (
 
 // Defaults for the plugin-wide settings.
 const (
-	DefaultConnectTimeout   = broker.DefaultConnectTimeout
+	DefaultConnectTimeout   = 5 * time.Second
 	DefaultConfirmTimeout   = 10 * time.Second
-	DefaultReconnectWait    = broker.DefaultReconnectWait
-	DefaultReconnectWaitMax = broker.DefaultReconnectWaitMax
+	DefaultReconnectWait    = 500 * time.Millisecond
+	DefaultReconnectWaitMax = 15 * time.Second
 )
 
 // MaxNameBytes is the longest exchange name or routing key AMQP 0-9-1 can
@@ -63,13 +68,26 @@ const MaxNameBytes = 255
 
 // settings is one Configure's worth of plugin-wide settings.
 type settings struct {
-	broker.Common
-	server         *server // nil when no default url is set
-	confirmTimeout time.Duration
+	server           *server // nil when no default url is set
+	connectTimeout   time.Duration
+	confirmTimeout   time.Duration
+	reconnectWait    time.Duration
+	reconnectWaitMax time.Duration
+	guard            *netguard.Guard
 }
 
 func defaultSettings() settings {
-	return settings{Common: broker.Defaults("amqp", "AMQP broker"), confirmTimeout: DefaultConfirmTimeout}
+	return settings{
+		connectTimeout:   DefaultConnectTimeout,
+		confirmTimeout:   DefaultConfirmTimeout,
+		reconnectWait:    DefaultReconnectWait,
+		reconnectWaitMax: DefaultReconnectWaitMax,
+		guard:            newGuard(nil),
+	}
+}
+
+func newGuard(allowed []netip.Prefix) *netguard.Guard {
+	return netguard.New(netguard.Config{Allowed: allowed, Plugin: "amqp", Target: "AMQP broker"})
 }
 
 func parseSettings(s transport.Settings) (settings, error) {
@@ -77,10 +95,9 @@ func parseSettings(s transport.Settings) (settings, error) {
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(s)) {
 		value := s[key]
-		common, err := out.Parse(key, value)
-		switch {
-		case common:
-		case key == SettingURL:
+		var err error
+		switch key {
+		case SettingURL:
 			if strings.TrimSpace(value) != "" {
 				// The operator's own file may name TLS files on this host.
 				out.server, err = parseServer(value, true)
@@ -88,15 +105,28 @@ func parseSettings(s transport.Settings) (settings, error) {
 					err = fmt.Errorf("setting %s: %w", key, err)
 				}
 			}
-		case key == SettingConfirmTimeout:
+		case SettingConnectTimeout:
+			out.connectTimeout, err = pluginkit.ParseDuration(key, value)
+		case SettingConfirmTimeout:
 			out.confirmTimeout, err = pluginkit.ParseDuration(key, value)
+		case SettingReconnectWait:
+			out.reconnectWait, err = pluginkit.ParseDuration(key, value)
+		case SettingReconnectWaitMax:
+			out.reconnectWaitMax, err = pluginkit.ParseDuration(key, value)
+		case SettingAllowedNetworks:
+			var allowed []netip.Prefix
+			allowed, err = netguard.ParseNetworks("setting "+key, value)
+			out.guard = newGuard(allowed)
 		default:
 			err = fmt.Errorf("unknown setting %q: the amqp plugin takes %s, %s, %s, %s, %s and %s", key,
 				SettingURL, SettingConnectTimeout, SettingConfirmTimeout, SettingReconnectWait, SettingReconnectWaitMax, SettingAllowedNetworks)
 		}
 		errs = append(errs, err)
 	}
-	errs = append(errs, out.Check())
+	if out.reconnectWaitMax < out.reconnectWait {
+		errs = append(errs, fmt.Errorf("setting %s (%s) is shorter than %s (%s); the wait only grows from the one to the other",
+			SettingReconnectWaitMax, out.reconnectWaitMax, SettingReconnectWait, out.reconnectWait))
+	}
 	return out, errors.Join(errs...)
 }
 
@@ -176,10 +206,6 @@ type target struct {
 	exchange, routingKey string
 	server               *server
 }
-
-// Broker keys the connection by the URL as configured, and gives the
-// broker's address for the guard.
-func (tgt target) Broker() (key, addr string) { return tgt.server.raw, tgt.server.addr }
 
 // destination names the target for spans and error text.
 func (tgt target) destination() string {

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/hymical/hymical/plugins/internal/broker"
 )
 
 // errClosed is what a send after Close gets.
@@ -21,13 +19,19 @@ var errClosed = errors.New("the amqp transport is shutting down")
 // on one connection; more are opened while more sends are in flight.
 const maxIdleChannels = 64
 
-// conn is one broker connection, kept up by its own goroutine (the Loop)
-// and shared by every send to that broker.
+// conn is one broker connection, kept up by its own goroutine: dialled on
+// first use, dialled again after a loss with a backoff, and shared by every
+// send to that broker. Sends never dial; while the connection is down they
+// fail at once.
 type conn struct {
-	*broker.Loop
 	srv *server
 	st  settings
 	log *slog.Logger
+
+	// ready is closed once the first dial has finished, either way.
+	ready chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 
 	mu sync.Mutex
 	ac *amqp.Connection // nil while down
@@ -50,40 +54,67 @@ type channel struct {
 	closes  chan *amqp.Error
 }
 
-// newConn starts the connection to tgt's broker.
-func newConn(tgt target, st settings, log *slog.Logger) *conn {
-	srv := tgt.server
-	log = log.With("broker", srv.shown)
-	c := &conn{Loop: broker.NewLoop(log, "AMQP"), srv: srv, st: st, log: log}
-	go c.Run(st.Common, c.connect)
+func newConn(srv *server, st settings, log *slog.Logger) *conn {
+	c := &conn{srv: srv, st: st, log: log.With("broker", srv.shown),
+		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run()
 	return c
 }
 
-// connect dials once and, on success, makes the connection the one sends
-// use and returns the watch on it.
-func (c *conn) connect() (func() bool, error) {
-	ac, err := c.dial()
-	if err != nil {
-		c.mu.Lock()
-		c.lastErr = err
-		c.mu.Unlock()
-		return nil, err
-	}
-	closes := ac.NotifyClose(make(chan *amqp.Error, 1))
-	blocks := ac.NotifyBlocked(make(chan amqp.Blocking, 4))
-	c.mu.Lock()
-	c.ac, c.lastErr, c.blocked = ac, nil, ""
-	c.dials++
-	c.mu.Unlock()
-	return func() bool { return c.serve(ac, closes, blocks) }, nil
+// close stops the connection's goroutine and closes the connection.
+func (c *conn) close() {
+	close(c.stop)
+	<-c.done
 }
 
-// serve watches a live connection until it is lost (true) or Close is
+// run keeps the connection up until close.
+func (c *conn) run() {
+	defer close(c.done)
+	first := true
+	wait := c.st.reconnectWait
+	for {
+		ac, err := c.dial()
+		if err != nil {
+			c.mu.Lock()
+			c.lastErr = err
+			c.mu.Unlock()
+			if first {
+				close(c.ready)
+				first = false
+			}
+			c.log.Warn("could not connect to the AMQP broker; trying again", "error", err.Error(), "wait", wait)
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(wait*2, c.st.reconnectWaitMax)
+			continue
+		}
+		wait = c.st.reconnectWait
+		closes := ac.NotifyClose(make(chan *amqp.Error, 1))
+		blocks := ac.NotifyBlocked(make(chan amqp.Blocking, 4))
+		c.mu.Lock()
+		c.ac, c.lastErr, c.blocked = ac, nil, ""
+		c.dials++
+		c.mu.Unlock()
+		if first {
+			close(c.ready)
+			first = false
+		}
+		c.log.Info("connected to the AMQP broker")
+		if !c.serve(ac, closes, blocks) {
+			return
+		}
+	}
+}
+
+// serve watches a live connection until it is lost (true) or close is
 // called (false).
 func (c *conn) serve(ac *amqp.Connection, closes chan *amqp.Error, blocks chan amqp.Blocking) bool {
 	for {
 		select {
-		case <-c.Stopping():
+		case <-c.stop:
 			c.mu.Lock()
 			c.ac, c.idle = nil, nil
 			c.mu.Unlock()
@@ -139,8 +170,8 @@ func (e *lostError) Unwrap() error {
 // dial connects once. Every address dialled passes the SSRF guard; TLS,
 // for amqps://, is layered on by the client after the dial.
 func (c *conn) dial() (*amqp.Connection, error) {
-	d := c.st.Guard.Dialer(&net.Dialer{Timeout: c.st.ConnectTimeout, KeepAlive: 30 * time.Second})
-	timeout := c.st.ConnectTimeout
+	d := c.st.guard.Dialer(&net.Dialer{Timeout: c.st.connectTimeout, KeepAlive: 30 * time.Second})
+	timeout := c.st.connectTimeout
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(ClientName)
 	ac, err := amqp.DialConfig(c.srv.raw, amqp.Config{

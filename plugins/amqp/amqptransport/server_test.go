@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -239,7 +238,7 @@ func TestAgainstBroker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, _ := tr.Lookup(s.raw)
+		c, _, _ := tr.conns.Lookup(s.raw)
 		if n := c.connections(); n != 1 {
 			t.Fatalf("the plugin made %d connections to the broker, want 1 for every send so far", n)
 		}
@@ -281,9 +280,9 @@ func TestAgainstBroker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := newConn(target{server: s}, defaultSettings(), slog.New(slog.DiscardHandler))
-		defer c.Close()
-		<-c.Ready()
+		c := newConn(s, defaultSettings(), New(Options{}).log)
+		defer c.close()
+		<-c.ready
 		out := classify(func() error { _, err := c.channel(context.Background()); return err }(), failure{server: s.shown})
 		if out.Kind != transport.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, "127.0.0.0/8, loopback") {
 			t.Fatalf("outcome = %+v, want the guard's refusal at the dial: permanent, no request", out)
@@ -400,7 +399,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 	}
 	t.Logf("delivered after the restart, %d retryable sends while the plugin reconnected", retries)
 	s, _ := parseServer(url, false)
-	c, _ := tr.Lookup(s.raw)
+	c, _, _ := tr.conns.Lookup(s.raw)
 	if n := c.connections(); n != 2 {
 		t.Fatalf("the plugin made %d connections, want 2: the first, and one after the restart", n)
 	}

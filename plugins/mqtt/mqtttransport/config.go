@@ -6,20 +6,19 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/hymical/hymical/plugins/internal/broker"
 	"github.com/hymical/hymical/plugins/internal/pluginkit"
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
-// The plugin-wide settings Configure accepts: the broker and its
-// credentials and TLS files, SettingPublishTimeout, and those every broker
-// transport takes.
+// The plugin-wide settings Configure accepts.
 const (
 	// SettingURL is the broker every endpoint without its own url uses,
 	// tcp://host:1883 or ssl://host:8883. The user name and password go
@@ -35,23 +34,27 @@ const (
 	SettingCAFile   = "tls_ca_file"
 	SettingCertFile = "tls_cert_file"
 	SettingKeyFile  = "tls_key_file"
+	// SettingConnectTimeout bounds one dial with its TLS and MQTT
+	// handshakes.
+	SettingConnectTimeout = "connect_timeout"
 	// SettingPublishTimeout bounds the wait for the broker's PUBACK when
 	// the attempt's own deadline is later.
-	SettingPublishTimeout   = "publish_timeout"
-	SettingConnectTimeout   = broker.SettingConnectTimeout
-	SettingReconnectWait    = broker.SettingReconnectWait
-	SettingReconnectWaitMax = broker.SettingReconnectWaitMax
-	// SettingAllowedNetworks lets the plugin reach brokers that are not
-	// globally reachable, such as the operator's own mosquitto on a
-	// private network or loopback.
-	SettingAllowedNetworks = broker.SettingAllowedNetworks
+	SettingPublishTimeout = "publish_timeout"
+	// SettingReconnectWait is the first wait before dialling again after
+	// a failed dial; it doubles on each failure up to
+	// SettingReconnectWaitMax.
+	SettingReconnectWait    = "reconnect_wait"
+	SettingReconnectWaitMax = "reconnect_wait_max"
+	// SettingAllowedNetworks lists the networks (CIDRs or addresses,
+	// comma-separated) of brokers that are not globally reachable but may
+	// be connected to, such as the operator's own mosquitto on a private
+	// network or loopback. Every other such address is refused, by the
+	// rule of sdk/netguard.
+	SettingAllowedNetworks = netguard.SettingAllowedNetworks
 )
 
-// serverSettings are read together, by operatorServer.
-var serverSettings = []string{SettingURL, SettingUsername, SettingPassword, SettingCAFile, SettingCertFile, SettingKeyFile}
-
-var settingNames = append(slices.Clip(serverSettings),
-	SettingConnectTimeout, SettingPublishTimeout, SettingReconnectWait, SettingReconnectWaitMax, SettingAllowedNetworks)
+var settingNames = []string{SettingURL, SettingUsername, SettingPassword, SettingCAFile, SettingCertFile, SettingKeyFile,
+	SettingConnectTimeout, SettingPublishTimeout, SettingReconnectWait, SettingReconnectWaitMax, SettingAllowedNetworks}
 
 // The endpoint config keys Validate and Send read.
 const (
@@ -61,10 +64,10 @@ const (
 
 // Defaults for the plugin-wide settings.
 const (
-	DefaultConnectTimeout   = broker.DefaultConnectTimeout
+	DefaultConnectTimeout   = 5 * time.Second
 	DefaultPublishTimeout   = 10 * time.Second
-	DefaultReconnectWait    = broker.DefaultReconnectWait
-	DefaultReconnectWaitMax = broker.DefaultReconnectWaitMax
+	DefaultReconnectWait    = 500 * time.Millisecond
+	DefaultReconnectWaitMax = 15 * time.Second
 )
 
 // MaxTopicBytes is the longest topic MQTT 3.1.1 can carry (a two-byte
@@ -73,13 +76,26 @@ const MaxTopicBytes = 65535
 
 // settings is one Configure's worth of plugin-wide settings.
 type settings struct {
-	broker.Common
-	server         *server // nil when no default url is set
-	publishTimeout time.Duration
+	server           *server // nil when no default url is set
+	connectTimeout   time.Duration
+	publishTimeout   time.Duration
+	reconnectWait    time.Duration
+	reconnectWaitMax time.Duration
+	guard            *netguard.Guard
 }
 
 func defaultSettings() settings {
-	return settings{Common: broker.Defaults("mqtt", "MQTT broker"), publishTimeout: DefaultPublishTimeout}
+	return settings{
+		connectTimeout:   DefaultConnectTimeout,
+		publishTimeout:   DefaultPublishTimeout,
+		reconnectWait:    DefaultReconnectWait,
+		reconnectWaitMax: DefaultReconnectWaitMax,
+		guard:            newGuard(nil),
+	}
+}
+
+func newGuard(allowed []netip.Prefix) *netguard.Guard {
+	return netguard.New(netguard.Config{Allowed: allowed, Plugin: "mqtt", Target: "MQTT broker"})
 }
 
 func parseSettings(s transport.Settings) (settings, error) {
@@ -87,19 +103,31 @@ func parseSettings(s transport.Settings) (settings, error) {
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(s)) {
 		value := s[key]
-		common, err := out.Parse(key, value)
-		switch {
-		case common:
-		case slices.Contains(serverSettings, key):
+		var err error
+		switch key {
+		case SettingURL, SettingUsername, SettingPassword, SettingCAFile, SettingCertFile, SettingKeyFile:
 			// Read together below.
-		case key == SettingPublishTimeout:
+		case SettingConnectTimeout:
+			out.connectTimeout, err = pluginkit.ParseDuration(key, value)
+		case SettingPublishTimeout:
 			out.publishTimeout, err = pluginkit.ParseDuration(key, value)
+		case SettingReconnectWait:
+			out.reconnectWait, err = pluginkit.ParseDuration(key, value)
+		case SettingReconnectWaitMax:
+			out.reconnectWaitMax, err = pluginkit.ParseDuration(key, value)
+		case SettingAllowedNetworks:
+			var allowed []netip.Prefix
+			allowed, err = netguard.ParseNetworks("setting "+key, value)
+			out.guard = newGuard(allowed)
 		default:
 			err = fmt.Errorf("unknown setting %q: the mqtt plugin takes %s", key, strings.Join(settingNames, ", "))
 		}
 		errs = append(errs, err)
 	}
-	errs = append(errs, out.Check())
+	if out.reconnectWaitMax < out.reconnectWait {
+		errs = append(errs, fmt.Errorf("setting %s (%s) is shorter than %s (%s); the wait only grows from the one to the other",
+			SettingReconnectWaitMax, out.reconnectWaitMax, SettingReconnectWait, out.reconnectWait))
+	}
 	srv, err := operatorServer(s)
 	errs = append(errs, err)
 	out.server = srv
@@ -272,10 +300,6 @@ func (st settings) resolve(e transport.Endpoint) (target, error) {
 	tgt.server = srv
 	return tgt, nil
 }
-
-// Broker keys the connection by broker, credentials and TLS files, and
-// gives the broker's address for the guard.
-func (tgt target) Broker() (key, addr string) { return tgt.server.key, tgt.server.addr }
 
 // ErrInvalidTopic is wrapped by every refusal of a topic.
 var ErrInvalidTopic = errors.New("invalid topic")

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-
-	"github.com/hymical/hymical/plugins/internal/broker"
 )
 
 // errClosed is what a send after Close gets.
@@ -24,15 +22,20 @@ var errClosed = errors.New("the mqtt transport is shutting down")
 // errNotConnected wraps the reason a send found the connection down.
 var errNotConnected = errors.New("not connected")
 
-// conn is one broker connection, kept up by its own goroutine (the Loop)
-// and shared by every send to that broker. paho's own reconnect is off: it
-// hides a refused CONNECT's return code, which decides whether a failure
-// is permanent.
+// conn is one broker connection, kept up by its own goroutine: dialled on
+// first use, dialled again after a loss with a backoff, and shared by every
+// send to that broker. Sends never dial; while the connection is down they
+// fail at once. paho's own reconnect is off: it hides a refused CONNECT's
+// return code, which decides whether a failure is permanent.
 type conn struct {
-	*broker.Loop
 	srv *server
 	st  settings
 	log *slog.Logger
+
+	// ready is closed once the first dial has finished, either way.
+	ready chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 
 	mu sync.Mutex
 	c  mqtt.Client // nil while down
@@ -42,54 +45,68 @@ type conn struct {
 	dials int
 }
 
-// newConn starts the connection to tgt's broker.
-func newConn(tgt target, st settings, log *slog.Logger) *conn {
-	srv := tgt.server
-	log = log.With("broker", srv.shown)
-	c := &conn{Loop: broker.NewLoop(log, "MQTT"), srv: srv, st: st, log: log}
-	go c.Run(st.Common, c.connect)
+func newConn(srv *server, st settings, log *slog.Logger) *conn {
+	c := &conn{srv: srv, st: st, log: log.With("broker", srv.shown),
+		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run()
 	return c
 }
 
-// connect dials once and, on success, makes the connection the one sends
-// use and returns the watch on it.
-func (c *conn) connect() (func() bool, error) {
-	lost := make(chan error, 1)
-	cl, err := c.dial(lost)
-	c.mu.Lock()
-	if err != nil {
-		c.lastErr = err
-	} else {
-		c.c, c.lastErr = cl, nil
-		c.dials++
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	return func() bool { return c.watch(cl, lost) }, nil
+// close stops the connection's goroutine and disconnects.
+func (c *conn) close() {
+	close(c.stop)
+	<-c.done
 }
 
-// watch waits until the connection is lost (true) or Close is called
-// (false, after disconnecting).
-func (c *conn) watch(cl mqtt.Client, lost <-chan error) bool {
-	select {
-	case <-c.Stopping():
+// run keeps the connection up until close.
+func (c *conn) run() {
+	defer close(c.done)
+	first := true
+	wait := c.st.reconnectWait
+	for {
+		lost := make(chan error, 1)
+		cl, err := c.dial(lost)
 		c.mu.Lock()
-		c.c = nil
-		c.mu.Unlock()
-		cl.Disconnect(250)
-		return false
-	case e := <-lost:
-		lerr := &lostError{text: "the connection was lost"}
-		if e != nil {
-			lerr.text = "the connection was lost: " + c.srv.scrub(e.Error())
+		if err != nil {
+			c.lastErr = err
+		} else {
+			c.c, c.lastErr = cl, nil
+			c.dials++
 		}
-		c.mu.Lock()
-		c.c, c.lastErr = nil, lerr
 		c.mu.Unlock()
-		c.log.Warn("lost the MQTT connection; reconnecting", "error", lerr.text)
-		return true
+		if first {
+			close(c.ready)
+			first = false
+		}
+		if err != nil {
+			c.log.Warn("could not connect to the MQTT broker; trying again", "error", err.Error(), "wait", wait)
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(wait*2, c.st.reconnectWaitMax)
+			continue
+		}
+		wait = c.st.reconnectWait
+		c.log.Info("connected to the MQTT broker")
+		select {
+		case <-c.stop:
+			c.mu.Lock()
+			c.c = nil
+			c.mu.Unlock()
+			cl.Disconnect(250)
+			return
+		case e := <-lost:
+			lerr := &lostError{text: "the connection was lost"}
+			if e != nil {
+				lerr.text = "the connection was lost: " + c.srv.scrub(e.Error())
+			}
+			c.mu.Lock()
+			c.c, c.lastErr = nil, lerr
+			c.mu.Unlock()
+			c.log.Warn("lost the MQTT connection; reconnecting", "error", lerr.text)
+		}
 	}
 }
 
@@ -122,7 +139,7 @@ func clientID() string {
 // dial connects once. Every address dialled passes the SSRF guard; TLS,
 // for ssl://, is layered on after the dial.
 func (c *conn) dial(lost chan error) (mqtt.Client, error) {
-	d := c.st.Guard.Dialer(&net.Dialer{Timeout: c.st.ConnectTimeout, KeepAlive: 30 * time.Second})
+	d := c.st.guard.Dialer(&net.Dialer{Timeout: c.st.connectTimeout, KeepAlive: 30 * time.Second})
 	srv := c.srv
 	opts := mqtt.NewClientOptions().
 		AddBroker(srv.broker).
@@ -133,8 +150,8 @@ func (c *conn) dial(lost chan error) (mqtt.Client, error) {
 		SetCleanSession(true).
 		SetAutoReconnect(false).
 		SetConnectRetry(false).
-		SetConnectTimeout(c.st.ConnectTimeout).
-		SetWriteTimeout(c.st.ConnectTimeout).
+		SetConnectTimeout(c.st.connectTimeout).
+		SetWriteTimeout(c.st.connectTimeout).
 		SetKeepAlive(30 * time.Second).
 		SetPingTimeout(10 * time.Second).
 		SetOrderMatters(false).
@@ -153,7 +170,7 @@ func (c *conn) dial(lost chan error) (mqtt.Client, error) {
 				return nc, nil
 			}
 			tc := tls.Client(nc, srv.tlsConfig)
-			ctx, cancel := context.WithTimeout(context.Background(), c.st.ConnectTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), c.st.connectTimeout)
 			defer cancel()
 			if err := tc.HandshakeContext(ctx); err != nil {
 				nc.Close()
@@ -169,7 +186,7 @@ func (c *conn) dial(lost chan error) (mqtt.Client, error) {
 	tok := cl.Connect()
 	select {
 	case <-tok.Done():
-	case <-c.Stopping():
+	case <-c.stop:
 		go func() { <-tok.Done(); cl.Disconnect(0) }()
 		return nil, errClosed
 	}

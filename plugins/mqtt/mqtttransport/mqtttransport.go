@@ -46,7 +46,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/hymical/hymical/plugins/internal/broker"
 	"github.com/hymical/hymical/plugins/internal/pluginkit"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -76,32 +75,94 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Transport is the MQTT transport: the broker skeleton, which gives it
-// Configure, Close and Validate, and Send below. It is safe for concurrent
-// use.
-//
-// Validate refuses an endpoint for what no retry could fix (no topic or
-// one MQTT cannot publish to, no broker or an unreadable broker URL,
-// credentials in an endpoint's URL, a broker the SSRF guard refuses), not
-// because the broker is down right now.
-type Transport struct{ *skeleton }
-
-type skeleton = broker.Transport[settings, target, *conn]
+// Transport is the MQTT transport. It is safe for concurrent use.
+type Transport struct {
+	log   *slog.Logger
+	conns *pluginkit.Conns[settings, *conn]
+}
 
 var _ transport.Transport = (*Transport)(nil)
 
 // New returns a transport with the default settings. Until Configure gives
 // it a url setting, only endpoints naming their own broker can be sent to.
 func New(opts Options) *Transport {
-	return &Transport{broker.New(opts.Logger, broker.Hooks[settings, target, *conn]{
-		Defaults: defaultSettings(), Parse: parseSettings, Resolve: settings.resolve, Open: newConn, ErrClosed: errClosed,
-	})}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Transport{log: log, conns: pluginkit.NewConns[settings, *conn](defaultSettings(), errClosed)}
+}
+
+// Configure applies the plugin-wide settings; settings not given take their
+// defaults. Connections made under earlier settings are closed, and new
+// ones are made on the next send.
+func (t *Transport) Configure(_ context.Context, s transport.Settings) error {
+	next, err := parseSettings(s)
+	if err != nil {
+		return err
+	}
+	closeAll(t.conns.Configure(next))
+	return nil
+}
+
+// Close closes every connection. Sends after Close make no request.
+func (t *Transport) Close() {
+	closeAll(t.conns.Close())
+}
+
+func closeAll(conns []*conn) {
+	for _, c := range conns {
+		go c.close()
+	}
+}
+
+// Validate checks an endpoint's config without connecting: an endpoint is
+// refused for what no retry could fix (no topic or one MQTT cannot publish
+// to, no broker or an unreadable broker URL, credentials in an endpoint's
+// URL, a broker the SSRF guard refuses), not because the broker is down
+// right now. A broker's name is resolved to check where it leads; one that
+// does not resolve now is accepted, and checked again when dialled.
+func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
+	st := t.conns.Settings()
+	tgt, err := st.resolve(e)
+	if err != nil {
+		return err
+	}
+	return checkServer(ctx, st, tgt.server)
+}
+
+// checkServer applies the SSRF guard to a broker, resolving its name for at
+// most the connect timeout. It returns the guard's refusal, or nil.
+func checkServer(ctx context.Context, st settings, srv *server) error {
+	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
+}
+
+// conn returns the connection for srv, starting it on first use, and waits
+// (bounded by ctx) for its first dial to finish.
+func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, error) {
+	// The guard is asked by name before a connection is made, so a
+	// refused broker fails once, clearly, rather than in every dial of
+	// the background loop; the dialer still checks every address it
+	// connects to.
+	c, err := t.conns.Get(srv.key,
+		func() error { return checkServer(ctx, st, srv) },
+		func() *conn { return newConn(srv, st, t.log) })
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-c.ready:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Send publishes msg and waits for the broker's PUBACK.
 func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transport.Outcome) {
+	st := t.conns.Settings()
 	// Refusals before the publish: nothing has left the process.
-	st, tgt, err := t.Resolve(msg.Endpoint)
+	tgt, err := st.resolve(msg.Endpoint)
 	if err != nil {
 		return transport.Refused(err.Error())
 	}
@@ -125,7 +186,7 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 	defer cancel()
 
 	start := time.Now()
-	c, err := t.Conn(ctx, st, tgt)
+	c, err := t.conn(ctx, tgt.server, st)
 	if err == nil {
 		err = c.publish(ctx, tgt.topic, payload)
 	}

@@ -124,7 +124,7 @@ func TestPublishIsDeliveredAndVerifies(t *testing.T) {
 		}
 	}
 	s, _ := parseServer(srv.URL("", ""), false)
-	c, _ := tr.Lookup(s.key)
+	c, _, _ := tr.conns.Lookup(s.key)
 	if n := c.connections(); n != 1 {
 		t.Fatalf("the plugin made %d connections for 4 sends, want 1", n)
 	}
@@ -216,7 +216,7 @@ func TestBrokerAwayAndBack(t *testing.T) {
 		t.Fatal("the subscriber received nothing after the restart")
 	}
 	s, _ := parseServer(url, false)
-	c, _ := tr.Lookup(s.key)
+	c, _, _ := tr.conns.Lookup(s.key)
 	if n := c.connections(); n != 2 {
 		t.Fatalf("the plugin made %d connections, want 2: the first, and one after the restart", n)
 	}
