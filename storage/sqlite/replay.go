@@ -41,11 +41,10 @@ func (s *Store) DeliveryReplay(ctx context.Context, p storage.DeliveryReplayPara
 			}
 		}
 		d, err := replayOne(ctx, tx, p, micros(now))
+		res = storage.DeliveryReplayResult{Delivery: d}
 		if err != nil || key == nil {
-			res = storage.DeliveryReplayResult{Delivery: d}
 			return err
 		}
-		res = storage.DeliveryReplayResult{Delivery: d}
 		return recordKey(ctx, tx, key.Key, keyRecord{
 			operation: storage.OpDeliveryReplay, requestHash: key.RequestHash, deliveryID: validString(p.DeliveryID),
 		}, now)
