@@ -128,6 +128,11 @@ type Options struct {
 	// had its delivery, verified, before the settle: the idle phase then
 	// measures a serve that has just delivered to every endpoint.
 	IdleWarm bool
+	// Fairness, in the HTTP mode, runs the fairness rows instead of the
+	// traffic phase (fairness.go): per row a fresh serve whose slow
+	// endpoints have a backlog while a healthy endpoint's deliveries are
+	// timed.
+	Fairness []FairRow
 	// Serves, in the HTTP mode, is how many serve processes run on the one
 	// fresh database, each on its own port (PostgreSQL only: a SQLite file
 	// belongs to one process). The first makes the endpoints; submission i
@@ -219,6 +224,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("idle must not be negative, got %s", o.Idle)
 	case o.Idle > 0 && !o.HTTP:
 		return errors.New("idle measures a serve process: use it with the http mode (--http)")
+	case len(o.Fairness) > 0 && !o.HTTP:
+		return errors.New("the fairness run times a serve process: use it with the http mode (--http)")
+	case len(o.Fairness) > 0 && o.Idle > 0:
+		return errors.New("--fairness and --idle are two different runs of serve: give one of them")
 	case o.IdleWarm && o.Idle <= 0:
 		return errors.New("--idle-warm warms serve up before the idle phase: use it with --idle D")
 	case o.HTTP && o.Hymical == "":

@@ -202,6 +202,10 @@ func TestOptionsRefuseWhatCannotRun(t *testing.T) {
 		{"serves on sqlite", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", 2 }, "needs PostgreSQL"},
 		{"negative serves", func(o *Options) { o.HTTP, o.Hymical, o.Serves = true, "hymical", -1 }, "at least 1"},
 		{"idle-warm without idle", func(o *Options) { o.HTTP, o.Hymical, o.IdleWarm = true, "hymical", true }, "use it with --idle"},
+		{"fairness without the http mode", func(o *Options) { o.Fairness = DefaultFairRows() }, "--http"},
+		{"fairness and idle", func(o *Options) {
+			o.HTTP, o.Hymical, o.Idle, o.Fairness = true, "hymical", time.Second, DefaultFairRows()
+		}, "give one of them"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -596,5 +600,74 @@ func TestIdleWarmDeliversToEveryEndpointOnce(t *testing.T) {
 				t.Errorf("processes left running after the run: %v", left)
 			}
 		})
+	}
+}
+
+func TestParseFairRows(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want []FairRow
+		err  string
+	}{
+		{in: "4x950ms", want: []FairRow{{4, 950 * time.Millisecond}}},
+		{in: " 4x100ms, 6xnever ,", want: []FairRow{{4, 100 * time.Millisecond}, {6, Never}}},
+		{in: "default", want: DefaultFairRows()},
+		{in: "4", err: "ENDPOINTSxDELAY"},
+		{in: "0x1s", err: "at least 1"},
+		{in: "fourx1s", err: "at least 1"},
+		{in: "4xsoon", err: "neither a duration"},
+		{in: "4x-1s", err: "neither a duration"},
+		{in: ",", err: "no fairness rows"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseFairRows(tt.in)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("ParseFairRows(%q) = %v, %v; want an error saying %q", tt.in, got, err, tt.err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("ParseFairRows(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+	if n := len(DefaultFairRows()); n != 10 {
+		t.Errorf("DefaultFairRows has %d rows, want the issue's 10", n)
+	}
+}
+
+// A fairness row is within its bound only when its p99 is and no healthy
+// delivery is missing.
+func TestFairnessTableSaysWhichRowsAreWithinTheBound(t *testing.T) {
+	t.Parallel()
+	row := func(slow int, delay string, p99 time.Duration, missing int) Phase {
+		return Phase{Kind: KindFairness, Round: 1, Slow: slow, SlowDelay: delay, P50: time.Millisecond,
+			P99: p99, Max: p99, Missing: missing, Bound: 3 * time.Second}
+	}
+	rep := &Report{Mode: ModeHTTP, Fairness: []string{"4 x 950ms", "6 x never", "6 x 2s"}, Phases: []Phase{
+		row(4, "950ms", 12*time.Millisecond, 0),
+		row(6, "never", 4*time.Second, 0),
+		row(6, "2s", 20*time.Millisecond, 1),
+	}}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	var verdicts []string
+	for line := range strings.Lines(out.String()) {
+		f := strings.Fields(line)
+		if len(f) != 9 {
+			continue
+		}
+		if _, err := strconv.Atoi(f[0]); err == nil {
+			verdicts = append(verdicts, f[1]+" "+f[8])
+		}
+	}
+	if want := []string{"950ms yes", "never NO", "2s NO"}; !slices.Equal(verdicts, want) {
+		t.Errorf("verdicts %q, want %q; report:\n%s", verdicts, want, out.String())
 	}
 }

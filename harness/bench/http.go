@@ -100,25 +100,54 @@ func runHTTP(ctx context.Context, o Options) (*Report, error) {
 			rep.Producers = o.Producers
 		}
 	}
-	for round := 1; round <= o.Repeat; round++ {
-		pctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		var p Phase
-		if o.Idle > 0 {
-			p, err = r.idle(pctx)
-		} else {
-			p, err = r.viaHTTP(pctx)
+	if len(o.Fairness) > 0 {
+		rep.Submissions, rep.Endpoints, rep.Deliveries, rep.Rate = 0, 0, 0, 0
+		for _, row := range o.Fairness {
+			rep.Fairness = append(rep.Fairness, row.String())
 		}
-		cancel()
+	}
+	for round := 1; round <= o.Repeat; round++ {
+		phases, err := r.round(ctx)
+		for _, p := range phases {
+			p.Round = round
+			rep.Phases = append(rep.Phases, p)
+			if rep.Where == "" {
+				rep.Where = p.where
+			}
+		}
 		if err != nil {
 			return rep, err
 		}
-		p.Round = round
-		rep.Phases = append(rep.Phases, p)
-		if rep.Where == "" {
-			rep.Where = p.where
-		}
 	}
 	return rep, nil
+}
+
+// round runs the HTTP mode's phases once: the idle phase, every fairness
+// row, or the traffic phase. Each phase has o.Timeout.
+func (r *runner) round(ctx context.Context) ([]Phase, error) {
+	var phases []Phase
+	timed := func(run func(context.Context) (Phase, error)) error {
+		pctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
+		defer cancel()
+		p, err := run(pctx)
+		if err == nil {
+			phases = append(phases, p)
+		}
+		return err
+	}
+	switch {
+	case r.o.Idle > 0:
+		return phases, timed(r.idle)
+	case len(r.o.Fairness) > 0:
+		for _, row := range r.o.Fairness {
+			if err := timed(func(ctx context.Context) (Phase, error) { return r.fairRow(ctx, row) }); err != nil {
+				return phases, err
+			}
+		}
+		return phases, nil
+	default:
+		return phases, timed(r.viaHTTP)
+	}
 }
 
 // serveFlags are the flags serve runs with, besides the database URL and

@@ -51,6 +51,13 @@ func (a *arrivals) add(id string, at time.Time) {
 	a.at[id] = at
 }
 
+// count is how many distinct messages have arrived.
+func (a *arrivals) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at)
+}
+
 // startReceiver listens on a loopback port and serves until close. With
 // no secrets, only the paths given to verifyPath are served.
 func startReceiver(secrets []string) (*receiver, error) {

@@ -23,6 +23,8 @@ const (
 	KindHTTP = "http"
 	// KindIdle is a serve process with nothing to do.
 	KindIdle = "idle"
+	// KindFairness is a row of the fairness run (fairness.go).
+	KindFairness = "fairness"
 )
 
 // Phase is what one phase measured.
@@ -103,7 +105,16 @@ type Phase struct {
 	// the last arrival.
 	WarmEndpoints int           `json:"warm_endpoints,omitempty"`
 	WarmWall      time.Duration `json:"warm_wall_ns,omitempty"`
-	PeakRSS       int64         `json:"peak_rss_bytes"`
+	// Slow, SlowDelay, Missing and Bound are a fairness row's: how many
+	// slow endpoints had a backlog, after how long their receiver
+	// answered ("never": it did not), how many healthy deliveries had not
+	// arrived fairGrace after the last POST, and the bound on the healthy
+	// p99 the row is held to.
+	Slow      int           `json:"slow_endpoints,omitempty"`
+	SlowDelay string        `json:"slow_receiver_answers_after,omitempty"`
+	Missing   int           `json:"missing,omitempty"`
+	Bound     time.Duration `json:"bound_ns,omitempty"`
+	PeakRSS   int64         `json:"peak_rss_bytes"`
 	// ServerPeakRSS is the serve process's peak resident set.
 	ServerPeakRSS int64 `json:"server_peak_rss_bytes,omitempty"`
 	// PeakRSSLifetime is set when the peak could not be reset per phase,
@@ -187,7 +198,10 @@ type Report struct {
 	Idle time.Duration `json:"idle_ns,omitempty"`
 	// IdleWarm says the idle phase first delivered once to every endpoint
 	// (Phase.WarmEndpoints of them).
-	IdleWarm bool      `json:"idle_warm,omitempty"`
+	IdleWarm bool `json:"idle_warm,omitempty"`
+	// Fairness lists the fairness run's rows, when it ran instead of the
+	// traffic phase.
+	Fairness []string  `json:"fairness_rows,omitempty"`
 	Started  time.Time `json:"started"`
 	Phases   []Phase   `json:"phases"`
 }
@@ -364,6 +378,10 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 		if r.Registered > 0 {
 			fmt.Fprintf(&b, "          %d more endpoints registered, each for a form of its own, never delivered to\n", r.Registered)
 		}
+	case len(r.Fairness) > 0:
+		fmt.Fprintf(&b, "load      per row, a fresh serve and store: N endpoints whose receiver answers 204 after D (never: holds the request),\n")
+		fmt.Fprintf(&b, "          %d submissions fanned out to them as fast as %d producers go, then %d submissions at %.0f/s to one healthy endpoint\n",
+			fairBacklog, r.Producers, fairHealthy, fairRate)
 	default:
 		load := "as fast as they go"
 		if r.Rate > 0 {
@@ -397,6 +415,9 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := r.writeFairness(&b); err != nil {
+		return err
+	}
 	for _, p := range r.Phases {
 		switch p.Kind {
 		case KindHTTP:
@@ -410,6 +431,8 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 			fmt.Fprintf(&b, "%s (round %d): over %s, server %s + plugins %s of CPU = %.2f%% of one core; database %s = %.2f%%; bench %s; peak RSS server %s, plugin %s",
 				p.Name, p.Round, p.Wall.Round(time.Millisecond), secs(p.CPUServer), secs(p.CPUPlugin), p.IdleCorePercent,
 				secs(p.CPUDB), p.IdleDBPercent, secs(p.CPUSelf), mib(p.ServerPeakRSS), mib(p.PluginPeakRSS))
+		default:
+			continue
 		}
 		fmt.Fprintln(&b)
 	}
@@ -424,12 +447,43 @@ func (r *Report) writeHTTPText(w io.Writer) error {
 		fmt.Fprintln(&b, "rest of the machine, in core-seconds. Latency (p50, p99, max): from just before a submission's POST")
 		fmt.Fprintln(&b, "to the receiver holding its verified message, for every delivery; ingest: from just before the POST")
 		fmt.Fprintln(&b, "to its 202 answer read, for every submission.")
-	} else {
+	} else if r.Idle > 0 {
 		fmt.Fprintln(&b, "\nServer is the serve process (with SQLite in it), plugins its plugin processes, database the")
 		fmt.Fprintln(&b, "PostgreSQL server (backends of other databases left out); /proc counts CPU in 10 ms ticks.")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeFairness is the fairness run's table, when it ran: one line per
+// row and round.
+func (r *Report) writeFairness(b *strings.Builder) error {
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	rows := 0
+	for _, p := range r.Phases {
+		if p.Kind != KindFairness {
+			continue
+		}
+		if rows == 0 {
+			fmt.Fprintln(tw, "slow endpoints\tanswer after\tround\thealthy p50\tp99\tmax\tmissing\tbound\tp99 within\t")
+		}
+		rows++
+		within := "yes"
+		if p.Missing > 0 || p.P99 > p.Bound {
+			within = "NO"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t\n", p.Slow, p.SlowDelay, p.Round, ms(p.P50), ms(p.P99), ms(p.Max), p.Missing, ms(p.Bound), within)
+	}
+	if rows == 0 {
+		return nil
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "\nhealthy: from just before each of the %d POSTs to the healthy endpoint's form to the receiver holding its\n", fairHealthy)
+	fmt.Fprintf(b, "verified message; missing: not there %s after the last POST. bound: %s plus one claim interval\n", fairGrace, fairTarget)
+	fmt.Fprintln(b, "(serve's worker.poll_interval); a row is within it when its p99 is and nothing is missing.")
+	return nil
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }

@@ -74,6 +74,13 @@ instead, each on its own port, and posts submission i to serve i%N; the CPU
 per delivery is then that of all N and their plugins, summed, and with
 --idle all N idle.
 
+--fairness ROWS asks how long a healthy endpoint's deliveries wait while
+other endpoints' receivers are slow: per row (N endpoints whose receiver
+answers after D, or never) a fresh serve, 150 submissions fanned out to the
+slow endpoints, then 30 submissions at 2/s to one healthy endpoint, whose
+POST-to-receiver latency is reported against the bound of 1 s plus one
+claim interval.
+
 Examples:
   go build -o bin/ . ./harness/cmd/hymical-bench && go build -o bin/hymical-plugin-http ./plugins/http
   bin/hymical-bench --backend sqlite --submissions 5000 --endpoints 2
@@ -82,7 +89,8 @@ Examples:
   bin/hymical-bench --http --submissions 1500 --endpoints 1 --rate 50
   bin/hymical-bench --http --idle 30s
   bin/hymical-bench --http --idle 30s --registered 100000 --idle-warm
-  bin/hymical-bench --http --backend postgres --database postgres://me@127.0.0.1/postgres --serves 3`
+  bin/hymical-bench --http --backend postgres --database postgres://me@127.0.0.1/postgres --serves 3
+  bin/hymical-bench --fairness default --backend sqlite`
 
 // run is the whole command line. Asked for help, it prints the usage on
 // stdout and returns flag.ErrHelp, which main turns into exit status 0.
@@ -122,6 +130,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "error", "level of the server parts' logs on stderr: debug, info, warn, error (info logs every attempt, as serve does)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	viaHTTP := fs.Bool("http", false, "run a real `hymical serve` and drive it through its HTTP API instead of the phases above (see above)")
+	fairness := fs.String("fairness", "", "with --http: run the fairness rows instead of the traffic phase (implies --http): per row, N endpoints whose receiver answers after D have a backlog of 150 submissions while 30 submissions at 2/s to a healthy endpoint are timed; rows as NxD,… e.g. 4x950ms,6xnever, or default (4 and 6 at 100ms, 500ms, 950ms, 2s, never)")
 	idle := fs.Duration("idle", 0, "with --http: measure serve with one endpoint and no traffic for this long instead, e.g. 30s (implies --http)")
 	hymical := fs.String("hymical", filepath.Join(here, "hymical"), "with --http: the hymical executable whose serve is run")
 	idleWarm := fs.Bool("idle-warm", false, "with --idle: first post one submission to the form of each endpoint (the idle one and every --registered one) from --producers goroutines and wait until every endpoint has had its delivery, verified; then settle and measure a serve that has just delivered to all of them")
@@ -142,8 +151,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Options takes 0 for the default, 1; said outright, it is a mistake.
 		return fmt.Errorf("--serves %d: give at least 1 serve process", *serves)
 	}
-	if *idle != 0 {
+	if *idle != 0 || *fairness != "" {
 		*viaHTTP = true
+	}
+	var fairRows []bench.FairRow
+	if *fairness != "" {
+		var err error
+		if fairRows, err = bench.ParseFairRows(*fairness); err != nil {
+			return fmt.Errorf("--fairness: %w", err)
+		}
 	}
 	o := d
 	if *viaHTTP {
@@ -155,7 +171,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	o.Backend, o.DatabaseURL, o.SQLiteDir, o.Keep = *backend, *dbURL, *sqliteDir, *keep
 	o.Submissions, o.Endpoints, o.Producers, o.Rate, o.Preload = *subs, *endpoints, *producers, *rate, *preload
-	o.Registered, o.Serves, o.IdleWarm = *registered, *serves, *idleWarm
+	o.Registered, o.Serves, o.IdleWarm, o.Fairness = *registered, *serves, *idleWarm, fairRows
 	o.Worker.Concurrency, o.Worker.BatchSize, o.Worker.PollInterval = *conc, *batch, *poll
 	o.Worker.Lease, o.Worker.SendTimeout, o.Worker.EndpointShare = *lease, *sendTimeout, *share
 	o.Transports = nil
