@@ -27,7 +27,7 @@ func queuedClaims(ctx context.Context, claims []storage.Claim, at time.Time) []q
 
 // claimLoop keeps the senders' queue d topped up until ctx ends: it claims
 // a batch once the queue is half empty, claims apart for the endpoints
-// holding nothing here while the queue stays full, and between claims
+// with nothing waiting here while the queue stays full, and between claims
 // waits for something to become due. taken hears a sender take a claim;
 // record is Run's recording context, which the claims' spans descend from.
 func (p *Pool) claimLoop(ctx, record context.Context, d *dispatch, taken <-chan struct{}) {
@@ -40,13 +40,23 @@ func (p *Pool) claimLoop(ctx, record context.Context, d *dispatch, taken <-chan 
 	var lastTook time.Duration
 	// With the share off, claims take the oldest due whoever they go to:
 	// there are no newcomers to claim for apart.
-	newcomers := wake
+	newcomers, starved := wake, d.starved
 	if p.cfg.EndpointShare >= 1 {
-		newcomers = nil
+		newcomers, starved = nil, nil
 	}
-	// newcomersDue fires when a claim for the endpoints holding nothing
-	// here is to be made; nil while none is.
+	// newcomersDue fires when a claim for the endpoints with nothing
+	// waiting here is to be made; nil while none is. armed says something
+	// may be due for them: a wake-up or the poll came since such a claim
+	// last found nothing.
 	var newcomersDue <-chan time.Time
+	armed := false
+	schedule := func() {
+		if newcomersDue == nil {
+			newcomersDue = time.After(p.newcomerGap(lastClaim, lastTook, d.starving()))
+		}
+	}
+	poll := time.NewTicker(p.cfg.PollInterval)
+	defer poll.Stop()
 	for {
 		for d.waitingCount() > low {
 			select {
@@ -54,21 +64,39 @@ func (p *Pool) claimLoop(ctx, record context.Context, d *dispatch, taken <-chan 
 			case <-newcomers:
 				// Something became due while the senders have plenty to
 				// do. If the queue does not drain soon (a claim of the
-				// main loop would take it), claim what endpoints holding
-				// nothing here have due, so that it waits for its turn at
-				// a sender, not for the queue to drain.
-				if newcomersDue == nil {
-					newcomersDue = time.After(p.newcomerGap(lastClaim, lastTook))
+				// main loop would take it), claim what endpoints with
+				// nothing waiting here have due, so that it waits for its
+				// turn at a sender, not for the queue to drain.
+				armed = true
+				schedule()
+			case <-starved:
+				// A sender is free, but every claim waiting is of an
+				// endpoint at its limit: what the others have due is for
+				// it, at once, not once the queue drains at the pace of
+				// the endpoints holding it up.
+				if armed {
+					schedule()
+				}
+			case <-poll.C:
+				// A retry may have come due, which wakes nobody.
+				if starved != nil && d.starving() {
+					armed = true
+					schedule()
 				}
 			case <-newcomersDue:
 				newcomersDue = nil
-				if gap := p.newcomerGap(lastClaim, lastTook); gap > 0 {
+				if gap := p.newcomerGap(lastClaim, lastTook, d.starving()); gap > 0 {
 					// A claim was made meanwhile: wait from it.
 					newcomersDue = time.After(gap)
 					continue
 				}
 				lastClaim = p.now()
-				lastTook = p.claimNewcomers(ctx, record, d)
+				var found int
+				lastTook, found = p.claimNewcomers(ctx, record, d)
+				// One that found some may have left more behind.
+				if armed = found > 0; armed && d.starving() {
+					schedule()
+				}
 			case <-ctx.Done():
 				return
 			}
@@ -135,39 +163,44 @@ func (p *Pool) claimLoop(ctx, record context.Context, d *dispatch, taken <-chan 
 const newcomerWait = 50 * time.Millisecond
 
 // newcomerGap is how long from now a claim for the newcomers waits after a
-// claim that started at last and took took: newcomerWait, and at least
-// claimGapFactor times took, as idle spaces claims.
-func (p *Pool) newcomerGap(last time.Time, took time.Duration) time.Duration {
-	return max(newcomerWait, claimGapFactor*took) - p.now().Sub(last)
+// claim that started at last and took took: newcomerWait, or only
+// minClaimGap while a sender is starving (free, with nothing it may
+// start), and at least claimGapFactor times took, as idle spaces claims.
+func (p *Pool) newcomerGap(last time.Time, took time.Duration, starving bool) time.Duration {
+	wait := newcomerWait
+	if starving {
+		wait = minClaimGap
+	}
+	return max(wait, claimGapFactor*took) - p.now().Sub(last)
 }
 
 // claimNewcomers claims, while the senders' queue is more than half full,
-// what the endpoints that hold no claims in this process have due (see
+// what the endpoints with no claim waiting in this process have due (see
 // fairShare.newcomerShare), up to half a batch and at most two batches
 // queued in all, and queues it for the senders. It returns how long the
-// claim took. A claim that fails is logged; the next claim of the main
-// loop tries again.
-func (p *Pool) claimNewcomers(ctx, record context.Context, d *dispatch) time.Duration {
+// claim took and how many it claimed. A claim that fails is logged; the
+// next claim of the main loop tries again.
+func (p *Pool) claimNewcomers(ctx, record context.Context, d *dispatch) (time.Duration, int) {
 	n := min(max(1, p.cfg.BatchSize/2), 2*p.cfg.BatchSize-d.waitingCount())
 	if n <= 0 {
-		return 0
+		return 0, 0
 	}
 	start := p.now()
 	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Lease)
-	claims, err := p.store.DeliveryClaim(stmtCtx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: p.share.newcomerShare()})
+	claims, err := p.store.DeliveryClaim(stmtCtx, storage.DeliveryClaimParams{Limit: n, Lease: p.cfg.Lease, Share: p.share.newcomerShare(d.waitingEndpoints())})
 	cancel()
 	at := p.now()
 	claimCtx := p.claimSpan(record, n, claims, err, start, at)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.observe(err)
-			p.log.Error("claiming deliveries of endpoints holding none failed; the next claim tries again", "error", err)
+			p.log.Error("claiming deliveries of endpoints with none waiting failed; the next claim tries again", "error", err)
 		}
-		return at.Sub(start)
+		return at.Sub(start), 0
 	}
 	p.share.claimed(claims)
 	d.add(queuedClaims(claimCtx, claims, at))
-	return at.Sub(start)
+	return at.Sub(start), len(claims)
 }
 
 // minClaimGap is the least time between the starts of two claims that a

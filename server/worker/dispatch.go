@@ -1,6 +1,9 @@
 package worker
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // dispatch is where claims wait for a sender: one queue per endpoint. A
 // sender that comes free takes the next claim of the endpoint with the
@@ -11,13 +14,18 @@ import "sync"
 // batch of endpoints answering in 950 ms, for seconds; issue 34.)
 //
 // Past shared sends in flight, the senders left are a reserve for the
-// endpoints that hold nothing else here: none in flight and no other claim
-// waiting. An endpoint with a backlog, however slow its receiver, always
-// has another claim waiting, so it cannot take them: an endpoint that
-// becomes due now and then finds a sender free at once, unless as many
-// such endpoints hold every one.
+// endpoints with light work: none in flight, and what they have waiting
+// is one claim, or would take at most lightWork at the pace of their last
+// send. An endpoint with a backlog to a slow receiver always has more
+// than that waiting, so it cannot take them: an endpoint that becomes due
+// now and then, or whose receiver answers in milliseconds, finds a sender
+// free at once, unless as many such endpoints hold every one. The rule
+// has no edge a receiver can aim under: answering faster only makes the
+// work it may send from the reserve, one request at a time, shorter.
 type dispatch struct {
 	shared int
+	// took is how long an endpoint's last send took (0: none known).
+	took func(endpoint string) time.Duration
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -31,10 +39,25 @@ type dispatch struct {
 	inFlight map[string]int
 	busy     int
 	closed   bool
+	// sleeping counts the senders waiting for a claim they may start.
+	sleeping int
+	// starved hears a sender go to sleep while claims wait that it may
+	// not start: every waiting claim is of an endpoint at its limit, so
+	// the sender is free for an endpoint with nothing waiting, which the
+	// claimer may have to claim for (see Pool.claimLoop).
+	starved chan struct{}
 }
 
-func newDispatch(shared int) *dispatch {
-	d := &dispatch{shared: shared, waiting: map[string][]queued{}, inFlight: map[string]int{}}
+// lightWork bounds the work an endpoint with none in flight may have
+// waiting and still take a reserve sender: its claims waiting, each
+// taking as long as its last send.
+const lightWork = 100 * time.Millisecond
+
+func newDispatch(shared int, took func(endpoint string) time.Duration) *dispatch {
+	if took == nil {
+		took = func(string) time.Duration { return 0 }
+	}
+	d := &dispatch{shared: shared, took: took, waiting: map[string][]queued{}, inFlight: map[string]int{}, starved: make(chan struct{}, 1)}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -84,8 +107,36 @@ func (d *dispatch) take() (queued, bool) {
 		if d.closed && d.queued == 0 {
 			return queued{}, false
 		}
+		if d.queued > 0 {
+			select {
+			case d.starved <- struct{}{}:
+			default:
+			}
+		}
+		d.sleeping++
 		d.cond.Wait()
+		d.sleeping--
 	}
+}
+
+// starving reports whether a sender waits while every claim waiting is
+// one it may not start.
+func (d *dispatch) starving() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sleeping > 0 && d.queued > 0 && d.next() < 0
+}
+
+// waitingEndpoints is the endpoints with a claim waiting for a sender:
+// no more than the claims queued.
+func (d *dispatch) waitingEndpoints() map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]bool, len(d.turns))
+	for _, id := range d.turns {
+		out[id] = true
+	}
+	return out
 }
 
 // next is the index in turns of the endpoint whose next claim a sender
@@ -100,7 +151,7 @@ func (d *dispatch) next() int {
 	best := -1
 	for i, id := range d.turns {
 		n := d.inFlight[id]
-		if d.busy >= d.shared && (n > 0 || len(d.waiting[id]) > 1) {
+		if d.busy >= d.shared && (n > 0 || !d.light(id)) {
 			continue
 		}
 		if best < 0 || n < d.inFlight[d.turns[best]] {
@@ -111,6 +162,18 @@ func (d *dispatch) next() int {
 		}
 	}
 	return best
+}
+
+// light reports whether what endpoint has waiting is light work (see
+// dispatch): one claim, or claims its last send's pace sends within
+// lightWork.
+func (d *dispatch) light(endpoint string) bool {
+	n := len(d.waiting[endpoint])
+	if n <= 1 {
+		return true
+	}
+	took := d.took(endpoint)
+	return took > 0 && time.Duration(n)*took <= lightWork
 }
 
 // done ends a claim taken for endpoint.

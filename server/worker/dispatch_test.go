@@ -3,6 +3,7 @@ package worker
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hymical/hymical/storage"
 )
@@ -35,6 +36,8 @@ func TestDispatchOrder(t *testing.T) {
 		add  [][]string
 		done [][]string
 		want [][]string
+		// took is each endpoint's last send (none: not known).
+		took map[string]time.Duration
 	}{{
 		name:   "the endpoint with fewest in flight goes first, then in turn",
 		shared: 10,
@@ -60,10 +63,27 @@ func TestDispatchOrder(t *testing.T) {
 		// with two more waiting it is a backlog and waits until fewer
 		// than shared are in flight.
 		want: [][]string{{"a", "b"}, {"c"}, nil, {"a"}},
+	}, {
+		name:   "past shared, a backlog that is light work at its pace takes the reserve, one at a time",
+		shared: 2,
+		took:   map[string]time.Duration{"a": 600 * time.Millisecond, "b": 600 * time.Millisecond, "q": 2 * time.Millisecond},
+		add:    [][]string{{"a", "a", "b", "b"}, {"q", "q", "q"}, nil, nil},
+		done:   [][]string{nil, nil, {"q"}, {"a"}},
+		// a and b fill shared, and their next claims are 1.2 s of work:
+		// no reserve for them. q's three are 6 ms at its pace: it takes
+		// the reserve, one in flight at a time; and the end of a's send
+		// lets a go again within shared.
+		want: [][]string{{"a", "b"}, {"q"}, {"q"}, {"a"}},
+	}, {
+		name:   "an endpoint whose pace is not known yet has light work only in one claim",
+		shared: 1,
+		add:    [][]string{{"a"}, {"n", "n"}},
+		done:   [][]string{nil, nil},
+		want:   [][]string{{"a"}, nil},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := newDispatch(tc.shared)
+			d := newDispatch(tc.shared, func(id string) time.Duration { return tc.took[id] })
 			for i := range tc.add {
 				for _, id := range tc.done[i] {
 					d.done(id)
@@ -78,7 +98,7 @@ func TestDispatchOrder(t *testing.T) {
 }
 
 func TestDispatchClosedHandsOutWhatIsLeft(t *testing.T) {
-	d := newDispatch(1)
+	d := newDispatch(1, nil)
 	d.add(claimsOf("a", "a", "a"))
 	if q, ok := d.take(); !ok || q.claim.Delivery.EndpointID != "a" {
 		t.Fatalf("first take: %v, %v", q, ok)

@@ -141,7 +141,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 	}()
 
-	d := newDispatch(p.cfg.Concurrency)
+	d := newDispatch(p.cfg.Concurrency, p.share.lastTook)
 	// taken wakes the claimer when a sender takes a claim off the queue.
 	taken := make(chan struct{}, 1)
 	rec := &recorder{done: make(chan completion), slots: make(chan struct{}, 2*p.cfg.Concurrency)}

@@ -212,27 +212,51 @@ func (f *fairShare) claimShare() *storage.ClaimShare {
 }
 
 // newcomerShare is the share of a claim made while the senders' queue is
-// more than half full (see Pool.claimNewcomers): only the endpoints that
-// hold no claims here, and are not slow, may take anything, each up to
-// its room (one for an endpoint this process does not know), and none is
-// topped up. Those that hold claims get more once the queue drains.
-func (f *fairShare) newcomerShare() *storage.ClaimShare {
+// more than half full (see Pool.claimNewcomers): only the endpoints with
+// no claim waiting here (waiting lists those that have), and not slow, may take
+// anything. One that holds nothing may take its room (one sender for an
+// endpoint this process does not know, or new); one with sends in
+// flight, what its room leaves, and at least one: the next claim it
+// sends, ready when a sender is. What the rooms leave of the claim tops
+// each quick one up by what its pace sends within lightWork: an
+// endpoint answering in milliseconds gets a queue of its work, one
+// answering in 600 ms none, with nothing in between that a receiver can
+// aim just under. Those with claims waiting have their supply, and get
+// more once the queue drains.
+func (f *fairShare) newcomerShare(waiting map[string]bool) *storage.ClaimShare {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
-	s := &storage.ClaimShare{Default: 1, Room: map[string]int{}, Idle: f.idleRoom}
+	s := &storage.ClaimShare{Default: 1, Room: map[string]int{}, Idle: f.idle}
 	for id, l := range f.listed {
-		if l.held > 0 || l.pace(now) == paceSlow {
+		switch {
+		case l.pace(now) == paceSlow || waiting[id]:
 			s.Room[id] = 0
+		case l.pace(now) == paceNew:
+			s.Room[id] = max(0, 1-l.held)
+		default:
+			s.Room[id] = max(1, f.room-l.held)
+			top := min(f.most-l.held-s.Room[id], int(lightWork/max(l.lastTook, time.Millisecond)))
+			if top > 0 {
+				if s.TopUp == nil {
+					s.TopUp = map[string]int{}
+				}
+				s.TopUp[id] = top
+			}
 		}
 	}
 	return s
 }
 
-// idleRoom is idle without the top-up: the Idle lookup of newcomerShare.
-func (f *fairShare) idleRoom(endpoint string) (room, topUp int, ok bool) {
-	room, _, ok = f.idle(endpoint)
-	return room, 0, ok
+// lastTook is how long endpoint's last finished send took, 0 when none is
+// known: the dispatch's measure of the work it has waiting.
+func (f *fairShare) lastTook(endpoint string) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.endpoints[endpoint]; l != nil {
+		return l.lastTook
+	}
+	return 0
 }
 
 // idle is the share's Idle lookup: the room and top-up of a quick
