@@ -9,8 +9,9 @@
 // binary away from every server (and kills its processes) for twice the
 // whole retry schedule while submissions go on, polling /readyz, and puts
 // it back; and it adds an endpoint whose receiver accepts and never
-// answers, with a burst of deliveries to it, while the healthy endpoint's
-// deliveries are timed. At the end a ledger built from the receivers' logs
+// answers, with a burst of deliveries to it, and four endpoints whose
+// receiver answers after 600 ms, with a backlog of 30 deliveries each,
+// while the healthy endpoint's deliveries are timed. At the end a ledger built from the receivers' logs
 // and the database must balance: every submission to the healthy endpoint
 // reached the receiver at least once and is delivered (none failed, none
 // stuck, including every one made while the plugin was away, and none
@@ -20,8 +21,9 @@
 // unless a kill of the process it was handed to explains it, the frozen
 // server's requests are recorded as late, /readyz answered 503 naming
 // "http" while the plugin was away and 200 after, no delivery to the hung
-// receiver is delivered, the healthy deliveries' create→received p99
-// during the hang is within 2 s, and duplicates are counted and reported.
+// receiver is delivered, every delivery to the slow endpoints is, the
+// healthy deliveries' create→received p99 during the hang is within 2 s,
+// and duplicates are counted and reported.
 //
 // The harness is behind the build tag "fault", so the ordinary go test never
 // runs it. Run it with

@@ -51,6 +51,10 @@ type ledger struct {
 	// hungMaxOpen is the most requests the hung receiver held at once:
 	// with fair share, one sender's room per server.
 	hungMaxOpen int
+	// The slow endpoints: their deliveries (every one must be delivered,
+	// like the healthy endpoint's), those delivered, the requests their
+	// receiver got, and the most it held at once.
+	slowDeliveries, slowDelivered, slowRequests, slowMaxOpen int
 	// healthyN, healthyP99 and healthyMax are the create→received
 	// latencies of the healthy deliveries made while the hung receiver
 	// held requests.
@@ -105,6 +109,10 @@ func (l *ledger) add(o *ledger) {
 	l.hungWaiting += o.hungWaiting
 	l.hungRequests += o.hungRequests
 	l.hungMaxOpen = max(l.hungMaxOpen, o.hungMaxOpen)
+	l.slowDeliveries += o.slowDeliveries
+	l.slowDelivered += o.slowDelivered
+	l.slowRequests += o.slowRequests
+	l.slowMaxOpen = max(l.slowMaxOpen, o.slowMaxOpen)
 	l.healthyN += o.healthyN
 	// Percentiles do not add up: the total shows the worse backend's.
 	l.healthyP99 = max(l.healthyP99, o.healthyP99)
@@ -119,6 +127,7 @@ func (l *ledger) String() string {
 		"plugin away %.1fs > schedule %.1fs: requests while away %d, deliveries that waited it out %d, "+
 		"readyz 503 naming \"http\" on %d of %d servers, 200 again on %d (%d transitions, %d flaps) | "+
 		"hung endpoint: deliveries %d (delivered %d, failed %d, waiting %d), requests %d, at most %d open at once; "+
+		"%d slow endpoints (%dms): deliveries %d (delivered %d), requests %d, at most %d open at once; "+
 		"healthy create→received during the hang p99 %dms (max %dms, n %d, bound %dms)",
 		l.backend, l.runs, l.counts.serverKills+l.counts.pluginKills, l.counts.serverKills, l.counts.pluginKills,
 		l.counts.pgRestarts, l.counts.pauses, l.counts.outages, l.submissions, l.deliveries, l.requests, l.retries, l.duplicates,
@@ -127,6 +136,7 @@ func (l *ledger) String() string {
 		l.away.Seconds(), l.schedule.Seconds(), l.awayRequests, l.waitedOut,
 		l.readyDown, l.readyServers, l.readyUp, l.readyTransitions, l.readyFlaps,
 		l.hungDeliveries, l.hungDelivered, l.hungFailed, l.hungWaiting, l.hungRequests, l.hungMaxOpen,
+		slowEndpoints, slowAnswer.Milliseconds(), l.slowDeliveries, l.slowDelivered, l.slowRequests, l.slowMaxOpen,
 		l.healthyP99.Milliseconds(), l.healthyMax.Milliseconds(), l.healthyN, healthyP99Bound.Milliseconds())
 }
 
@@ -150,7 +160,7 @@ func (h *harness) balance() *ledger {
 	subs := append([]submission(nil), h.subs...)
 	faults := append([]fault(nil), h.faults...)
 	o, hg := h.outage, h.hang
-	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs) + len(hg.subs)}
+	l := &ledger{backend: h.backend, runs: h.runs, counts: h.counts, submissions: len(subs) + len(hg.subs) + len(hg.slowSubs)}
 	h.mu.Unlock()
 
 	byDelivery := map[string][]request{}
@@ -162,11 +172,15 @@ func (h *harness) balance() *ledger {
 		}
 		byDelivery[r.deliveryID] = append(byDelivery[r.deliveryID], r)
 	}
-	hungBy := map[string][]request{}
+	hungBy, slowBy := map[string][]request{}, map[string][]request{}
 	if hg.ran {
 		for _, r := range hg.recv.requests() {
 			l.hungRequests++
 			hungBy[r.deliveryID] = append(hungBy[r.deliveryID], r)
+		}
+		for _, r := range hg.slowRecv.requests() {
+			l.slowRequests++
+			slowBy[r.deliveryID] = append(slowBy[r.deliveryID], r)
 		}
 	}
 
@@ -213,6 +227,26 @@ func (h *harness) balance() *ledger {
 		}
 		if hg.ran && !first.IsZero() && !sub.at.Before(hg.from) && !sub.at.After(hg.to) {
 			latencies = append(latencies, first.Sub(d.CreatedAt))
+		}
+	}
+	for _, sub := range hg.slowSubs {
+		known[sub.deliveryID] = true
+		l.slowDeliveries++
+		d := h.account(l, sub, slowBy[sub.deliveryID], faults)
+		switch d.State {
+		case storage.StateDelivered:
+			l.slowDelivered++
+		case storage.StatePending, storage.StateProcessing:
+			l.stuck++
+			l.problem("submission %s to a slow endpoint is stuck: delivery %s is %s after the run", sub.submissionID, d.ID, d.State)
+		default:
+			l.lost++
+			l.problem("submission %s to a slow endpoint was lost: delivery %s is %s (unsent reason %q)", sub.submissionID, d.ID, d.State, d.UnsentReason)
+		}
+	}
+	for id, rs := range slowBy {
+		if !known[id] {
+			l.problem("the slow receiver got %d requests for delivery %s, which no accepted submission made", len(rs), id)
 		}
 	}
 	for _, sub := range hg.subs {
@@ -414,9 +448,12 @@ func (h *harness) balanceHang(l *ledger, hg hang, latencies []time.Duration) {
 		l.problem("the hung receiver did not run")
 		return
 	}
-	l.hungMaxOpen = hg.maxOpen
+	l.hungMaxOpen, l.slowMaxOpen = hg.maxOpen, hg.slowMaxOpen
 	if hg.maxOpen == 0 || l.hungRequests == 0 {
 		l.problem("the hung receiver never held a request: the hang did not happen")
+	}
+	if hg.slowMaxOpen == 0 || l.slowRequests == 0 {
+		l.problem("the slow receiver never held a request: the slow endpoints' backlog did not happen")
 	}
 	l.healthyN = len(latencies)
 	if l.healthyN < 20 {
@@ -424,6 +461,9 @@ func (h *harness) balanceHang(l *ledger, hg hang, latencies []time.Duration) {
 		return
 	}
 	slices.Sort(latencies)
+	h.t.Logf("%s: healthy create→received during the hang: p50 %s, p90 %s, slowest five %v", h.backend,
+		latencies[len(latencies)/2].Round(time.Millisecond), latencies[len(latencies)*9/10].Round(time.Millisecond),
+		roundAll(latencies[max(0, len(latencies)-5):]))
 	l.healthyP99 = latencies[(len(latencies)*99+99)/100-1]
 	l.healthyMax = latencies[len(latencies)-1]
 	if l.healthyP99 > healthyP99Bound {
@@ -473,6 +513,14 @@ func attemptNumbers(as []storage.Attempt) []int {
 	out := make([]int, len(as))
 	for i, a := range as {
 		out[i] = a.Number
+	}
+	return out
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
 	}
 	return out
 }

@@ -190,24 +190,37 @@ func (h *harness) heldFrom(pick func(*server) bool) (heldRequest, int, *server) 
 // hungReceiver is an endpoint that accepts every request, reads it, and
 // never answers: each request stays open until its sender gives up (its
 // read timeout) or the harness ends. It logs each request as it arrives,
-// with status 0, no answer.
+// with status 0, no answer. With answerAfter set it is a slow receiver
+// instead: it answers 204 that long after a request arrived, and logs the
+// answer.
 type hungReceiver struct {
-	srv  *httptest.Server
-	quit chan struct{}
+	srv         *httptest.Server
+	quit        chan struct{}
+	answerAfter time.Duration
 
 	mu   sync.Mutex
 	open int
 	log  []request
 }
 
-func newHungReceiver() *hungReceiver {
-	hr := &hungReceiver{quit: make(chan struct{})}
+func newHungReceiver() *hungReceiver { return newSlowReceiver(0) }
+
+// newSlowReceiver is a receiver that answers after answerAfter; zero means
+// never.
+func newSlowReceiver(answerAfter time.Duration) *hungReceiver {
+	hr := &hungReceiver{quit: make(chan struct{}), answerAfter: answerAfter}
 	hr.srv = httptest.NewServer(hr)
 	return hr
 }
 
 func (hr *hungReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
+	var answer <-chan time.Time
+	if hr.answerAfter > 0 {
+		t := time.NewTimer(hr.answerAfter)
+		defer t.Stop()
+		answer = t.C
+	}
 	// Read the whole body, so the server notices the sender hanging up.
 	body, _ := io.ReadAll(r.Body)
 	var payload struct {
@@ -219,10 +232,16 @@ func (hr *hungReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ts, _ := strconv.ParseInt(r.Header.Get(webhook.HeaderTimestamp), 10, 64)
 	hr.mu.Lock()
 	hr.open++
+	i := len(hr.log)
 	hr.log = append(hr.log, request{deliveryID: r.Header.Get(webhook.HeaderID), submissionID: payload.Submission.ID,
 		timestamp: ts, arrived: arrived})
 	hr.mu.Unlock()
 	select {
+	case <-answer:
+		w.WriteHeader(http.StatusNoContent)
+		hr.mu.Lock()
+		hr.log[i].status, hr.log[i].at = http.StatusNoContent, time.Now()
+		hr.mu.Unlock()
 	case <-r.Context().Done():
 	case <-hr.quit:
 	}

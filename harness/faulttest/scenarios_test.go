@@ -31,6 +31,15 @@ const (
 	// senders of one process, so without fair share every sender would
 	// sit on it.
 	hungDeliveries = 24
+	// slowEndpoints each get slowBacklog submissions at the start of the
+	// hang, to a receiver that answers after slowAnswer: endpoints a
+	// receiver slows on purpose to take the senders, as issue 34 found
+	// four to six endpoints answering in 950 ms did. 600 ms, not 950:
+	// the harness's read timeout is 1 s, and an answer close to it would
+	// sometimes come after the sender gave up on a loaded machine.
+	slowEndpoints = 4
+	slowBacklog   = 30
+	slowAnswer    = 600 * time.Millisecond
 	// hangFor is how long the healthy deliveries' latency is measured
 	// while the hung receiver holds requests.
 	hangFor = 6 * time.Second
@@ -225,6 +234,12 @@ type hang struct {
 	endpointID string
 	recv       *hungReceiver
 	subs       []submission
+	// slowRecv is the slow endpoints' receiver and slowSubs what was
+	// submitted to them; slowMaxOpen is the most requests it held at once
+	// in the window.
+	slowRecv    *hungReceiver
+	slowSubs    []submission
+	slowMaxOpen int
 	// from and to bound the window in which healthy deliveries are
 	// measured; maxOpen is the most requests the hung receiver held at
 	// once in it.
@@ -233,8 +248,10 @@ type hang struct {
 }
 
 // hangBeside adds an endpoint whose receiver accepts every request and
-// never answers, for form "hang" only, and submits hungDeliveries to it at
-// once while the submitter keeps the healthy endpoint busy; the healthy
+// never answers, for form "hang" only, and slowEndpoints endpoints whose
+// receiver answers after slowAnswer, for forms "slow-1"… ; it submits
+// slowBacklog to each slow one and hungDeliveries to the hung one at once
+// while the submitter keeps the healthy endpoint busy. The healthy
 // deliveries made in the next hangFor are the ones whose latency the
 // ledger measures.
 func (h *harness) hangBeside() {
@@ -263,7 +280,26 @@ func (h *harness) hangBeside() {
 	if err := json.Unmarshal(raw, &ep); err != nil {
 		h.t.Fatalf("hung endpoint answer: %s", raw)
 	}
-	hg := hang{ran: true, endpointID: ep.ID, recv: hr, from: time.Now()}
+	sr := newSlowReceiver(slowAnswer)
+	h.t.Cleanup(sr.close)
+	for i := 1; i <= slowEndpoints; i++ {
+		status, raw, err := h.api(h.ctx, h.usableServers()[0], http.MethodPost, "/v1/endpoints", "",
+			fmt.Sprintf(`{"url":%q,"form_ids":["slow-%d"],"description":"fault harness: a receiver that answers slowly"}`, sr.srv.URL+"/hook", i))
+		if err != nil || status != http.StatusCreated {
+			h.t.Fatalf("create slow endpoint %d: %d %s %v", i, status, raw, err)
+		}
+	}
+	hg := hang{ran: true, endpointID: ep.ID, recv: hr, slowRecv: sr, from: time.Now()}
+	for i := 1; i <= slowBacklog; i++ {
+		for e := 1; e <= slowEndpoints; e++ {
+			form := fmt.Sprintf("slow-%d", e)
+			sub, ok := h.post(h.ctx, i, form, fmt.Sprintf("%s-%s-%d", form, h.backend, i), fmt.Sprintf(`{"n":%d}`, i))
+			if !ok {
+				h.t.Fatalf("submission %d to slow endpoint %d was not accepted", i, e)
+			}
+			hg.slowSubs = append(hg.slowSubs, sub)
+		}
+	}
 	for i := 1; i <= hungDeliveries; i++ {
 		sub, ok := h.post(h.ctx, i, "hang", fmt.Sprintf("hang-%s-%d", h.backend, i), fmt.Sprintf(`{"n":%d}`, i))
 		if !ok {
@@ -271,14 +307,16 @@ func (h *harness) hangBeside() {
 		}
 		hg.subs = append(hg.subs, sub)
 	}
-	h.logf("made %d deliveries to a receiver that never answers", len(hg.subs))
+	h.logf("made %d deliveries to %d endpoints whose receiver answers after %s, and %d to a receiver that never answers",
+		len(hg.slowSubs), slowEndpoints, slowAnswer, len(hg.subs))
 	for time.Since(hg.from) < hangFor {
 		hg.maxOpen = max(hg.maxOpen, hr.openRequests())
+		hg.slowMaxOpen = max(hg.slowMaxOpen, sr.openRequests())
 		h.wait(50 * time.Millisecond)
 	}
 	hg.to = time.Now()
-	h.logf("the hung receiver held up to %d requests at once; %d reached it in %.1fs",
-		hg.maxOpen, len(hr.requests()), hg.to.Sub(hg.from).Seconds())
+	h.logf("the hung receiver held up to %d requests at once; %d reached it in %.1fs; the slow one held up to %d, %d reached it",
+		hg.maxOpen, len(hr.requests()), hg.to.Sub(hg.from).Seconds(), hg.slowMaxOpen, len(sr.requests()))
 	// Let the healthy deliveries made in the window arrive, up to the
 	// bound, before the next fault can hold them up.
 	for time.Since(hg.to) < healthyP99Bound && !h.allArrived(hg.from, hg.to) {
