@@ -76,6 +76,10 @@ type Server struct {
 	// closers undo what New has done, in the order they were done; Run's
 	// shutdown (or New on a failure) calls them in reverse.
 	closers []func()
+
+	// notDurable are the database settings under which an acknowledged
+	// submission can be lost, for the banner.
+	notDurable []database.DurabilityRisk
 }
 
 // New assembles a server from cfg, which Load or Validate has checked. It
@@ -210,7 +214,23 @@ func (s *Server) openStore(ctx context.Context) error {
 	if s.schema, err = database.CheckSchema(ctx, store); err != nil {
 		return err
 	}
+	s.checkDurability(ctx)
 	return database.PrepareSecrets(ctx, store, key, s.log)
+}
+
+// checkDurability warns, in the log and the banner, when the database is
+// set so that a submission already answered 202 can be lost. It does not
+// refuse to start: see database.CheckDurability.
+func (s *Server) checkDurability(ctx context.Context) {
+	risks, err := database.CheckDurability(ctx, s.store)
+	if err != nil {
+		s.log.Warn("could not check whether the database keeps what it acknowledges", "error", err)
+		return
+	}
+	for _, r := range risks {
+		s.log.Warn("NOT DURABLE: an accepted submission can be lost. "+r.Message(), "setting", r.Setting, "value", r.Value)
+	}
+	s.notDurable = risks
 }
 
 // startTelemetry sets up tracing and metrics as the config says. This is
@@ -330,6 +350,13 @@ func (s *Server) Describe(w io.Writer) {
 	}
 	if cfg.Console.Enabled {
 		fmt.Fprintf(&b, "  console http://%s%s/ (log in with the admin token)\n", s.Addr(), console.Prefix)
+	}
+	if len(s.notDurable) > 0 {
+		settings := make([]string, len(s.notDurable))
+		for i, r := range s.notDurable {
+			settings[i] = r.Setting + "=" + r.Value
+		}
+		fmt.Fprintf(&b, "  NOT DURABLE: PostgreSQL runs with %s, so an accepted submission can be lost (the log says what and how to fix it)\n", strings.Join(settings, ", "))
 	}
 	if cfg.Server.InsecureDevMode {
 		fmt.Fprintln(&b, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")

@@ -35,5 +35,9 @@
 // binaries, stops by itself (each backend's run is capped at five minutes)
 // and prints one "FAULT LEDGER" line per backend and one for the total. It
 // starts its own cluster, because it restarts it, and never touches one it
-// did not start. It owns no product code and nothing may import it.
+// did not start. Unlike the CI test cluster, that one runs as production
+// must (fsync, synchronous_commit and full_page_writes on), so the crash
+// counts what a real deployment would lose; a server that warns at start-up
+// that its database is NOT DURABLE fails the run. It owns no product code
+// and nothing may import it.
 package faulttest

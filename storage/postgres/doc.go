@@ -24,6 +24,9 @@
 //     how tests inject time.
 //   - Each Store method is one transaction.
 //   - Native errors are mapped to storage sentinels in one function, mapErr.
+//   - Every connection commits with synchronous_commit at least on (an off
+//     default is raised when it connects), so what the store acknowledged
+//     survives a PostgreSQL crash.
 //
 // Times are returned in UTC. Migrations are applied by Migrate, one
 // transaction per migration, serialised between concurrent migrators with a

@@ -524,3 +524,36 @@ func TestShareClaimTakesOtherDueRowsWhenPickedOnesAreLocked(t *testing.T) {
 		})
 	}
 }
+
+// A commit the store acknowledges survives a PostgreSQL crash whatever
+// synchronous_commit default the database was given: off is raised to on
+// for the store's own connections, and the stronger or equal values an
+// operator may choose (waiting for a standby, say) are kept as they are.
+func TestStoreCommitsDurablyWhateverTheDatabaseDefault(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ dflt, want string }{
+		{"off", "on"},
+		{"local", "local"},
+		{"on", "on"},
+		{"remote_write", "remote_write"},
+		{"remote_apply", "remote_apply"},
+	} {
+		t.Run(tc.dflt, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := newDatabase(t).(*database)
+			set := fmt.Sprintf(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %%I SET synchronous_commit = %%L', current_database(), '%s'); END $$`, tc.dflt)
+			if err := db.Exec(ctx, set); err != nil {
+				t.Fatalf("set the database default: %v", err)
+			}
+			s := db.openStore(t)
+			got, err := s.Settings(ctx, "synchronous_commit", "no_such_setting")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got["synchronous_commit"] != tc.want || len(got) != 1 {
+				t.Errorf("database default %s: the store's sessions read %v, want synchronous_commit %s and nothing for an unknown name", tc.dflt, got, tc.want)
+			}
+		})
+	}
+}

@@ -45,7 +45,7 @@ func Open(ctx context.Context, dsn string, opts ...storage.OpenOption) (*Store, 
 	if err != nil {
 		return nil, dsnError(dsn, err)
 	}
-	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		// pgx returns timestamptz in time.Local; the Store promises UTC
 		// whatever the host's zone, so decode into UTC at the source.
 		c.TypeMap().RegisterType(&pgtype.Type{
@@ -53,7 +53,7 @@ func Open(ctx context.Context, dsn string, opts ...storage.OpenOption) (*Store, 
 			OID:   pgtype.TimestamptzOID,
 			Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC},
 		})
-		return nil
+		return commitDurably(ctx, c)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -66,6 +66,39 @@ func Open(ctx context.Context, dsn string, opts ...storage.OpenOption) (*Store, 
 	s := &Store{pool: pool, secrets: storage.SecretsCodec{Box: open.SecretBox}, wake: newWakeups()}
 	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 	return s, nil
+}
+
+// commitDurably raises synchronous_commit from off to on for this
+// connection. With it off, a commit returns before its WAL reaches disk, so
+// a PostgreSQL crash a moment later loses a submission already answered 202:
+// at least once needs every acknowledged write durable, whatever the
+// cluster, database or role default says. Only off is raised: local,
+// remote_write and remote_apply are as durable on this server or more, and
+// an operator who chose to wait for a standby keeps that.
+func commitDurably(ctx context.Context, c *pgx.Conn) error {
+	if _, err := c.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'`); err != nil {
+		return fmt.Errorf("postgres: set synchronous_commit for this connection: %w", err)
+	}
+	return nil
+}
+
+// Settings reads the named server settings as this store's connections see
+// them (the session's values, after any database, role or connection
+// default), keyed by name. A name PostgreSQL does not know is left out.
+func (s *Store) Settings(ctx context.Context, names ...string) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, setting FROM pg_settings WHERE name = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read settings: %w", err)
+	}
+	out := make(map[string]string, len(names))
+	var name, value string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error {
+		out[name] = value
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("postgres: read settings: %w", err)
+	}
+	return out, nil
 }
 
 // Close closes every connection of the pool, waiting for those in use to be
