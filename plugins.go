@@ -47,5 +47,11 @@ func runPluginsList(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	fmt.Fprintln(stdout, "To pin a plugin, put the SHA-256 you trust (from your build, not from this listing of the installed file) in plugins.list[].sha256.")
+	// A plugin whose Configure hung or crashed does not stop the host
+	// (serve starts without it), but this listing exists to prove each
+	// plugin answers, so it says which did not and fails.
+	if err := host.Up(ctx); err != nil {
+		return fmt.Errorf("%w; serve would start without it and keep trying to start it, so fix the plugin or its settings", err)
+	}
 	return nil
 }

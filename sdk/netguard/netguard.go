@@ -95,8 +95,9 @@ func (g *Guard) Allowed() []netip.Prefix {
 // RefusedError is a connection the guard would not make. The same
 // address is refused on every retry until the operator changes the
 // setting it names, so a refused literal address is a permanent failure;
-// an address a DNS answer gave may differ on the next try, and the http
-// plugin tries such a delivery again (without a request, so no attempt).
+// an address a DNS answer gave may differ on the next try, and the http,
+// nats, redis, amqp and mqtt plugins try such a delivery again (without a
+// request, so no attempt).
 type RefusedError struct {
 	// Addr is the address refused, with its port when dialing, or a
 	// socket path.

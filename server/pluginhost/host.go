@@ -32,6 +32,16 @@
 // before the send was queued) is an outcome with NoRequest set, so the
 // caller records no attempt for it; Up reports, for readiness, which
 // plugins are not running.
+//
+// A plugin whose Configure hangs past StartTimeout, or whose process dies
+// while configuring, is an outage of that transport, not of the server: New
+// starts the others and returns, and the host keeps trying to start that
+// one in the background, waiting RetryBackoff and then twice as long after
+// each failure, up to MaxRetryBackoff. Meanwhile its sends are NoRequest
+// outcomes at once and Up names it, as for a plugin that dies at run time.
+// A Configure that answers with an error (the plugin refused its settings)
+// and a plugin that cannot be found or does not match its pin still fail
+// New: those are the operator's configuration, and no retry fixes them.
 package pluginhost
 
 import (
@@ -60,6 +70,13 @@ const (
 	// DefaultSendTimeout is the deadline of a Send given none, so a hung
 	// plugin is always caught.
 	DefaultSendTimeout = 30 * time.Second
+	// DefaultRetryBackoff is the first wait before a plugin that hung or
+	// crashed while being configured is started again.
+	DefaultRetryBackoff = time.Second
+	// MaxRetryBackoff caps the doubling waits between those starts, so a
+	// plugin that comes right is running again within about a minute
+	// plus its start.
+	MaxRetryBackoff = time.Minute
 )
 
 // Config says which plugins to run.
@@ -80,6 +97,10 @@ type Config struct {
 	// ValidateTimeout bounds one Validate call, after which the plugin
 	// counts as hung; zero means DefaultValidateTimeout.
 	ValidateTimeout time.Duration
+	// RetryBackoff is the first wait before the host tries again to start
+	// a plugin that hung or crashed while being configured; each failure
+	// doubles it, up to MaxRetryBackoff. Zero means DefaultRetryBackoff.
+	RetryBackoff time.Duration
 	// TracerProvider makes a client span for every call to a plugin; nil
 	// means none. Either way the trace context of the caller's context
 	// crosses to the plugin.
@@ -129,6 +150,11 @@ type Host struct {
 	grace           time.Duration
 	startTimeout    time.Duration
 	validateTimeout time.Duration
+	retryBackoff    time.Duration
+	// stopped ends with Close: it cuts short the background starts of
+	// plugins that could not be configured, and their waits.
+	stopped context.Context
+	stop    context.CancelFunc
 	// spawn starts the plugin processes.
 	spawn *spawner
 	// slots is fixed by New; each slot guards its own process.
@@ -145,10 +171,18 @@ type slot struct {
 	cur      *instance
 	restarts int
 	closed   bool
+	// retrying is set while a background start (supervise) owns bringing
+	// the plugin back; down is then why it is not running, and acquire
+	// answers with it at once instead of starting the plugin itself.
+	retrying bool
+	down     error
 }
 
-// New launches and configures every plugin cfg names or its Dir holds. Any
-// failure stops every plugin already started and is returned.
+// New launches and configures every plugin cfg names or its Dir holds. A
+// plugin whose Configure hangs past StartTimeout or whose process dies
+// while configuring is left not running and started again in the
+// background (see the package doc); any other failure stops every plugin
+// already started and is returned.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 	if logger == nil {
 		logger = slog.Default()
@@ -166,19 +200,29 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 		grace:           orDefault(cfg.SendGrace, DefaultSendGrace),
 		startTimeout:    orDefault(cfg.StartTimeout, DefaultStartTimeout),
 		validateTimeout: orDefault(cfg.ValidateTimeout, DefaultValidateTimeout),
+		retryBackoff:    orDefault(cfg.RetryBackoff, DefaultRetryBackoff),
 		spawn:           newSpawner(),
 		slots:           make(map[string]*slot, len(specs)),
 	}
+	h.stopped, h.stop = context.WithCancel(context.Background())
 	for _, sp := range specs {
 		s := &slot{spec: sp}
+		h.slots[sp.name] = s
+		h.names = append(h.names, sp.name)
 		inst, err := h.launch(ctx, sp)
+		if err != nil && ctx.Err() == nil && outage(err) {
+			h.logger.Error("transport plugin could not be configured; the server starts without it and keeps trying to start it",
+				"plugin", sp.name, "reason", ShortReason(err), "error", err, "retry_in", h.retryBackoff)
+			s.mu.Lock()
+			h.superviseLocked(s, err)
+			s.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			h.Close()
 			return nil, err
 		}
 		s.cur = inst
-		h.slots[sp.name] = s
-		h.names = append(h.names, sp.name)
 		if sp.sum == nil {
 			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path, "protocol", inst.protocol)
 		} else {
@@ -361,7 +405,9 @@ func (h *Host) Validate(ctx context.Context, name string, endpoint transport.End
 
 // Up starts every plugin whose process is not running (it exited, or could
 // not be started again) and returns an error naming each that still is
-// not, with why; nil when every plugin runs. /readyz asks it, so a plugin
+// not, with why; nil when every plugin runs. A plugin the host is already
+// starting again in the background (its Configure hung or crashed) is not
+// started here: Up names it at once, with the last start's error. /readyz asks it, so a plugin
 // that died while nothing was sent is started again by the probe rather
 // than at the next send, and a readiness probe that took the server out of
 // rotation cannot keep it out for want of traffic.
@@ -416,8 +462,9 @@ func (e *DownError) Brief() string {
 
 // ShortReason says in a few fixed words why a plugin could not be started:
 // "checksum mismatch", "executable not found", "not executable",
-// "configure failed", "start timed out", "host closed", or "failed to
-// start". It never repeats the error's text, which may name paths.
+// "configure timed out", "crashed while configuring", "configure failed",
+// "start timed out", "host closed", or "failed to start". It never repeats
+// the error's text, which may name paths.
 func ShortReason(err error) string {
 	var ce configureError
 	switch {
@@ -425,6 +472,10 @@ func ShortReason(err error) string {
 		return "checksum mismatch"
 	case errors.Is(err, ErrClosed):
 		return "host closed"
+	case errors.As(err, &ce) && errors.Is(err, context.DeadlineExceeded):
+		return "configure timed out"
+	case errors.As(err, &ce) && errors.Is(err, transport.ErrUnavailable):
+		return "crashed while configuring"
 	case errors.As(err, &ce):
 		return "configure failed"
 	case errors.Is(err, fs.ErrNotExist):
@@ -445,6 +496,11 @@ func (h *Host) acquire(ctx context.Context, s *slot) (*instance, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
+	if s.cur == nil && s.retrying {
+		// Starting it is the background start's job; a send or a
+		// readiness probe must not wait on a Configure that hangs.
+		return nil, s.down
+	}
 	if s.cur != nil && !s.cur.exited() {
 		return s.cur, nil
 	}
@@ -459,6 +515,9 @@ func (h *Host) acquire(ctx context.Context, s *slot) (*instance, error) {
 	inst, err := h.launch(context.WithoutCancel(ctx), s.spec)
 	if err != nil {
 		h.logger.Error("transport plugin could not be restarted", "plugin", s.spec.name, "error", err)
+		if outage(err) {
+			h.superviseLocked(s, err)
+		}
 		return nil, err
 	}
 	s.cur = inst
@@ -492,19 +551,85 @@ func (h *Host) replace(s *slot, failed *instance, what string) {
 	}
 	inst, err := h.launch(context.Background(), s.spec)
 	if err != nil {
-		// acquire tries again on the next send.
+		// acquire tries again on the next send, or the background start
+		// does when Configure hung or crashed.
 		h.logger.Error("transport plugin could not be restarted", "plugin", s.spec.name, "error", err)
+		if outage(err) {
+			h.superviseLocked(s, err)
+		}
 		return
 	}
 	s.cur = inst
 	s.restarts++
 }
 
+// outage reports whether err, from launch, is the plugin hanging or dying
+// while being configured: a Configure call that failed rather than one the
+// plugin answered with an error.
+func outage(err error) bool {
+	var ce configureError
+	return errors.As(err, &ce) && errors.Is(err, transport.ErrUnavailable)
+}
+
+// superviseLocked records why s is not running and, unless one already
+// does, starts a background start of it. The caller holds s.mu.
+func (h *Host) superviseLocked(s *slot, why error) {
+	s.down = why
+	if s.retrying || s.closed {
+		return
+	}
+	s.retrying = true
+	go h.supervise(s)
+}
+
+// supervise starts s's plugin again until it runs or the host is closed,
+// waiting retryBackoff before the first try and twice as long after each
+// failure, up to MaxRetryBackoff. It starts the plugin without s.mu held,
+// so sends and readiness probes get s.down at once meanwhile.
+func (h *Host) supervise(s *slot) {
+	name := s.spec.name
+	wait := h.retryBackoff
+	for tries := 1; ; tries++ {
+		t := time.NewTimer(wait)
+		select {
+		case <-h.stopped.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		inst, err := h.launch(h.stopped, s.spec)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			// Close ran while this start did: what it started goes too.
+			if inst != nil {
+				inst.kill(true)
+			}
+			return
+		}
+		if err == nil {
+			s.cur, s.down, s.retrying = inst, nil, false
+			s.restarts++
+			s.mu.Unlock()
+			h.logger.Info("transport plugin started", "plugin", name, "tries", tries, "protocol", inst.protocol)
+			return
+		}
+		s.down = err
+		s.mu.Unlock()
+		wait = min(2*wait, MaxRetryBackoff)
+		h.logger.Warn("transport plugin still could not be started; trying again", "plugin", name,
+			"reason", ShortReason(err), "error", err, "retry_in", wait)
+	}
+}
+
 // Close stops every plugin, at once, and returns within KillBound: each is
 // asked to exit and given two seconds, then its process group is killed.
-// Sends after Close return retryable outcomes. It is safe to call more
-// than once.
+// A plugin being started again in the background is cut short (its
+// Configure is canceled) and killed by that start once it returns, which
+// go-plugin's handshake may delay by up to StartTimeout. Sends after Close
+// return retryable outcomes. It is safe to call more than once.
 func (h *Host) Close() {
+	h.stop()
 	var wg sync.WaitGroup
 	for _, s := range h.slots {
 		wg.Go(func() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -332,5 +333,41 @@ func TestSendAfterCloseMakesNoRequest(t *testing.T) {
 	out := tr.Send(context.Background(), message("amqp://93.184.216.34:1/", "x", "k"))
 	if out.Kind != transport.OutcomeRetryable || !out.NoRequest || !strings.Contains(out.Error, "shutting down") {
 		t.Fatalf("outcome = %+v, want retryable, no request, saying the plugin is shutting down", out)
+	}
+}
+
+// loopbackResolver answers every name with 127.0.0.1, as one bad answer
+// for a name that usually leads to a public address would.
+type loopbackResolver struct{}
+
+func (loopbackResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+// The guard refuses a literal address on every try, so the delivery fails;
+// an address a DNS answer gave may pass with the next answer, so the
+// delivery is tried again. Neither sends anything.
+func TestSendRetriesAGuardRefusalOfADNSAnswer(t *testing.T) {
+	t.Parallel()
+	tr := New(Options{Resolver: loopbackResolver{}})
+	t.Cleanup(tr.Close)
+	tests := []struct {
+		name, url string
+		want      transport.OutcomeKind
+		wantErr   string
+	}{
+		{"a literal loopback address", "amqp://127.0.0.1:5672/", transport.OutcomePermanent, "127.0.0.0/8, loopback"},
+		{"localhost, which always leads here", "amqp://localhost:5672/", transport.OutcomePermanent, "localhost resolves to 127.0.0.1"},
+		{"a name answered with loopback", "amqp://amqp.example:5672/", transport.OutcomeRetryable, "amqp.example resolved to an address this plugin will not connect to"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			msg := message(tt.url, "forms", "k")
+			out := tr.Send(context.Background(), msg)
+			if out.Kind != tt.want || !out.NoRequest || !strings.Contains(out.Error, tt.wantErr) {
+				t.Fatalf("outcome = %+v, want %v with no request, containing %q", out, tt.want, tt.wantErr)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -83,7 +84,10 @@ func classify(err error, f failure) transport.Outcome {
 	switch {
 	case errors.As(err, &refused):
 		// The guard refused the dial: nothing reached the broker.
-		return transport.Refused(refused.Error())
+		// A literal address fails the delivery; a DNS answer is tried
+		// again, since the next answer may differ.
+		out, _ := pluginkit.GuardOutcome(err)
+		return out
 	case errors.Is(err, errClosed):
 		return transport.Deferred(errClosed.Error())
 	case errors.As(err, &returned):

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 )
 
 // errClosed is what a send after Close gets.
@@ -179,7 +181,9 @@ func (c *conn) dial() (*amqp.Connection, error) {
 		Dial: func(network, addr string) (net.Conn, error) {
 			nc, err := d.Dial(network, addr)
 			if err != nil {
-				return nil, err
+				// A refusal of what the broker's name resolved to
+				// now is not the broker's for good.
+				return nil, pluginkit.NameRefusal(err, addr)
 			}
 			// The TLS and AMQP handshakes must not outlast the connect
 			// timeout; the client clears the deadline once connected.

@@ -3,7 +3,10 @@ package pluginkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -38,19 +41,86 @@ func EndPublish(span trace.Span, out *transport.Outcome) {
 }
 
 // CheckAddrs asks guard about each host:port before a connection is made,
-// resolving names for at most timeout in all. It returns the guard's first
-// refusal (a *netguard.RefusedError), or nil: a name that does not resolve
-// now is left to the dial, whose guarded dialer checks every address it
-// connects to.
-func CheckAddrs(ctx context.Context, guard *netguard.Guard, timeout time.Duration, addrs ...string) error {
+// resolving names with r (nil: net.DefaultResolver) for at most timeout in
+// all. It returns the guard's first refusal, or nil: a name that does not
+// resolve now is left to the dial, whose guarded dialer checks every
+// address it connects to. A refusal is a *netguard.RefusedError, wrapped
+// in a *NameRefusedError when a DNS answer gave the address (see
+// NameRefusal).
+func CheckAddrs(ctx context.Context, guard *netguard.Guard, r netguard.Resolver, timeout time.Duration, addrs ...string) error {
+	if r == nil {
+		r = net.DefaultResolver
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, addr := range addrs {
-		err := guard.ValidateHostPort(ctx, net.DefaultResolver, addr)
+		err := guard.ValidateHostPort(ctx, r, addr)
 		var refused *netguard.RefusedError
 		if errors.As(err, &refused) {
-			return err
+			return NameRefusal(err, addr)
 		}
 	}
 	return nil
+}
+
+// NameRefusedError is the guard's refusal of an address that a DNS answer
+// for Name gave. The next answer may differ (a resolver's mistake, a
+// rebinding attempt that passes), so, unlike a refused literal address, it
+// does not fail the delivery for good.
+type NameRefusedError struct {
+	Name    string
+	Refused *netguard.RefusedError
+}
+
+func (e *NameRefusedError) Error() string {
+	return fmt.Sprintf("%s resolved to an address this plugin will not connect to: %v; a DNS answer can change, so the delivery is tried again", e.Name, e.Refused)
+}
+
+func (e *NameRefusedError) Unwrap() error { return e.Refused }
+
+// NameRefusal wraps err in a *NameRefusedError when it holds a guard
+// refusal and hostport (host:port, or a bare host) names its host by a
+// name rather than a literal address; otherwise it returns err as it is.
+// localhost and its subdomains count as literal: they lead to this host
+// whatever a resolver says. Dialers call it with the address they were
+// asked to dial, which still carries the name.
+func NameRefusal(err error, hostport string) error {
+	var refused *netguard.RefusedError
+	// Only an address the table refused can have come from a DNS answer:
+	// a unix socket path, or an address the guard could not read, cannot.
+	if err == nil || !errors.As(err, &refused) || !refused.Range.Prefix.IsValid() {
+		return err
+	}
+	host := hostport
+	if h, _, serr := net.SplitHostPort(hostport); serr == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if _, perr := netip.ParseAddr(host); perr == nil {
+		return err
+	}
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if h == "" || h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return err
+	}
+	return &NameRefusedError{Name: host, Refused: refused}
+}
+
+// GuardOutcome is the outcome of a send the SSRF guard refused before any
+// connection was made, and whether err is such a refusal. Nothing was
+// sent either way. A refused literal address is refused on every try
+// until the operator changes a setting or the URL, so the delivery fails
+// (transport.Refused); an address a DNS answer gave is tried again after a
+// short wait without using up the retries (transport.Deferred), as the
+// http plugin does.
+func GuardOutcome(err error) (transport.Outcome, bool) {
+	var named *NameRefusedError
+	if errors.As(err, &named) {
+		return transport.Deferred(named.Error()), true
+	}
+	var refused *netguard.RefusedError
+	if errors.As(err, &refused) {
+		return transport.Refused(refused.Error()), true
+	}
+	return transport.Outcome{}, false
 }

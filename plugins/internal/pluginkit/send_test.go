@@ -3,6 +3,7 @@ package pluginkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func TestCheckAddrs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := CheckAddrs(context.Background(), tt.guard, 5*time.Second, tt.addrs...)
+			err := CheckAddrs(context.Background(), tt.guard, nil, 5*time.Second, tt.addrs...)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("CheckAddrs(%q) = %v, want nil", tt.addrs, err)
@@ -127,6 +128,90 @@ func TestCheckAddrs(t *testing.T) {
 			var refused *netguard.RefusedError
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("CheckAddrs(%q) = %v, want a *netguard.RefusedError containing %q", tt.addrs, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// answerResolver answers every name with addr, as a resolver's one bad
+// answer for a name that usually leads to a public address would.
+type answerResolver struct{ addr netip.Addr }
+
+func (r answerResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return []netip.Addr{r.addr}, nil
+}
+
+// A refusal of a literal address is refused on every try, so the delivery
+// fails; a refusal of what a name resolved to may pass with the next
+// answer, so it is tried again. Nothing was sent in either case.
+func TestGuardOutcomeOfARefusal(t *testing.T) {
+	t.Parallel()
+	strict := netguard.New(netguard.Config{Plugin: "test", Target: "test broker"})
+	loopback := answerResolver{netip.MustParseAddr("127.0.0.1")}
+	tests := []struct {
+		name    string
+		addrs   []string
+		want    transport.OutcomeKind
+		wantErr string
+	}{
+		{"a literal address", []string{"127.0.0.1:5672"}, transport.OutcomePermanent, "127.0.0.0/8, loopback"},
+		{"a literal IPv6 address", []string{"[::1]:5672"}, transport.OutcomePermanent, "loopback"},
+		{"localhost, which always leads here", []string{"localhost:5672"}, transport.OutcomePermanent, "localhost resolves to 127.0.0.1"},
+		{"a subdomain of localhost", []string{"broker.localhost:5672"}, transport.OutcomePermanent, "loopback"},
+		{"a name answered with loopback", []string{"broker.example:5672"}, transport.OutcomeRetryable, "broker.example resolved to an address this plugin will not connect to"},
+		{"a name without a port", []string{"broker.example"}, transport.OutcomeRetryable, "a DNS answer can change"},
+		{"a name after an allowed address", []string{"93.184.216.34:9092", "broker.example:9092"}, transport.OutcomeRetryable, "broker.example"},
+		{"a literal address before a name", []string{"10.0.0.1:9092", "broker.example:9092"}, transport.OutcomePermanent, "10.0.0.0/8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := CheckAddrs(context.Background(), strict, loopback, 5*time.Second, tt.addrs...)
+			var refused *netguard.RefusedError
+			if !errors.As(err, &refused) {
+				t.Fatalf("CheckAddrs(%q) = %v, want a *netguard.RefusedError", tt.addrs, err)
+			}
+			out, ok := GuardOutcome(err)
+			if !ok || out.Kind != tt.want || !out.NoRequest || !strings.Contains(out.Error, tt.wantErr) {
+				t.Fatalf("GuardOutcome(%v) = %+v, %v; want %v with no request, containing %q", err, out, ok, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+// A dialer hands NameRefusal the address it was asked to dial; only a
+// table refusal of a name's answer is marked, never a unix socket path or
+// an error that is no refusal.
+func TestNameRefusal(t *testing.T) {
+	t.Parallel()
+	guard := netguard.New(netguard.Config{Plugin: "test"})
+	tableRefusal := guard.CheckNetwork("tcp", "127.0.0.1:6379")
+	unixRefusal := guard.CheckNetwork("unix", "/run/redis.sock")
+	other := errors.New("connection refused")
+	tests := []struct {
+		name     string
+		err      error
+		hostport string
+		named    bool
+	}{
+		{"a name's answer", tableRefusal, "redis.example:6379", true},
+		{"a name's answer, wrapped", fmt.Errorf("dial: %w", tableRefusal), "redis.example:6379", true},
+		{"a literal address", tableRefusal, "127.0.0.1:6379", false},
+		{"localhost", tableRefusal, "LOCALHOST.:6379", false},
+		{"a unix socket", unixRefusal, "/run/redis.sock", false},
+		{"no refusal", other, "redis.example:6379", false},
+		{"no error", nil, "redis.example:6379", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := NameRefusal(tt.err, tt.hostport)
+			var named *NameRefusedError
+			if errors.As(got, &named) != tt.named {
+				t.Fatalf("NameRefusal(%v, %q) = %v, want marked as a name's answer: %v", tt.err, tt.hostport, got, tt.named)
+			}
+			if !tt.named && got != tt.err {
+				t.Fatalf("NameRefusal(%v, %q) = %v, want the error unchanged", tt.err, tt.hostport, got)
 			}
 		})
 	}

@@ -261,7 +261,7 @@ func checkTopic(topic string) error {
 // names for at most the dial timeout. It returns the guard's refusal, or
 // nil: a name that does not resolve now is checked again when dialled.
 func checkBrokers(ctx context.Context, st settings, brokers []string) error {
-	return pluginkit.CheckAddrs(ctx, st.guard, st.dialTimeout, brokers...)
+	return pluginkit.CheckAddrs(ctx, st.guard, nil, st.dialTimeout, brokers...)
 }
 
 func tlsClient(conn net.Conn, cfg *tls.Config) *tls.Conn { return tls.Client(conn, cfg) }

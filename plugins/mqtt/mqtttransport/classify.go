@@ -9,6 +9,7 @@ import (
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -54,7 +55,10 @@ func classify(err error, f failure) transport.Outcome {
 	switch {
 	case errors.As(err, &refused):
 		// The guard refused the dial: nothing reached the broker.
-		return transport.Refused(refused.Error())
+		// A literal address fails the delivery; a DNS answer is tried
+		// again, since the next answer may differ.
+		out, _ := pluginkit.GuardOutcome(err)
+		return out
 	case errors.Is(err, errClosed):
 		return transport.Deferred(errClosed.Error())
 	case errors.As(err, &ce) && ce.Code != 0 && ce.Code != packets.ErrNetworkError:

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 )
 
 // errClosed is what a send after Close gets.
@@ -164,7 +166,9 @@ func (c *conn) dial(lost chan error) (mqtt.Client, error) {
 		SetCustomOpenConnectionFn(func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
 			nc, err := d.Dial("tcp", uri.Host)
 			if err != nil {
-				return nil, err
+				// A refusal of what the broker's name resolved to
+				// now is not the broker's for good.
+				return nil, pluginkit.NameRefusal(err, uri.Host)
 			}
 			if !srv.tls {
 				return nc, nil

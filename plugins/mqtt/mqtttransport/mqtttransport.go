@@ -47,6 +47,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hymical/hymical/plugins/internal/pluginkit"
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -73,12 +74,17 @@ type Options struct {
 	// Logger receives connection events (lost, reconnected); nil
 	// discards them. Messages, headers and credentials are never logged.
 	Logger *slog.Logger
+	// Resolver resolves broker names for the SSRF guard's check before a
+	// connection is made; nil means net.DefaultResolver. Tests set it to
+	// make a name lead where they need it to.
+	Resolver netguard.Resolver
 }
 
 // Transport is the MQTT transport. It is safe for concurrent use.
 type Transport struct {
-	log   *slog.Logger
-	conns *pluginkit.Conns[settings, *conn]
+	log      *slog.Logger
+	resolver netguard.Resolver
+	conns    *pluginkit.Conns[settings, *conn]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -90,7 +96,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, conns: pluginkit.NewConns[settings, *conn](defaultSettings(), errClosed)}
+	return &Transport{log: log, resolver: opts.Resolver, conns: pluginkit.NewConns[settings, *conn](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -128,13 +134,13 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	return checkServer(ctx, st, tgt.server)
+	return t.checkServer(ctx, st, tgt.server)
 }
 
 // checkServer applies the SSRF guard to a broker, resolving its name for at
 // most the connect timeout. It returns the guard's refusal, or nil.
-func checkServer(ctx context.Context, st settings, srv *server) error {
-	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
+func (t *Transport) checkServer(ctx context.Context, st settings, srv *server) error {
+	return pluginkit.CheckAddrs(ctx, st.guard, t.resolver, st.connectTimeout, srv.addr)
 }
 
 // conn returns the connection for srv, starting it on first use, and waits
@@ -145,7 +151,7 @@ func (t *Transport) conn(ctx context.Context, srv *server, st settings) (*conn, 
 	// the background loop; the dialer still checks every address it
 	// connects to.
 	c, err := t.conns.Get(srv.key,
-		func() error { return checkServer(ctx, st, srv) },
+		func() error { return t.checkServer(ctx, st, srv) },
 		func() *conn { return newConn(srv, st, t.log) })
 	if err != nil {
 		return nil, err

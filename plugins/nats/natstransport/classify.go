@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -40,7 +41,10 @@ func classify(err, cause error, f failure) transport.Outcome {
 	switch {
 	case errors.As(err, &refused):
 		// The guard refused the server before any connection was made.
-		return transport.Refused(refused.Error())
+		// A literal address fails the delivery; a DNS answer is tried
+		// again, since the next answer may differ.
+		out, _ := pluginkit.GuardOutcome(err)
+		return out
 	case errors.As(cause, &perr), errors.As(err, &perr):
 		return transport.Permanent(0, perr.Error())
 	case errors.Is(err, nats.ErrPermissionViolation):

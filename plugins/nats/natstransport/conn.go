@@ -45,7 +45,7 @@ func (t *Transport) conn(ctx context.Context, srv *servers, st settings) (*conn,
 	// connected to, including servers the cluster announces later and
 	// names that re-resolve.
 	e, err := t.conns.Get(srv.raw,
-		func() error { return checkServers(ctx, st, srv) },
+		func() error { return t.checkServers(ctx, st, srv) },
 		func() *entry {
 			e := &entry{ready: make(chan struct{})}
 			go func() {

@@ -44,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hymical/hymical/plugins/internal/pluginkit"
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -57,12 +58,17 @@ type Options struct {
 	// Logger receives connection events (lost, reconnected); nil discards
 	// them. Messages, headers and credentials are never logged.
 	Logger *slog.Logger
+	// Resolver resolves broker names for the SSRF guard's check before a
+	// connection is made; nil means net.DefaultResolver. Tests set it to
+	// make a name lead where they need it to.
+	Resolver netguard.Resolver
 }
 
 // Transport is the NATS JetStream transport. It is safe for concurrent use.
 type Transport struct {
-	log   *slog.Logger
-	conns *pluginkit.Conns[settings, *entry]
+	log      *slog.Logger
+	resolver netguard.Resolver
+	conns    *pluginkit.Conns[settings, *entry]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -74,7 +80,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, conns: pluginkit.NewConns[settings, *entry](defaultSettings(), errClosed)}
+	return &Transport{log: log, resolver: opts.Resolver, conns: pluginkit.NewConns[settings, *entry](defaultSettings(), errClosed)}
 }
 
 // Configure applies the plugin-wide settings; settings not given take their
@@ -106,15 +112,15 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	return checkServers(ctx, st, tgt.servers)
+	return t.checkServers(ctx, st, tgt.servers)
 }
 
 // checkServers applies the SSRF guard to every server of a list, resolving
 // names for at most the connect timeout. It returns the guard's refusal, or
 // nil: a name that does not resolve now is left to the dial, which checks
 // every address it connects to.
-func checkServers(ctx context.Context, st settings, srv *servers) error {
-	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.hosts...)
+func (t *Transport) checkServers(ctx context.Context, st settings, srv *servers) error {
+	return pluginkit.CheckAddrs(ctx, st.guard, t.resolver, st.connectTimeout, srv.hosts...)
 }
 
 // Send publishes msg and waits for JetStream's ack.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -43,7 +44,10 @@ func classify(err error, f failure) transport.Outcome {
 	var refused *netguard.RefusedError
 	if errors.As(err, &refused) {
 		// The guard refused the dial: nothing reached the server.
-		return transport.Refused(refused.Error())
+		// A literal address fails the delivery; a DNS answer is tried
+		// again, since the next answer may differ.
+		out, _ := pluginkit.GuardOutcome(err)
+		return out
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {

@@ -48,6 +48,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hymical/hymical/plugins/internal/pluginkit"
+	"github.com/hymical/hymical/sdk/netguard"
 	"github.com/hymical/hymical/sdk/transport"
 )
 
@@ -64,12 +65,17 @@ type Options struct {
 	// Logger receives pool events; nil discards them. Messages, headers and
 	// credentials are never logged.
 	Logger *slog.Logger
+	// Resolver resolves broker names for the SSRF guard's check before a
+	// connection is made; nil means net.DefaultResolver. Tests set it to
+	// make a name lead where they need it to.
+	Resolver netguard.Resolver
 }
 
 // Transport is the Redis Streams transport. It is safe for concurrent use.
 type Transport struct {
-	log     *slog.Logger
-	clients *pluginkit.Conns[settings, *redis.Client]
+	log      *slog.Logger
+	resolver netguard.Resolver
+	clients  *pluginkit.Conns[settings, *redis.Client]
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -80,7 +86,7 @@ func New(opts Options) *Transport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Transport{log: log, clients: pluginkit.NewConns[settings, *redis.Client](defaultSettings(), errClosed)}
+	return &Transport{log: log, resolver: opts.Resolver, clients: pluginkit.NewConns[settings, *redis.Client](defaultSettings(), errClosed)}
 }
 
 func (t *Transport) settings() settings { return t.clients.Settings() }
@@ -120,18 +126,18 @@ func (t *Transport) Validate(ctx context.Context, e transport.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	return checkServer(ctx, st, tgt.server)
+	return t.checkServer(ctx, st, tgt.server)
 }
 
 // checkServer applies the SSRF guard to a server, resolving its name for at
 // most the connect timeout. It returns the guard's refusal, or nil: a name
 // that does not resolve now is left to the dial, which checks every address
 // it connects to.
-func checkServer(ctx context.Context, st settings, srv *server) error {
+func (t *Transport) checkServer(ctx context.Context, st settings, srv *server) error {
 	if srv.network == "unix" {
 		return st.guard.CheckNetwork(srv.network, srv.addr)
 	}
-	return pluginkit.CheckAddrs(ctx, st.guard, st.connectTimeout, srv.addr)
+	return pluginkit.CheckAddrs(ctx, st.guard, t.resolver, st.connectTimeout, srv.addr)
 }
 
 // guardedDialer is the client's dialer: the SSRF guard checks every
@@ -140,11 +146,15 @@ func checkServer(ctx context.Context, st settings, srv *server) error {
 func guardedDialer(st settings, opts *redis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := st.guard.Dialer(&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 5 * time.Minute})
 	tlsConfig := opts.TLSConfig
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (nc net.Conn, err error) {
 		if tlsConfig == nil {
-			return d.DialContext(ctx, network, addr)
+			nc, err = d.DialContext(ctx, network, addr)
+		} else {
+			nc, err = (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext(ctx, network, addr)
 		}
-		return (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext(ctx, network, addr)
+		// A refusal of what the server's name resolved to now is not the
+		// server's for good.
+		return nc, pluginkit.NameRefusal(err, addr)
 	}
 }
 
@@ -207,8 +217,8 @@ func (t *Transport) Send(ctx context.Context, msg transport.Message) (out transp
 		// server fails once, clearly, rather than in each dial; the pool's
 		// dialer still checks every address it connects to, so a name
 		// that re-resolves later is caught too.
-		if err := checkServer(ctx, st, tgt.server); err != nil {
-			return transport.Refused(err.Error())
+		if err := t.checkServer(ctx, st, tgt.server); err != nil {
+			return classify(err, failure{stream: tgt.stream, server: tgt.server.shown})
 		}
 	}
 	// The consumer's spans join the attempt's trace through these fields.

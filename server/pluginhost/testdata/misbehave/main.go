@@ -36,7 +36,11 @@
 //	            "stdout" is the process's own stdout, the handshake's pipe
 //
 // A "validate" config of "hang" makes Validate never answer. A
-// "fail_configure" setting makes Configure refuse with its value.
+// "fail_configure" setting makes Configure refuse with its value. While
+// the file a "configure_hang_while" setting names exists, Configure never
+// answers, whatever its context says; while the file a
+// "configure_exit_while" setting names exists, Configure exits the
+// process. Removing the file lets the next start succeed.
 //
 // A "late" mode answers delivered only after its deadline has passed, by
 // half the "late_by" setting's duration (so within the host's grace when
@@ -80,6 +84,12 @@ type misbehave struct {
 func (m *misbehave) Configure(_ context.Context, s transport.Settings) error {
 	if reason := s["fail_configure"]; reason != "" {
 		return errors.New(reason)
+	}
+	if exists(s["configure_hang_while"]) {
+		select {}
+	}
+	if exists(s["configure_exit_while"]) {
+		os.Exit(4)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -211,6 +221,15 @@ func (m *misbehave) spew(msg transport.Message) transport.Outcome {
 	// long one; it is still written.
 	fmt.Fprintln(w, "spew done for", msg.DeliveryID)
 	return transport.Delivered(200)
+}
+
+// exists reports whether path names a file that exists; "" names none.
+func exists(path string) bool {
+	if path == "" {
+		return false
+	}
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // childEnv, set to "sleep", makes the binary the child spawn starts.
