@@ -177,6 +177,12 @@ func dsn(path string, busyTimeout time.Duration, writer bool) string {
 	q := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)",
 		busyTimeout.Milliseconds())
 	if writer {
+		// auto_vacuum takes effect only on a file that has no table yet,
+		// so only a new database is made with it; on an older one it is
+		// the mode a later VACUUM converts to.
+		// Incremental, not full: pages freed by a prune are given back in
+		// bounded passes (see DeliveryPrune), not at every commit.
+		q += "&_pragma=auto_vacuum(INCREMENTAL)"
 		// The writer's savepoints (one per create in a shared transaction)
 		// journal the pages they change; on disk that was a write system
 		// call a page, about a twentieth of serve's CPU flat out. In memory
