@@ -1,12 +1,16 @@
 package sqlite
 
 import (
+	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -85,5 +89,64 @@ func TestPruneGivesDiskBack(t *testing.T) {
 	}
 	if free != 0 {
 		t.Errorf("%d pages are still on the free list after the prunes", free)
+	}
+}
+
+// TestMigrateConvertsAnOlderDatabase is a file made before new databases
+// were created in incremental auto_vacuum mode: its mode changes only
+// with a VACUUM, which Migrate runs when the live data is small and
+// otherwise leaves to the operator, with a warning that says how.
+func TestMigrateConvertsAnOlderDatabase(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		convertMax int64
+		wantMode   int64
+		wantLog    string
+	}{
+		{"small: converted at once", vacuumConvertMax, autoVacuumIncremental, "converted the database to incremental vacuum"},
+		{"over the limit: left alone, with the command", 64 << 10, 0, "PRAGMA auto_vacuum=INCREMENTAL; VACUUM;"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			path := filepath.Join(t.TempDir(), "hymical.db")
+			// As an older build left it: no auto_vacuum, and some data.
+			old, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{
+				`CREATE TABLE filler (b BLOB)`,
+				`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200) INSERT INTO filler SELECT randomblob(1000) FROM n`,
+			} {
+				if _, err := old.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old.Close()
+
+			logs := &syncbuf.Buffer{}
+			s, err := Open(ctx, path, storage.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			s.vacuumConvertMax = tt.convertMax
+			if _, err := s.Migrate(ctx, storage.MigrateParams{}); err != nil {
+				t.Fatal(err)
+			}
+			var mode int64
+			if err := s.writer.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
+				t.Fatal(err)
+			}
+			if mode != tt.wantMode {
+				t.Errorf("auto_vacuum is %d after Migrate, want %d", mode, tt.wantMode)
+			}
+			if !strings.Contains(logs.String(), tt.wantLog) {
+				t.Errorf("the log does not say %q:\n%s", tt.wantLog, logs)
+			}
+		})
 	}
 }
