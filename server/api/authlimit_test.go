@@ -236,6 +236,12 @@ func TestANewClientIsNotRefusedForOthersFailures(t *testing.T) {
 			for i := range 10 * clients {
 				send(fmt.Sprintf("10.%d.%d.%d:1", i>>16, i>>8&0xff, i&0xff), wrongToken)
 			}
+			// During the burst a new address waits a second, and is told why.
+			w := send("192.0.2.77:1", tt.token)
+			if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), "many addresses") {
+				t.Errorf("a new address during the burst: %d, Retry-After %q: %s; want 429 for a second, saying many addresses failed",
+					w.Code, w.Header().Get("Retry-After"), w.Body)
+			}
 			mu.Lock()
 			now = now.Add(time.Second)
 			mu.Unlock()
