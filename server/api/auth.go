@@ -125,7 +125,7 @@ func (h *handler) authorize(w http.ResponseWriter, r *http.Request, who access) 
 		retry := authlimit.RetryAfter(wait)
 		w.Header().Set("Retry-After", retry)
 		return &apiError{Code: apiwire.CodeTooManyFailedAuthentications,
-			Message: fmt.Sprintf("too many requests from your address had a wrong token; every request that needs a token is refused for the next %s seconds (Retry-After), even with the right one: wait, then send the token configured for this client", retry)}
+			Message: fmt.Sprintf("too many requests from your address had a wrong token (or, for a second at most, from many addresses the limiter has no room for); every request that needs a token is refused for the next %s seconds (Retry-After), even with the right one: wait, then send the token configured for this client", retry)}
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,5 +184,73 @@ func TestManyAddressesCannotFlushARefusal(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "level=WARN"); n > clients+2 {
 		t.Errorf("%d warnings for %d addresses: the log is flooded", n, clients)
+	}
+}
+
+// TestANewClientIsNotRefusedForOthersFailures fills the limiter's table of
+// failing addresses, and spends its overflow, from many addresses; then a
+// client from an address never seen, holding the right token, must get in
+// once the guessing pauses, on an admin route and on ingest, although the
+// table stays full for the rest of the window.
+func TestANewClientIsNotRefusedForOthersFailures(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		token  string
+		body   string
+		want   int
+	}{
+		{"the admin token on an admin route", "GET", "/v1/endpoints", adminToken, "", http.StatusOK},
+		{"an ingest key on ingest", "POST", "/v1/forms/contact/submissions", ingestKey, `{"email":"a@example.com"}`, http.StatusAccepted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store, _ := backends["sqlite"].open(t)
+			const clients, failures = 100, 3
+			var mu sync.Mutex
+			now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+			clock := func() time.Time {
+				mu.Lock()
+				defer mu.Unlock()
+				return now
+			}
+			limiter := authlimit.MustNew(authlimit.Config{Failures: failures, Window: time.Hour, Clients: clients, Now: clock, Logger: quietLogger()})
+			h, err := api.New(api.Options{Store: store, Transports: loopbackHost, AdminToken: adminToken, IngestKeys: []string{ingestKey},
+				AuthLimiter: limiter, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := func(addr, token string) *httptest.ResponseRecorder {
+				r := httptest.NewRequestWithContext(t.Context(), tt.method, tt.path, strings.NewReader(tt.body))
+				r.RemoteAddr = addr
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Authorization", "Bearer "+token)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			// Ten times as many addresses as the table holds, all at once.
+			for i := range 10 * clients {
+				send(fmt.Sprintf("10.%d.%d.%d:1", i>>16, i>>8&0xff, i&0xff), wrongToken)
+			}
+			// During the burst a new address waits a second, and is told why.
+			w := send("192.0.2.77:1", tt.token)
+			if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), "many addresses") {
+				t.Errorf("a new address during the burst: %d, Retry-After %q: %s; want 429 for a second, saying many addresses failed",
+					w.Code, w.Header().Get("Retry-After"), w.Body)
+			}
+			mu.Lock()
+			now = now.Add(time.Second)
+			mu.Unlock()
+			if w := send("192.0.2.77:1", tt.token); w.Code != tt.want {
+				t.Errorf("a new address with the right token, a second after the guessing: %d, want %d: %s", w.Code, tt.want, w.Body)
+			}
+			if w := send("10.0.0.5:1", tt.token); w.Code != tt.want {
+				t.Errorf("an address of the table with one failure, the right token: %d, want %d: %s", w.Code, tt.want, w.Body)
+			}
+		})
 	}
 }

@@ -19,23 +19,40 @@
 // the start of its window and its count, in the order their windows
 // started. A record is removed only when its window has passed: never to
 // make room, so no number of other addresses can flush the record of an
-// address that is being refused. When the table is full of records whose
-// windows are still running, an address that has none shares a single
-// overflow record with every other such address: its failures count
-// there, and once the overflow has had Failures of them, those addresses
-// are refused until the overflow's window ends. An attacker with more
-// addresses than the table holds therefore gets at most
-// (Clients+1) × Failures guesses per window, and memory stays fixed.
+// address that is being refused.
 //
-// The overflow would refuse a client that did nothing wrong but happens to
-// be new while the table is full, so the Limiter also remembers up to
-// Clients addresses that authenticated successfully (the most recent ones;
-// only a right credential can put an address there). Those skip the
-// overflow until they fail once. A right credential from an address that
-// has its own record past the limit is refused like a wrong one: the
-// Limiter cannot tell a lucky guess from the owner, and answering it
-// would turn the refusal into an oracle. The owner, from any other
-// address, is never refused for someone else's failures.
+// When the table is full of records whose windows are still running, an
+// address that has none cannot be told from a guesser's next address, and
+// the credentials judged here are not all high-entropy: the admin token
+// needs only 16 characters and may be chosen by hand, ingest keys have no
+// minimum at all, and the console's login form takes the admin token. So
+// an address without a record is not judged without limit either. Such
+// addresses share an overflow allowance that is a rate, not a count per
+// window: Failures failed guesses a second between them (a burst of
+// Failures, refilled evenly). A right credential spends nothing. Only
+// when that rate is used up is such an address refused, without judging,
+// and for at most a second (Retry-After: 1).
+//
+// What it costs, and what it buys: an attacker with more addresses than
+// the table gets at most Clients × Failures guesses per window plus
+// Failures a second, and memory stays fixed. A client that has never
+// failed is never refused because other addresses failed in the past:
+// once the guessing pauses for a second, every new address is judged
+// again, however long the table stays full. It can be refused only while
+// the table is full and addresses without a record are failing, at that
+// moment, faster than Failures a second; it then gets in on a retry a
+// second after the attack stops, not a window later. The earlier design shared one count per
+// window and shut every new client out for the whole window after such a
+// burst. A client that authenticated before is also remembered (up to
+// Clients of them, the most recent; only a right credential can put an
+// address there) and is judged even while the rate is used up, until it
+// fails once.
+//
+// A right credential from an address that has its own record past the
+// limit is refused like a wrong one: the Limiter cannot tell a lucky
+// guess from the owner, and answering it would turn the refusal into an
+// oracle. The owner, from any other address, is never refused for
+// someone else's failures.
 package authlimit
 
 import (
@@ -105,9 +122,13 @@ type Limiter struct {
 	// expired ones are found at its front.
 	failing map[netip.Prefix]*list.Element
 	order   list.List
-	// overflow counts the failures of clients the full table has no room
-	// for.
-	overflow record
+	// overflowAt is when the overflow's allowance is whole again: each
+	// failure of a client the full table has no room for moves it a
+	// Failures'th of a second on (from now, if it is past), and such a
+	// client is refused while it is more than a second away.
+	overflowAt time.Time
+	// overflowWarned is when the overflow's last warning was logged.
+	overflowWarned time.Time
 	// known are clients that authenticated, most recent first.
 	known   map[netip.Prefix]*list.Element
 	knownBy list.List
@@ -190,9 +211,8 @@ func (l *Limiter) Check(remoteAddr string, judge func() Outcome) (wait time.Dura
 		}
 	case !l.roomFor(now) && l.known[client] == nil:
 		overflow = true
-		l.resetIfOver(&l.overflow, now)
-		if l.overflow.failures >= l.limit {
-			return l.rest(&l.overflow, now)
+		if wait := l.overflowWait(now); wait > 0 {
+			return wait
 		}
 	}
 
@@ -206,19 +226,54 @@ func (l *Limiter) Check(remoteAddr string, judge func() Outcome) (wait time.Dura
 			l.failing[client] = l.order.PushBack(rec)
 		}
 		if rec == nil {
-			overflow = true
-			l.resetIfOver(&l.overflow, now)
-			rec = &l.overflow
+			warn = l.overflowFailed(client, now)
+			break
 		}
 		if rec.failures == 0 {
 			rec.since = now
 		}
 		rec.failures++
 		if rec.failures == l.limit {
-			warn = l.warning(rec, overflow, now)
+			warn = l.warning(rec, now)
 		}
 	}
 	return 0
+}
+
+// overflowWait is how long a client without a record must wait while
+// the table is full: zero while the overflow has a failure to spare.
+func (l *Limiter) overflowWait(now time.Time) time.Duration {
+	// From now when overflowAt is past: its zero value is so far back that
+	// the subtraction would saturate.
+	return max(maxTime(l.overflowAt, now).Add(l.overflowStep()).Sub(now)-time.Second, 0)
+}
+
+// overflowStep is what one failure spends of the overflow's second.
+func (l *Limiter) overflowStep() time.Duration {
+	return time.Second / time.Duration(l.limit)
+}
+
+// overflowFailed spends one failure of the overflow, and returns the
+// warning to log when that used it up and none was logged within the
+// last window, so an attack that goes on is logged once a window.
+func (l *Limiter) overflowFailed(client netip.Prefix, now time.Time) func() {
+	l.overflowAt = maxTime(l.overflowAt, now).Add(l.overflowStep())
+	if l.overflowWait(now) == 0 || (!l.overflowWarned.IsZero() && now.Sub(l.overflowWarned) < l.window) {
+		return nil
+	}
+	l.overflowWarned = now
+	tableFull := len(l.failing)
+	return func() {
+		l.log.Warn("too many failed authentications from client addresses beyond the full table of failing addresses: an address not in it that has not authenticated recently is refused for up to a second while the failures go on",
+			"client", displayClient(client), "failures_per_second", l.limit, "table", tableFull, "retry_after", time.Second)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // lookup returns client's record, dropping it first when its window has
@@ -253,12 +308,6 @@ func (l *Limiter) roomFor(now time.Time) bool {
 	return true
 }
 
-func (l *Limiter) resetIfOver(rec *record, now time.Time) {
-	if rec.failures > 0 && now.Sub(rec.since) >= l.window {
-		rec.failures = 0
-	}
-}
-
 // rest is how long rec's window still runs, at least a nanosecond.
 func (l *Limiter) rest(rec *record, now time.Time) time.Duration {
 	return max(rec.since.Add(l.window).Sub(now), 1)
@@ -288,18 +337,11 @@ func (l *Limiter) forget(client netip.Prefix) {
 	}
 }
 
-// warning is the one log line of a burst: the moment a client (or the
-// overflow) reaches the limit. The refusals that follow are not logged,
-// so a guessing loop cannot flood the log.
-func (l *Limiter) warning(rec *record, overflow bool, now time.Time) func() {
+// warning is the one log line of a burst: the moment a client reaches
+// the limit. The refusals that follow are not logged, so a guessing loop
+// cannot flood the log.
+func (l *Limiter) warning(rec *record, now time.Time) func() {
 	retry := l.rest(rec, now).Round(time.Second)
-	if overflow {
-		tableFull := len(l.failing)
-		return func() {
-			l.log.Warn("too many failed authentications from client addresses beyond the full table of failing addresses: every address not in it is refused until the window ends, except those that authenticated recently",
-				"client", displayClient(rec.client), "failures", rec.failures, "table", tableFull, "retry_after", retry)
-		}
-	}
 	return func() {
 		l.log.Warn("too many failed authentications from one client address: it is refused on every authenticated route until the window ends",
 			"client", displayClient(rec.client), "failures", rec.failures, "retry_after", retry)

@@ -197,6 +197,96 @@ func TestManyAddressesFlushNothing(t *testing.T) {
 	}
 }
 
+// TestANewClientIsNotRefusedForOthersFailures is the owner arriving from a
+// new address after an attack from more addresses than the table holds:
+// the table stays full for a window, but the overflow is a rate, so the
+// owner is judged as soon as the guessing pauses, not a window later.
+func TestANewClientIsNotRefusedForOthersFailures(t *testing.T) {
+	t.Parallel()
+	const clients, failures = 50, 3
+	l, c, _ := newLimiter(t, failures, clients)
+	for i := range clients + failures {
+		if judged, _ := try(l, fmt.Sprintf("10.0.0.%d:1", i), authlimit.Failed); !judged {
+			t.Fatalf("guess %d was refused before the table and the overflow were spent", i+1)
+		}
+	}
+	steps := []struct {
+		name    string
+		advance time.Duration
+		addr    string
+		out     authlimit.Outcome
+		judged  bool
+	}{
+		// The cost of a bounded guess rate: while addresses without a
+		// record fail faster than the rate, a new one waits up to a second.
+		{"a new address with the right credential, during the burst", 0, "192.0.2.1:1", authlimit.Passed, false},
+		{"the same, a second later", time.Second, "192.0.2.1:1", authlimit.Passed, true},
+		{"another new address with the right credential", 0, "192.0.2.2:1", authlimit.Passed, true},
+		{"a new address with a wrong one", 0, "192.0.2.3:1", authlimit.Failed, true},
+		{"a new address, half a minute on, the table still full", 30 * time.Second, "192.0.2.4:1", authlimit.Passed, true},
+		{"an address of the table, still in its window", 0, "10.0.0.1:1", authlimit.Passed, true},
+	}
+	for _, s := range steps {
+		c.advance(s.advance)
+		judged, wait := try(l, s.addr, s.out)
+		if judged != s.judged {
+			t.Errorf("%s: judged %v, want %v", s.name, judged, s.judged)
+		}
+		if !judged && (wait <= 0 || wait > time.Second) {
+			t.Errorf("%s: refused for %s, want at most a second", s.name, wait)
+		}
+	}
+	if n := l.Remembered(); n > 2*clients {
+		t.Errorf("the limiter remembers %d, bound %d", n, 2*clients)
+	}
+}
+
+// TestTheOverflowBoundsGuessesPerSecond is a sustained attack from more
+// addresses than the table holds, each guess from a new address: however
+// many it sends, a short credential faces at most the table's allowance
+// plus the overflow's rate.
+func TestTheOverflowBoundsGuessesPerSecond(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		perSecond int
+		seconds   int
+	}{
+		{"as fast as it can", 1000, 10},
+		{"just above the rate", 4, 10},
+		{"for longer than the window", 50, 150},
+	}
+	const clients, failures = 20, 3
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l, c, logs := newLimiter(t, failures, clients)
+			judged, n := 0, 0
+			for range tt.seconds {
+				for range tt.perSecond {
+					n++
+					if ok, _ := try(l, fmt.Sprintf("10.%d.%d.%d:1", n>>16, n>>8&0xff, n&0xff), authlimit.Failed); ok {
+						judged++
+					}
+					c.advance(time.Second / time.Duration(tt.perSecond))
+				}
+			}
+			// The window is a minute: each one the table takes clients
+			// records anew.
+			windows := (tt.seconds + 59) / 60
+			if bound := windows*clients + failures*(tt.seconds+1); judged > bound {
+				t.Errorf("%d guesses judged in %ds, bound %d", judged, tt.seconds, bound)
+			}
+			if tt.perSecond > failures && judged < failures*tt.seconds {
+				t.Errorf("%d guesses judged in %ds: the overflow let fewer than its rate through", judged, tt.seconds)
+			}
+			if w := strings.Count(logs.String(), "beyond the full table"); w != windows {
+				t.Errorf("%d overflow warnings in %ds, want one a window (%d)", w, tt.seconds, windows)
+			}
+		})
+	}
+}
+
 func TestParallelGuessesGetExactlyTheLimit(t *testing.T) {
 	t.Parallel()
 	l, _, _ := newLimiter(t, 5, 10)

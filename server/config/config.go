@@ -100,7 +100,7 @@ type ServerConfig struct {
 	// Guessed credentials: server/authlimit, shared by the API and the console.
 	AuthFailures       int           `koanf:"auth_failures" doc:"Failed authentications (a wrong bearer token or ingest key, a wrong console login, an unknown console session) one client address may have within server.auth_failure_window. After that every request it makes to a route that needs a credential is answered 429 with Retry-After until the window ends, even with the right token. The address is the TCP peer (IPv6 counted by /64), so behind a reverse proxy all clients share the proxy's."`
 	AuthFailureWindow  time.Duration `koanf:"auth_failure_window" doc:"How long failed authentications are counted from an address's first one, and so the longest it is refused."`
-	AuthFailureClients int           `koanf:"auth_failure_clients" doc:"How many client addresses with failures are remembered at once (and as many that authenticated recently); memory is fixed by it, about 160 bytes an address. A record is never dropped before its window ends: when the table is full, addresses not in it share one allowance of server.auth_failures, except those that authenticated recently."`
+	AuthFailureClients int           `koanf:"auth_failure_clients" doc:"How many client addresses with failures are remembered at once (and as many that authenticated recently); memory is fixed by it, about 160 bytes an address. A record is never dropped before its window ends: when the table is full, addresses not in it share an allowance of server.auth_failures failures a second (those that authenticated recently are exempt), so a new client is held up for at most a second, and only while such an attack goes on."`
 }
 
 // WorkerConfig is the delivery loop's.

@@ -210,7 +210,7 @@ func (h *handler) identify(r *http.Request) (authResult, *pageError, authlimit.O
 func errTooManyFailures(wait time.Duration) *pageError {
 	retry := authlimit.RetryAfter(wait)
 	return &pageError{Status: http.StatusTooManyRequests, Title: "Too many failed logins from your address",
-		Message:    "Too many wrong tokens or unknown sessions came from your address, so the console (and the API) refuse it for now, even with the right token.",
+		Message:    "Too many wrong tokens or unknown sessions came from your address (or, for a second at most, from many addresses the server has no room to tell apart), so the console (and the API) refuse it for now, even with the right token.",
 		Advice:     fmt.Sprintf("Wait %s seconds, then log in again with the admin token.", retry),
 		retryAfter: retry}
 }

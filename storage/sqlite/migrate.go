@@ -43,7 +43,8 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 // Migrate applies the embedded SQLite migrations up to p.To (zero: the
 // newest), each in its own writer transaction together with its version row.
 // Each step re-reads the version inside its transaction, so two processes
-// migrating at once apply every step exactly once.
+// migrating at once apply every step exactly once. Last, it converts a
+// small database made before incremental vacuum (convertAutoVacuum).
 func (s *Store) Migrate(ctx context.Context, p storage.MigrateParams) (storage.MigrateResult, error) {
 	const op = "migrate"
 	all, err := migrations.SQLite()
@@ -112,5 +113,64 @@ func (s *Store) Migrate(ctx context.Context, p storage.MigrateParams) (storage.M
 		}
 		res.To = m.Version
 	}
+	s.convertAutoVacuum(ctx)
 	return res, nil
+}
+
+// vacuumConvertMax is the most live data (64 MiB) that Migrate converts
+// to incremental auto_vacuum by itself: a VACUUM that copies that much
+// takes seconds at start-up. Beyond it the operator chooses the moment,
+// since a VACUUM holds the write lock for its whole run and needs free
+// disk of about twice the live data (a copy, then the WAL).
+const vacuumConvertMax = 64 << 20
+
+// convertAutoVacuum converts a database made before new files were
+// created in incremental auto_vacuum mode, so that DeliveryPrune can give
+// pages back to the file system. The mode of a file that has tables
+// changes only with a VACUUM, which rewrites the whole file: it is run
+// here when the live data is at most vacuumConvertMax, and otherwise a
+// warning says how to run it. Failing to convert fails nothing: the file
+// only keeps its free pages, as before.
+func (s *Store) convertAutoVacuum(ctx context.Context) {
+	const op = "convert to incremental auto_vacuum"
+	var mode, pages, free, pageSize int64
+	for _, p := range []struct {
+		pragma string
+		v      *int64
+	}{{"auto_vacuum", &mode}, {"page_count", &pages}, {"freelist_count", &free}, {"page_size", &pageSize}} {
+		if err := s.writer.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(p.v); err != nil {
+			s.log.Warn("sqlite: could not read the database's auto_vacuum mode; disk may not shrink after retention", "error", s.mapErr(op, err))
+			return
+		}
+	}
+	if mode == autoVacuumIncremental {
+		return
+	}
+	live, size := (pages-free)*pageSize, pages*pageSize
+	if live > s.vacuumConvertMax {
+		s.log.Warn("sqlite: this database was made before incremental vacuum, so the file does not shrink when retention removes rows; "+
+			"to convert it, stop hymical and run: sqlite3 "+s.path+" 'PRAGMA auto_vacuum=INCREMENTAL; VACUUM;' "+
+			"(it holds the database for the whole run and needs free disk of about twice the live data)",
+			"file_bytes", size, "live_bytes", live)
+		return
+	}
+	start := time.Now()
+	// The writer pool has one connection; Conn keeps the three statements
+	// on it. VACUUM cannot run inside a transaction, hence not s.write.
+	conn, err := s.writer.Conn(ctx)
+	if err == nil {
+		defer conn.Close()
+		for _, q := range []string{"PRAGMA auto_vacuum=INCREMENTAL", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"} {
+			if _, err = conn.ExecContext(ctx, q); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		s.log.Warn("sqlite: could not convert the database to incremental vacuum; the file keeps its free pages and the next start tries again",
+			"error", s.mapErr(op, err), "file_bytes", size, "live_bytes", live)
+		return
+	}
+	s.log.Info("sqlite: converted the database to incremental vacuum, so the file shrinks when retention removes rows",
+		"file_bytes_before", size, "live_bytes", live, "took", time.Since(start).Round(time.Millisecond))
 }

@@ -47,6 +47,10 @@ type Store struct {
 	// crosses a process boundary: the claimers of another process on the
 	// same file find such deliveries by polling.
 	wake wakeup.Hub
+	log  *slog.Logger
+	// vacuumConvertMax is the most live data Migrate converts to
+	// incremental auto_vacuum by itself (see convertAutoVacuum).
+	vacuumConvertMax int64
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -67,7 +71,8 @@ func open(ctx context.Context, path string, busyTimeout time.Duration, opts ...s
 	if err := createPrivate(path); err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now, secrets: storage.SecretsCodec{Box: cfg.SecretBox}}
+	s := &Store{path: path, busyTimeout: busyTimeout, clock: time.Now, secrets: storage.SecretsCodec{Box: cfg.SecretBox},
+		log: cfg.Log, vacuumConvertMax: vacuumConvertMax}
 	s.stmts.m = map[string]*sql.Stmt{}
 	s.events.Max, s.events.Write, s.events.Wrap = maxEventBatch, s.createEvents, createEventError
 
@@ -177,6 +182,12 @@ func dsn(path string, busyTimeout time.Duration, writer bool) string {
 	q := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)",
 		busyTimeout.Milliseconds())
 	if writer {
+		// auto_vacuum takes effect only on a file that has no table yet,
+		// so only a new database is made with it; on an older one it is
+		// the mode a later VACUUM converts to (see convertAutoVacuum).
+		// Incremental, not full: pages freed by a prune are given back in
+		// bounded passes (see DeliveryPrune), not at every commit.
+		q += "&_pragma=auto_vacuum(INCREMENTAL)"
 		// The writer's savepoints (one per create in a shared transaction)
 		// journal the pages they change; on disk that was a write system
 		// call a page, about a twentieth of serve's CPU flat out. In memory
