@@ -83,9 +83,11 @@ var (
 	// limit is reached; PostgreSQL: 53100 disk_full). Nothing of the write
 	// was kept; the same write succeeds once space is freed.
 	ErrNoSpace = errors.New("the database is out of space")
-	// ErrResources: PostgreSQL refused an operation for want of a resource
-	// other than disk space (SQLSTATE class 53: memory, connections, a
-	// configured limit). Nothing of it was kept; it may succeed when retried.
+	// ErrResources: the database refused an operation for want of a
+	// resource other than disk space: on PostgreSQL memory, connections or
+	// a configured limit (SQLSTATE class 53); on SQLite the write lock,
+	// which another process held past the busy timeout. Nothing of it was
+	// kept; it may succeed when retried.
 	ErrResources = errors.New("the database is short of resources")
 	// ErrUnavailable: the database could not be reached, or dropped the
 	// connection, before the operation finished: it is stopped, restarting,

@@ -114,7 +114,7 @@ func passingStoreError(err error) *apiError {
 				"Whoever runs the server must free space on the database's volume or grow the volume (GET /readyz says so until then)", cause: err}
 	case errors.Is(err, storage.ErrResources):
 		return &apiError{Code: apiwire.CodeStorageBusy, RetryAfter: resourcesRetryAfter,
-			Message: "the server's database is short of resources (memory or connections), so nothing of this request was stored; send it again shortly", cause: err}
+			Message: "the server's database is short of resources (memory or connections, or on SQLite its write lock, held by another process), so nothing of this request was stored; send it again shortly", cause: err}
 	case errors.Is(err, storage.ErrUnavailable):
 		return &apiError{Code: apiwire.CodeStorageUnavailable, RetryAfter: awayRetryAfter,
 			Message: "the server cannot reach its database just now (it is stopped, restarting or cut off), so this request was not carried out; send it again shortly. " +

@@ -95,7 +95,7 @@ func storeError(err error, what string) *pageError {
 			Advice:  "Free space on the database's volume or grow the volume, then try again.", cause: err, retryAfter: "30"}
 	case errors.Is(err, storage.ErrResources):
 		return &pageError{Status: http.StatusServiceUnavailable, Title: "The database is short of resources",
-			Message: "The server's database is short of memory or connections, so nothing of this change was saved.",
+			Message: "The server's database is short of memory or connections, or another process holds its write lock, so nothing of this change was saved.",
 			Advice:  "Try again in a few seconds.", cause: err, retryAfter: awayRetryAfter}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &pageError{Status: http.StatusServiceUnavailable, Title: "The database did not answer in time",
