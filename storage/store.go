@@ -83,10 +83,21 @@ var (
 	// limit is reached; PostgreSQL: 53100 disk_full). Nothing of the write
 	// was kept; the same write succeeds once space is freed.
 	ErrNoSpace = errors.New("the database is out of space")
-	// ErrResources: PostgreSQL refused an operation for want of a resource
-	// other than disk space (SQLSTATE class 53: memory, connections, a
-	// configured limit). Nothing of it was kept; it may succeed when retried.
+	// ErrResources: the database refused an operation for want of a
+	// resource other than disk space: on PostgreSQL memory, connections or
+	// a configured limit (SQLSTATE class 53); on SQLite the write lock,
+	// which another process held past the busy timeout. Nothing of it was
+	// kept; it may succeed when retried.
 	ErrResources = errors.New("the database is short of resources")
+	// ErrUnavailable: the database could not be reached, or dropped the
+	// connection, before the operation finished: it is stopped, restarting,
+	// shutting down, or the network to it failed (PostgreSQL: a refused or
+	// reset connection, an end of stream, SQLSTATE class 08, 57P01 to
+	// 57P03, a pool already closed). What the operation wrote is either
+	// not kept or kept whole (a transaction commits or it does not); a
+	// write that is sent again once the database is back is stored, or
+	// answered as the repeat it is when it carries an idempotency key.
+	ErrUnavailable = errors.New("the database is not reachable")
 	// ErrDeleted: the endpoint was deleted. Its row and history stay
 	// readable, but it takes no change, no new delivery and no replay.
 	ErrDeleted = errors.New("the endpoint was deleted")

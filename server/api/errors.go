@@ -59,11 +59,13 @@ func errInternal() *apiError {
 }
 
 // How long a request refused for the store's want of space, or of other
-// resources, is told to wait before it is sent again: space takes an
-// operator, the rest usually passes by itself.
+// resources, or for a database that is away or slow, is told to wait
+// before it is sent again: space takes an operator, the rest usually
+// passes by itself (a restart of PostgreSQL takes seconds).
 const (
 	noSpaceRetryAfter   = 30 * time.Second
 	resourcesRetryAfter = 5 * time.Second
+	awayRetryAfter      = 5 * time.Second
 )
 
 // storeError is the one place a Store error becomes an HTTP answer. what
@@ -91,20 +93,37 @@ func storeError(err error, what string) *apiError {
 	case errors.Is(err, storage.ErrInvalid):
 		return &apiError{Code: apiwire.CodeInvalidRequest,
 			Message: "the request breaks a rule of the delivery store for " + what + "; check the values sent against docs/api.md", cause: err}
+	}
+	if ae := passingStoreError(err); ae != nil {
+		return ae
+	}
+	e := errInternal()
+	e.cause = err
+	return e
+}
+
+// passingStoreError is the answer to a Store error that a later request
+// may not meet (the database full, short of resources, away or slow), or
+// nil for any other error. It is a 503 with Retry-After on every route,
+// including those that hand a store error to fail without storeError.
+func passingStoreError(err error) *apiError {
+	switch {
 	case errors.Is(err, storage.ErrNoSpace):
 		return &apiError{Code: apiwire.CodeStorageFull, RetryAfter: noSpaceRetryAfter,
 			Message: "the server's database is out of space, so nothing of this request was stored; send it again later. " +
 				"Whoever runs the server must free space on the database's volume or grow the volume (GET /readyz says so until then)", cause: err}
 	case errors.Is(err, storage.ErrResources):
 		return &apiError{Code: apiwire.CodeStorageBusy, RetryAfter: resourcesRetryAfter,
-			Message: "the server's database is short of resources (memory or connections), so nothing of this request was stored; send it again shortly", cause: err}
+			Message: "the server's database is short of resources (memory or connections, or on SQLite its write lock, held by another process), so nothing of this request was stored; send it again shortly", cause: err}
+	case errors.Is(err, storage.ErrUnavailable):
+		return &apiError{Code: apiwire.CodeStorageUnavailable, RetryAfter: awayRetryAfter,
+			Message: "the server cannot reach its database just now (it is stopped, restarting or cut off), so this request was not carried out; send it again shortly. " +
+				"If it persists, whoever runs the server must bring the database back (GET /readyz says it is unreachable until then)", cause: err}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{Code: apiwire.CodeTimeout,
+		return &apiError{Code: apiwire.CodeTimeout, RetryAfter: awayRetryAfter,
 			Message: "the database did not answer in time; try again", cause: err}
 	}
-	e := errInternal()
-	e.cause = err
-	return e
+	return nil
 }
 
 // fail writes err as the error response, logging what the caller does not
@@ -112,8 +131,10 @@ func storeError(err error, what string) *apiError {
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
-		ae = errInternal()
-		ae.cause = err
+		if ae = passingStoreError(err); ae == nil {
+			ae = errInternal()
+			ae.cause = err
+		}
 	}
 	if errors.Is(err, storage.ErrNoSpace) {
 		h.storeHealth.Observe(err)

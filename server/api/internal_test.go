@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +77,7 @@ func TestStoreErrorMapsSentinelsAndHidesTheRest(t *testing.T) {
 		{fmt.Errorf("postgres: list: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, "timeout"},
 		{fmt.Errorf("postgres: create event: %w: %s", storage.ErrNoSpace, leak), http.StatusServiceUnavailable, "storage_full"},
 		{fmt.Errorf("postgres: create event: %w: %s", storage.ErrResources, leak), http.StatusServiceUnavailable, "storage_busy"},
+		{fmt.Errorf("postgres: list endpoints: %w: %s", storage.ErrUnavailable, leak), http.StatusServiceUnavailable, "storage_unavailable"},
 		{errors.New(leak), http.StatusInternalServerError, "internal"},
 		{fmt.Errorf("wrapped: %w", errors.New(leak)), http.StatusInternalServerError, "internal"},
 	} {
@@ -87,6 +90,40 @@ func TestStoreErrorMapsSentinelsAndHidesTheRest(t *testing.T) {
 		}
 		if !errors.Is(got, tc.err) {
 			t.Errorf("storeError(%v) does not keep its cause for the log", tc.err)
+		}
+		// Every 503 of the store is a passing condition: the client is
+		// told when to try again.
+		if got.status() == http.StatusServiceUnavailable && got.RetryAfter <= 0 {
+			t.Errorf("storeError(%v) = 503 %s without Retry-After", tc.err, got.Code)
+		}
+	}
+}
+
+// A store error that reaches fail without going through storeError is
+// still a 503 with Retry-After when it passes, and a 500 otherwise.
+func TestFailAnswersPassingStoreErrorsAs503(t *testing.T) {
+	h := &handler{log: slog.New(slog.DiscardHandler), storeHealth: &StoreHealth{}}
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   apiwire.Code
+	}{
+		{fmt.Errorf("postgres: event create: %w: connection refused", storage.ErrUnavailable), http.StatusServiceUnavailable, apiwire.CodeStorageUnavailable},
+		{fmt.Errorf("postgres: event create: %w", storage.ErrResources), http.StatusServiceUnavailable, apiwire.CodeStorageBusy},
+		{fmt.Errorf("postgres: event create: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, apiwire.CodeTimeout},
+		{errors.New("a bug"), http.StatusInternalServerError, apiwire.CodeInternal},
+	} {
+		w := httptest.NewRecorder()
+		h.fail(w, httptest.NewRequest("GET", "/v1/endpoints", nil), tc.err)
+		var body apiwire.ErrorResponse
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		if w.Code != tc.status || body.Error.Code != tc.code {
+			t.Errorf("fail(%v) answered %d %s, want %d %s", tc.err, w.Code, body.Error.Code, tc.status, tc.code)
+		}
+		if ra := w.Header().Get("Retry-After"); (tc.status == http.StatusServiceUnavailable) != (ra != "") {
+			t.Errorf("fail(%v) answered %d with Retry-After %q", tc.err, w.Code, ra)
 		}
 	}
 }

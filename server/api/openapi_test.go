@@ -43,10 +43,13 @@ var unexercised = map[string]string{
 	// a real store does not fail so on demand.
 	"* 500": "needs a bug or a store failing outside its sentinels",
 	// A read writes nothing, so a full disk does not refuse it; its 503 is
-	// a database that does not answer in time (timeout) or, on PostgreSQL,
-	// one short of connections (storage_busy), and neither real database
-	// can be made to do that on demand. Every other write route's 503 is
-	// exercised: storage_full, on a SQLite file that has run out of pages.
+	// a database that does not answer in time (timeout), on PostgreSQL one
+	// short of connections (storage_busy), or one that is stopped
+	// (storage_unavailable). The first two cannot be caused on demand, and
+	// the last needs a PostgreSQL of the test's own, which
+	// TestADatabaseAwayAnswers503AndLosesNothing stops for every route it
+	// asks. Every other write route's 503 is exercised here: storage_full,
+	// on a SQLite file that has run out of pages.
 	"GET /v1/endpoints 503":                "a read: only a hung or starved database",
 	"GET /v1/endpoints/{id} 503":           "a read: only a hung or starved database",
 	"GET /v1/deliveries 503":               "a read: only a hung or starved database",

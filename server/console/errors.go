@@ -51,6 +51,11 @@ func badInput(title, format string, args ...any) *pageError {
 		Advice: "Correct it and try again."}
 }
 
+// awayRetryAfter is the Retry-After, in seconds, of a page refused for a
+// database that is away, slow or short of resources: each usually passes
+// within seconds (a restart of PostgreSQL takes a few).
+const awayRetryAfter = "5"
+
 // storeError is the one place a Store error becomes an error page. what
 // names the thing the call was about ("delivery dlv_…"). Anything that is
 // not a sentinel is a 500 whose detail goes only to the log.
@@ -79,9 +84,22 @@ func storeError(err error, what string) *pageError {
 		return &pageError{Status: http.StatusBadRequest, Title: "Refused by the delivery store",
 			Message: "The request breaks a rule of the delivery store for the " + what + ".",
 			Advice:  "Check the values you entered and try again.", cause: err}
+	case errors.Is(err, storage.ErrUnavailable):
+		return &pageError{Status: http.StatusServiceUnavailable, Title: "The database cannot be reached",
+			Message: "The server cannot reach its database just now (it is stopped, restarting or cut off), so nothing was read or changed.",
+			Advice:  "Try again in a few seconds. If it persists, bring the database back: /readyz says it is unreachable until then.",
+			cause:   err, retryAfter: awayRetryAfter}
+	case errors.Is(err, storage.ErrNoSpace):
+		return &pageError{Status: http.StatusServiceUnavailable, Title: "The database is out of space",
+			Message: "The server's database has no room left, so nothing of this change was saved.",
+			Advice:  "Free space on the database's volume or grow the volume, then try again.", cause: err, retryAfter: "30"}
+	case errors.Is(err, storage.ErrResources):
+		return &pageError{Status: http.StatusServiceUnavailable, Title: "The database is short of resources",
+			Message: "The server's database is short of memory or connections, or another process holds its write lock, so nothing of this change was saved.",
+			Advice:  "Try again in a few seconds.", cause: err, retryAfter: awayRetryAfter}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &pageError{Status: http.StatusServiceUnavailable, Title: "The database did not answer in time",
-			Message: "The database took too long to answer.", Advice: "Try again in a moment.", cause: err}
+			Message: "The database took too long to answer.", Advice: "Try again in a moment.", cause: err, retryAfter: awayRetryAfter}
 	}
 	return errInternal(err)
 }

@@ -20,6 +20,9 @@ var backend = storagetest.Backend{
 	NewDatabase:         newDatabase,
 	WakeupsAcrossStores: true,
 	HoldCommits:         holdCommits,
+	OpenAway: func(t *testing.T, db storagetest.Database) (storage.Store, func()) {
+		return openAway(t, db.(*database))
+	},
 }
 
 type database struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"regexp"
 	"sort"
@@ -14,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/hymical/hymical/internal/groupcommit"
 	"github.com/hymical/hymical/storage"
@@ -134,7 +137,45 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrResources, err)
 		}
 	}
+	if unreachable(err) {
+		return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrUnavailable, err)
+	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// unreachable reports whether err says the server could not be used at
+// all just now, rather than that it refused this operation: the caller
+// may send the same request again once it is back. The server's own
+// errors count only when they are about the connection (class 08) or the
+// server going away (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
+// cannot_connect_now, as while it starts or recovers); a refusal such as a
+// wrong password, which arrives as a connect error too, is not passing.
+func unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03":
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08")
+	}
+	// The caller's own deadline or cancellation is not the server's
+	// absence: it is answered as what it is.
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		var connect *pgconn.ConnectError
+		return errors.As(err, &connect)
+	}
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connect), errors.As(err, &netErr):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, puddle.ErrClosedPool):
+		return true
+	}
+	// What pgconn calls safe to retry failed before anything reached the
+	// server: a connection already closed, a write that did not go out.
+	return pgconn.SafeToRetry(err)
 }
 
 // dbNow turns a params Now into a query argument: NULL when zero, so the SQL

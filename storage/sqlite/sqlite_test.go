@@ -522,7 +522,7 @@ func TestReadersAndTheWriterDoNotBlockEachOther(t *testing.T) {
 }
 
 // A writer that outwaits busy_timeout gets an error that says what happened
-// and what to check, not a bare SQLITE_BUSY.
+// and what to check, not a bare SQLITE_BUSY, and that is ErrResources.
 func TestLockHeldPastTheBusyTimeoutSaysSo(t *testing.T) {
 	t.Parallel()
 	_, db := openStore(t)
@@ -552,9 +552,14 @@ func TestLockHeldPastTheBusyTimeoutSaysSo(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
-	for _, sentinel := range []error{storage.ErrNotFound, storage.ErrConflict, storage.ErrInvalid, storage.ErrClaimLost} {
+	// A passing want of a resource, so the API answers 503 storage_busy
+	// with Retry-After rather than 500.
+	if !errors.Is(err, storage.ErrResources) {
+		t.Errorf("lock timeout %v is not storage.ErrResources", err)
+	}
+	for _, sentinel := range []error{storage.ErrNotFound, storage.ErrConflict, storage.ErrInvalid, storage.ErrClaimLost, storage.ErrNoSpace, storage.ErrUnavailable} {
 		if errors.Is(err, sentinel) {
-			t.Errorf("lock timeout maps to %v; it is none of the sentinels", sentinel)
+			t.Errorf("lock timeout maps to %v; it is ErrResources and none of the other sentinels", sentinel)
 		}
 	}
 	if _, err := s.EndpointCreate(ctx, storage.EndpointCreateParams{Endpoint: testEndpoint()}); err != nil {

@@ -244,8 +244,11 @@ func (s *Store) mapErr(op string, err error) error {
 				op, s.path, err)
 		}
 		if se.Code()&0xff == sqlite3.SQLITE_BUSY {
-			return fmt.Errorf("sqlite: %s: the database %s stayed locked for longer than the busy timeout (%s): another process is holding a write transaction on it; check for other hymical processes or tools such as the sqlite3 shell with the file open: %w",
-				op, s.path, s.busyTimeout, err)
+			// A lock another process holds is a resource this one lacks for
+			// now, as a full connection table is on PostgreSQL: nothing was
+			// kept, and the same operation succeeds once the lock is let go.
+			return fmt.Errorf("sqlite: %s: %w: the database %s stayed locked for longer than the busy timeout (%s): another process is holding a write transaction on it; check for other hymical processes or tools such as the sqlite3 shell with the file open: %w",
+				op, storage.ErrResources, s.path, s.busyTimeout, err)
 		}
 	}
 	return fmt.Errorf("sqlite: %s: %w", op, err)

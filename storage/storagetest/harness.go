@@ -42,6 +42,14 @@ type Backend struct {
 	// can see that no wake-up goes out before the write it announces is
 	// visible. Nil skips that rule.
 	HoldCommits func(t *testing.T, db Database) CommitHold
+	// OpenAway, for a backend whose database is a server that can stop or
+	// become unreachable, opens a Store on db (not migrated) and returns
+	// cut, which takes the database away from that Store as a stopped
+	// server or a failed network does: its open connections are reset
+	// and no new one is accepted, for the rest of the test. Nil skips the
+	// rule: SQLite's database is a file on a local disk, and nothing short
+	// of a failing disk makes it unreachable for a while.
+	OpenAway func(t *testing.T, db Database) (s storage.Store, cut func())
 }
 
 // CommitHold is a hold on the commits of the write transactions on a

@@ -73,9 +73,14 @@ const (
 	CodeInternal                     Code = "internal"
 
 	// 503: nothing was stored; the same request may succeed later.
+	// CodeStorageUnavailable is a database that cannot be reached now
+	// (stopped, restarting, cut off by the network); a write whose answer
+	// was lost with the connection may have been stored, which its
+	// Idempotency-Key settles when it is sent again.
 	CodeNotReady             Code = "not_ready"
 	CodeStorageFull          Code = "storage_full"
 	CodeStorageBusy          Code = "storage_busy"
+	CodeStorageUnavailable   Code = "storage_unavailable"
 	CodeTimeout              Code = "timeout"
 	CodeTransportUnavailable Code = "transport_unavailable"
 )
@@ -115,7 +120,7 @@ func (c Code) Status() int {
 		return http.StatusTooManyRequests
 	case CodeInternal:
 		return http.StatusInternalServerError
-	case CodeNotReady, CodeStorageFull, CodeStorageBusy, CodeTimeout, CodeTransportUnavailable:
+	case CodeNotReady, CodeStorageFull, CodeStorageBusy, CodeStorageUnavailable, CodeTimeout, CodeTransportUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return 0
@@ -136,6 +141,6 @@ func Codes() []Code {
 		CodeUnknownTransport, CodeTransportRefused, CodeIdempotencyKeyReused, CodeInvalidRateLimit,
 		CodeInvalidMaxInFlight, CodeInvalidRetrySchedule,
 		CodeTooManyFailedAuthentications, CodeInternal,
-		CodeNotReady, CodeStorageFull, CodeStorageBusy, CodeTimeout, CodeTransportUnavailable,
+		CodeNotReady, CodeStorageFull, CodeStorageBusy, CodeStorageUnavailable, CodeTimeout, CodeTransportUnavailable,
 	}
 }
