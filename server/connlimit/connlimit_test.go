@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,6 +287,40 @@ func TestDefaultsKeepAReserve(t *testing.T) {
 			gotMax, gotPer := connlimit.Defaults(tt.fdLimit)
 			if gotMax != tt.wantMax || gotPer != tt.wantPerAddr {
 				t.Errorf("Defaults(%d) = %d, %d; want %d, %d", tt.fdLimit, gotMax, gotPer, tt.wantMax, tt.wantPerAddr)
+			}
+		})
+	}
+}
+
+func TestLimitsResolveTheConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                 string
+		max, perAddr         int
+		fdLimit              uint64
+		wantMax, wantPerAddr int
+		wantWarning          string
+	}{
+		{name: "both from the descriptor limit", fdLimit: 2048, wantMax: 1664, wantPerAddr: 256},
+		{name: "a total set, the address share from it", max: 100, fdLimit: 2048, wantMax: 100, wantPerAddr: 25},
+		{name: "both set", max: 100, perAddr: 100, fdLimit: 2048, wantMax: 100, wantPerAddr: 100},
+		{name: "a total the descriptors cannot hold", max: 5000, fdLimit: 2048, wantMax: 5000, wantPerAddr: 256,
+			wantWarning: "server.max_connections is 5000, but the descriptor limit of 2048 leaves room for 1664 connections"},
+		{name: "a share over the derived total", perAddr: 2000, fdLimit: 2048, wantMax: 1664, wantPerAddr: 1664,
+			wantWarning: "server.max_connections_per_address is 2000, more than the 1664 connections allowed in all"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			gotMax, gotPer, warnings := connlimit.Limits(tt.max, tt.perAddr, tt.fdLimit)
+			if gotMax != tt.wantMax || gotPer != tt.wantPerAddr {
+				t.Errorf("Limits = %d, %d; want %d, %d", gotMax, gotPer, tt.wantMax, tt.wantPerAddr)
+			}
+			switch {
+			case tt.wantWarning == "" && len(warnings) > 0:
+				t.Errorf("warnings %q, want none", warnings)
+			case tt.wantWarning != "" && (len(warnings) != 1 || !strings.HasPrefix(warnings[0], tt.wantWarning)):
+				t.Errorf("warnings %q, want one beginning %q", warnings, tt.wantWarning)
 			}
 		})
 	}
