@@ -24,13 +24,20 @@
 // waiting, either opened and not yet sent a request (http.StateNew) or a
 // keep-alive with nothing to do (http.StateIdle), may be closed: HTTP lets
 // a server close an idle connection at any time, and http.Server does so
-// itself at its idle timeout. Over the per-address limit, the oldest
-// waiting connection of the same address makes room; over the total
-// limit, the oldest connection that never sent a request, or failing
-// that the connection idle the longest. A flood that opens connections
-// and sends nothing thus loses its own connections to newcomers, and a
-// connection in the middle of a request is never closed. Only when every
-// connection is busy with a request is a new one refused.
+// itself at its idle timeout. A connection in the middle of a request is
+// never closed.
+//
+// Over the per-address limit, the address's own oldest idle keep-alive
+// makes room; an address at its limit whose connections never sent a
+// request is refused, since that is what a flood looks like. Over the
+// total limit, a newcomer whose address holds less than its share (the
+// limit divided among the addresses holding connections) takes the place
+// of a waiting connection of an address holding more, preferring one that
+// never sent a request, then the oldest; a newcomer whose address already
+// holds its share is refused. Legitimate clients, holding few
+// connections, thus push out a flood's, while flooding addresses refuse
+// one another instead of closing each other's connections in turn (each
+// of which its owner would dial again at once).
 //
 // A client is its TCP peer address, IPv6 counted by its /64 (as
 // server/authlimit counts it), so a host cannot multiply its allowance by
@@ -156,17 +163,26 @@ func (l *Listener) admit(c net.Conn) *conn {
 		refusals int
 	)
 	l.mu.Lock()
-	cl := l.clients[addr]
-	if cl != nil && cl.n >= l.cfg.MaxPerAddress {
-		if v := oldest(&cl.fresh, &cl.idle); v != nil {
-			l.release(v)
-			victims, evicted = append(victims, v), append(evicted, LimitAddress)
-		} else {
-			refused = LimitAddress
+	held := 0
+	if cl := l.clients[addr]; cl != nil {
+		held = cl.n
+		if held >= l.cfg.MaxPerAddress {
+			// Only an idle keep-alive of its own makes room: an address
+			// at its limit with connections that never sent a request is
+			// what a flood looks like, and refusing it costs less than
+			// closing one of its connections for it to dial again.
+			if e := cl.idle.Front(); e != nil {
+				v := e.Value.(*conn)
+				l.release(v)
+				victims, evicted = append(victims, v), append(evicted, LimitAddress)
+				held--
+			} else {
+				refused = LimitAddress
+			}
 		}
 	}
 	if refused == "" && l.total >= l.cfg.Max {
-		if v := oldest(&l.fresh, &l.idle); v != nil {
+		if v := l.victim(held); v != nil {
 			l.release(v)
 			victims, evicted = append(victims, v), append(evicted, LimitTotal)
 		} else {
@@ -176,7 +192,8 @@ func (l *Listener) admit(c net.Conn) *conn {
 	var tc *conn
 	if refused == "" {
 		tc = &conn{Conn: c, l: l, addr: addr, counted: true}
-		if cl = l.clients[addr]; cl == nil {
+		cl := l.clients[addr]
+		if cl == nil {
 			cl = &client{}
 			l.clients[addr] = cl
 		}
@@ -299,13 +316,36 @@ func (l *Listener) release(tc *conn) {
 	}
 }
 
-// oldest is the connection at the front of fresh, or else of idle.
-func oldest(fresh, idle *list.List) *conn {
-	if e := fresh.Front(); e != nil {
-		return e.Value.(*conn)
+// victimScan bounds how many waiting connections victim looks at, so the
+// cost of an accept at the limit does not grow with the connections held.
+const victimScan = 64
+
+// victim chooses the waiting connection that makes room, at the total
+// limit, for a newcomer whose address holds held connections: none when
+// that address already holds its share of the limit (the limit divided
+// among the addresses holding connections), so flooding addresses refuse
+// one another instead of taking turns closing each other's connections.
+// Otherwise, among the oldest victimScan connections that never sent a
+// request (or, when none of them will do, the oldest idle ones), the
+// oldest of the address holding the most, if it holds more than the
+// newcomer's. l.mu is held.
+func (l *Listener) victim(held int) *conn {
+	if n := len(l.clients); n > 0 && held >= l.cfg.Max/n {
+		return nil
 	}
-	if e := idle.Front(); e != nil {
-		return e.Value.(*conn)
+	for _, waiting := range []*list.List{&l.fresh, &l.idle} {
+		var best *conn
+		most := held
+		i := 0
+		for e := waiting.Front(); e != nil && i < victimScan; e, i = e.Next(), i+1 {
+			v := e.Value.(*conn)
+			if n := l.clients[v.addr].n; n > most {
+				best, most = v, n
+			}
+		}
+		if best != nil {
+			return best
+		}
 	}
 	return nil
 }
