@@ -70,6 +70,8 @@ func importRules() []importRule {
 			why: "the jobs beside the loop (registry, health, retention) work on the store alone: no face, no delivery loop, no plugin" + roomWhy},
 		{pattern: "./server/pluginhost/...", forbidden: room("storage", "server/worker", "server/api", "server/console"),
 			why: "the plugin host moves messages to plugins and back and never sees the store or delivery state" + roomWhy},
+		{pattern: "./server/connlimit", forbidden: room("storage", "server/api", "server/console", "server/worker", "server/database", "server/pluginhost", "server/fleet", "server/telemetry", "server/config"),
+			why: "the connection limit counts TCP connections by client address and knows no request, store or plugin; it reports through callbacks, so metrics and config stay the assembly's" + roomWhy},
 		{pattern: "./server/retrypolicy", stdOnly: true,
 			why: "the API and the worker both import the retry bounds, which must bring neither of them along"},
 		{pattern: "./server/telemetry/...", forbidden: room("server/api", "server/console", "server/worker", "server/database"),

@@ -224,6 +224,10 @@ func TestServeMetricsPresentAtZero(t *testing.T) {
 		`hymical_deliveries{state="pending"} 0`,
 		`hymical_deliveries_due 0`,
 		`hymical_plugin_restarts_total{plugin="http"} 0`,
+		`hymical_connections_refused_total{limit="total"} 0`,
+		`hymical_connections_refused_total{limit="address"} 0`,
+		`hymical_connections_evicted_total{limit="total"} 0`,
+		`hymical_connections_evicted_total{limit="address"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			missing = append(missing, want)

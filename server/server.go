@@ -33,6 +33,7 @@ import (
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/config"
+	"github.com/hymical/hymical/server/connlimit"
 	"github.com/hymical/hymical/server/console"
 	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/server/fleet"
@@ -73,6 +74,10 @@ type Server struct {
 	heartbeat time.Duration
 	http      *http.Server
 	listener  net.Listener
+	// maxConns and maxConnsPerAddr are the connection limits in force,
+	// for the banner.
+	maxConns, maxConnsPerAddr int
+	fdLimit                   uint64
 	// closers undo what New has done, in the order they were done; Run's
 	// shutdown (or New on a failure) calls them in reverse.
 	closers []func()
@@ -165,8 +170,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 	}
 	// ln, not s.listener: an error return below sets s to nil before
 	// the closers run.
-	s.listener = ln
 	s.closers = append(s.closers, func() { ln.Close() })
+	if s.listener, err = s.limitConnections(ln); err != nil {
+		return nil, err
+	}
 	// Load refuses a listen address that is not loopback in dev mode; this
 	// checks where the socket is actually bound (a host name may resolve to
 	// anything), and covers a Config built in code.
@@ -176,6 +183,31 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 		}
 	}
 	return s, nil
+}
+
+// limitConnections bounds the connections ln hands the API, so a client
+// that opens many and sends nothing cannot take the descriptors the
+// database, the plugins and everyone else need (see server/connlimit).
+func (s *Server) limitConnections(ln net.Listener) (net.Listener, error) {
+	s.fdLimit = connlimit.FDLimit()
+	var warnings []string
+	s.maxConns, s.maxConnsPerAddr, warnings = connlimit.Limits(s.cfg.Server.MaxConnections, s.cfg.Server.MaxConnectionsPerAddress, s.fdLimit)
+	for _, w := range warnings {
+		s.log.Warn(w)
+	}
+	counters, err := telemetry.NewConnectionCounters(s.tel.MeterProvider(), []string{string(connlimit.LimitTotal), string(connlimit.LimitAddress)})
+	if err != nil {
+		return nil, err
+	}
+	limited := connlimit.New(ln, connlimit.Config{
+		Max:           s.maxConns,
+		MaxPerAddress: s.maxConnsPerAddr,
+		Refused:       func(l connlimit.Limit) { counters.Refused(string(l)) },
+		Evicted:       func(l connlimit.Limit) { counters.Evicted(string(l)) },
+		Logger:        s.log.With("component", "connlimit"),
+	})
+	s.http.ConnState = limited.ConnState
+	return limited, nil
 }
 
 // openStore opens the database with the key of its endpoint secrets,
@@ -345,6 +377,7 @@ func (s *Server) Describe(w io.Writer) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
 		buildinfo.String(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, strings.Join(s.host.Names(), ", "), cfg.Plugins.Dir)
+	fmt.Fprintf(&b, "  connections at most %d, %d per client address (open-file limit %s)\n", s.maxConns, s.maxConnsPerAddr, fdLimitShown(s.fdLimit))
 	if s.tel.Tracing() || s.tel.MetricsHandler() != nil {
 		fmt.Fprintf(&b, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
 	}
@@ -362,6 +395,14 @@ func (s *Server) Describe(w io.Writer) {
 		fmt.Fprintln(&b, "  INSECURE DEV MODE: the API needs no token; anyone who can reach it can change endpoints and replay deliveries")
 	}
 	io.WriteString(w, b.String())
+}
+
+// fdLimitShown is the open-file limit as the banner shows it.
+func fdLimitShown(n uint64) string {
+	if n == 0 {
+		return "unknown"
+	}
+	return fmt.Sprint(n)
 }
 
 // Run serves the API and runs the worker pool and the fleet jobs until ctx

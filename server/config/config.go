@@ -97,6 +97,10 @@ type ServerConfig struct {
 	IdleTimeout         time.Duration `koanf:"idle_timeout" doc:"How long a keep-alive connection may wait for its next request before it is closed."`
 	MaxHeaderBytes      int           `koanf:"max_header_bytes" doc:"Largest size of a request's headers, in bytes; larger ones are answered 431."`
 
+	// Connections held at once: server/connlimit.
+	MaxConnections           int `koanf:"max_connections" doc:"Most connections the API holds at once. 0 derives it from the process's open-file limit, keeping 128 plus an eighth of the limit for the database, the plugins and telemetry (1664 at a limit of 2048), and at most 10000. At the limit, a client address holding less than its share (the limit divided among the addresses connected) takes the place of a waiting connection (no request sent yet, or else idle) of the address holding most; otherwise the new connection is closed at once."`
+	MaxConnectionsPerAddress int `koanf:"max_connections_per_address" doc:"Most connections one client address (IPv6 counted by /64, loopback included) holds at once; over it, that address's own oldest idle keep-alive makes room, or the new connection is closed at once. 0 is a quarter of server.max_connections, at most 256. Behind a reverse proxy every client has the proxy's address: raise it to server.max_connections there."`
+
 	// Guessed credentials: server/authlimit, shared by the API and the console.
 	AuthFailures       int           `koanf:"auth_failures" doc:"Failed authentications (a wrong bearer token or ingest key, a wrong console login, an unknown console session) one client address may have within server.auth_failure_window. After that every request it makes to a route that needs a credential is answered 429 with Retry-After until the window ends, even with the right token. The address is the TCP peer (IPv6 counted by /64), so behind a reverse proxy all clients share the proxy's."`
 	AuthFailureWindow  time.Duration `koanf:"auth_failure_window" doc:"How long failed authentications are counted from an address's first one, and so the longest it is refused."`

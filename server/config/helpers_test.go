@@ -84,6 +84,7 @@ var allKeys = []string{
 	"server.listen", "server.admin_token", "server.ingest_keys", "server.insecure_dev_mode",
 	"server.max_body_bytes", "server.secret_rotation_grace", "server.read_header_timeout", "server.read_timeout",
 	"server.write_timeout", "server.idle_timeout", "server.max_header_bytes",
+	"server.max_connections", "server.max_connections_per_address",
 	"server.auth_failures", "server.auth_failure_window", "server.auth_failure_clients",
 	"server.max_nesting_depth",
 	"worker.lease_seconds", "worker.concurrency", "worker.endpoint_share", "worker.batch_size", "worker.poll_interval",

@@ -31,6 +31,9 @@ const (
 	// hundreds of megabytes.
 	maxAuthFailures       = 10000
 	maxAuthFailureClients = 1000000
+	// More connections than this would need more descriptors than
+	// systems grant, and gigabytes of buffers.
+	maxConnections = 1000000
 )
 
 // checker applies the rules to one configuration. src says where each
@@ -172,9 +175,33 @@ func (c *Config) checkServer(v checker, d ServerConfig) {
 	if k := v.key("server.max_header_bytes"); k.ok() && s.MaxHeaderBytes < 4096 {
 		k.invalid(" is %d: it must be at least 4096 bytes (the default is %d, 64 KiB)", s.MaxHeaderBytes, d.MaxHeaderBytes)
 	}
+	c.checkConnections(v)
 	v.key("server.auth_failures").count(s.AuthFailures, d.AuthFailures, maxAuthFailures)
 	v.key("server.auth_failure_window").positive(s.AuthFailureWindow, d.AuthFailureWindow)
 	v.key("server.auth_failure_clients").count(s.AuthFailureClients, d.AuthFailureClients, maxAuthFailureClients)
+}
+
+// checkConnections refuses negative connection limits (0 is the default
+// derived from the descriptor limit) and a per-address limit above a
+// total that is set.
+func (c *Config) checkConnections(v checker) {
+	s := c.Server
+	total, per := v.key("server.max_connections"), v.key("server.max_connections_per_address")
+	for _, k := range []struct {
+		rule
+		n int
+	}{{total, s.MaxConnections}, {per, s.MaxConnectionsPerAddress}} {
+		switch {
+		case !k.ok():
+		case k.n < 0:
+			k.invalid(" is %d: it must be a number of connections, or 0 to derive it from the open-file limit (the default)", k.n)
+		case k.n > maxConnections:
+			k.invalid(" is %d: it must be at most %d, or 0 to derive it from the open-file limit (the default)", k.n, maxConnections)
+		}
+	}
+	if total.ok() && per.ok() && s.MaxConnections > 0 && s.MaxConnectionsPerAddress > s.MaxConnections {
+		per.invalid(" is %d, more than the %d connections %s allows in all: lower it, or raise %s", s.MaxConnectionsPerAddress, s.MaxConnections, total, total.key)
+	}
 }
 
 // checkAdminToken wants a token unless dev mode is on, and a long one

@@ -124,6 +124,51 @@ func (m *Metrics) RecordEndpointDisabled(ctx context.Context, reason string) {
 	m.disables.Add(ctx, 1, metric.WithAttributes(MetricAttrReason.String(reason)))
 }
 
+// ConnectionCounters count what the API's connection limits did. A nil
+// *ConnectionCounters counts nothing.
+type ConnectionCounters struct {
+	refused, evicted metric.Int64Counter
+}
+
+// NewConnectionCounters creates the connection counters on mp, with a
+// series at zero for each of limits, so an alert on them needs no
+// absent().
+func NewConnectionCounters(mp metric.MeterProvider, limits []string) (*ConnectionCounters, error) {
+	m := mp.Meter(ScopeName)
+	var (
+		out ConnectionCounters
+		err error
+	)
+	if out.refused, err = m.Int64Counter(MetricConnectionsRefused, metric.WithUnit("{connection}"),
+		metric.WithDescription("API connections closed as soon as they were accepted, because a connection limit was reached and every connection was busy, by limit: total or address.")); err != nil {
+		return nil, instrumentError(MetricConnectionsRefused, err)
+	}
+	if out.evicted, err = m.Int64Counter(MetricConnectionsEvicted, metric.WithUnit("{connection}"),
+		metric.WithDescription("Waiting API connections (no request sent yet, or idle) closed to make room for a new one at a connection limit, by limit: total or address.")); err != nil {
+		return nil, instrumentError(MetricConnectionsEvicted, err)
+	}
+	for _, l := range limits {
+		attrs := metric.WithAttributes(MetricAttrLimit.String(l))
+		out.refused.Add(context.Background(), 0, attrs)
+		out.evicted.Add(context.Background(), 0, attrs)
+	}
+	return &out, nil
+}
+
+// Refused counts a connection refused at limit.
+func (c *ConnectionCounters) Refused(limit string) {
+	if c != nil {
+		c.refused.Add(context.Background(), 1, metric.WithAttributes(MetricAttrLimit.String(limit)))
+	}
+}
+
+// Evicted counts a waiting connection closed to make room at limit.
+func (c *ConnectionCounters) Evicted(limit string) {
+	if c != nil {
+		c.evicted.Add(context.Background(), 1, metric.WithAttributes(MetricAttrLimit.String(limit)))
+	}
+}
+
 // DeliveryGauges are the delivery counts the gauges show.
 type DeliveryGauges struct {
 	ByState   map[string]int64

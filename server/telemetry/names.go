@@ -126,6 +126,14 @@ const (
 	// MetricAttrReason, an Unsent* value) counts the claims this process
 	// ended without a request, which record no attempt.
 	MetricClaimsUnsent = "hymical.claims.unsent"
+	// MetricConnectionsRefused (counter, by MetricAttrLimit) counts the
+	// API connections closed as soon as they were accepted, because a
+	// connection limit was reached and every connection was busy.
+	MetricConnectionsRefused = "hymical.connections.refused"
+	// MetricConnectionsEvicted (counter, by MetricAttrLimit) counts the
+	// waiting API connections (never sent a request, or idle between
+	// requests) closed to make room for a new one.
+	MetricConnectionsEvicted = "hymical.connections.evicted"
 )
 
 // The kinds of reason a claim ends without a request: the values of
@@ -150,6 +158,10 @@ const (
 	MetricAttrTransport = attribute.Key("transport")
 	MetricAttrPlugin    = attribute.Key("plugin")
 	MetricAttrReason    = attribute.Key("reason")
+	// MetricAttrLimit is the connection limit reached: "total"
+	// (server.max_connections) or "address"
+	// (server.max_connections_per_address).
+	MetricAttrLimit = attribute.Key("limit")
 )
 
 // durationBuckets are the histogram bounds, in seconds, of the send and
