@@ -233,8 +233,8 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 // of the same name. Beside them each store has driver-only files (store.go
 // opens and closes it, migrate.go, doc.go) and the suite harness-only ones.
 var storageGroupFiles = map[string][]string{
-	"storage/postgres":    {"store.go", "doc.go"},
-	"storage/sqlite":      {"store.go", "doc.go"},
+	"storage/postgres": {"store.go", "doc.go"},
+	"storage/sqlite":   {"store.go", "doc.go"},
 	// away.go: its rule (a database that is away is ErrUnavailable) holds
 	// for every group at once and has no SQL of its own in either store.
 	"storage/storagetest": {"harness.go", "run.go", "model.go", "bench.go", "away.go"},
