@@ -8,6 +8,7 @@ package transporttest
 import (
 	"context"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -67,4 +68,50 @@ func HungServer(t testing.TB) string {
 		}
 	})
 	return l.Addr().String()
+}
+
+// LoopbackResolver answers every name with 127.0.0.1, as one bad DNS
+// answer for a name that usually leads to a public address would.
+type LoopbackResolver struct{}
+
+// LookupNetIP answers host with 127.0.0.1.
+func (LoopbackResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+// GuardCase is a URL the SSRF guard refuses, and what a send to it must
+// report: the outcome's kind, no request, and an error containing WantErr.
+type GuardCase struct {
+	Name, URL string
+	Want      transport.OutcomeKind
+	WantErr   string
+}
+
+// GuardCases are the refusals every broker plugin answers alike, for URLs
+// of the form scheme://HOST:port+path, with LoopbackResolver resolving
+// names: the guard refuses a literal address on every try, so the
+// delivery fails; an address a DNS answer gave may pass with the next
+// answer, so the delivery is tried again.
+func GuardCases(scheme, port, path string) []GuardCase {
+	url := func(host string) string { return scheme + "://" + host + ":" + port + path }
+	return []GuardCase{
+		{"a literal loopback address", url("127.0.0.1"), transport.OutcomePermanent, "127.0.0.0/8, loopback"},
+		{"localhost, which always leads here", url("localhost"), transport.OutcomePermanent, "localhost resolves to 127.0.0.1"},
+		{"a name answered with loopback", url("broker.example"), transport.OutcomeRetryable, "broker.example resolved to an address this plugin will not connect to"},
+	}
+}
+
+// CheckGuardCases sends to each case's URL through send and checks what
+// it reported. Neither kind may send anything.
+func CheckGuardCases(t *testing.T, cases []GuardCase, send func(url string) transport.Outcome) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.Name, func(t *testing.T) {
+			t.Parallel()
+			out := send(tt.URL)
+			if out.Kind != tt.Want || !out.NoRequest || !strings.Contains(out.Error, tt.WantErr) {
+				t.Fatalf("outcome = %+v, want %v with no request, containing %q", out, tt.Want, tt.WantErr)
+			}
+		})
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -280,40 +279,20 @@ func TestSendAfterCloseMakesNoRequest(t *testing.T) {
 	}
 }
 
-// loopbackResolver answers every name with 127.0.0.1, as one bad answer
-// for a name that usually leads to a public address would.
-type loopbackResolver struct{}
-
-func (loopbackResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
-}
-
 // The guard refuses a literal address on every try, so the delivery fails;
 // an address a DNS answer gave may pass with the next answer, so the
 // delivery is tried again. Neither sends anything.
 func TestSendRetriesAGuardRefusalOfADNSAnswer(t *testing.T) {
 	t.Parallel()
-	tr := New(Options{Resolver: loopbackResolver{}})
+	tr := New(Options{Resolver: transporttest.LoopbackResolver{}})
 	t.Cleanup(tr.Close)
-	tests := []struct {
-		name, url string
-		want      transport.OutcomeKind
-		wantErr   string
-	}{
-		{"a literal loopback address", "nats://127.0.0.1:4222", transport.OutcomePermanent, "127.0.0.0/8, loopback"},
-		{"localhost, which always leads here", "nats://localhost:4222", transport.OutcomePermanent, "localhost resolves to 127.0.0.1"},
-		{"a name answered with loopback", "nats://nats.example:4222", transport.OutcomeRetryable, "nats.example resolved to an address this plugin will not connect to"},
-		{"a cluster whose named server is answered with loopback", "nats://93.184.216.34:4222,nats://nats.example:4222", transport.OutcomeRetryable, "a DNS answer can change"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			msg := message("forms.x")
-			msg.Endpoint.Config[ConfigURL] = tt.url
-			out := tr.Send(context.Background(), msg)
-			if out.Kind != tt.want || !out.NoRequest || !strings.Contains(out.Error, tt.wantErr) {
-				t.Fatalf("outcome = %+v, want %v with no request, containing %q", out, tt.want, tt.wantErr)
-			}
-		})
-	}
+	cases := append(transporttest.GuardCases("nats", "4222", ""), transporttest.GuardCase{
+		Name: "a cluster whose named server is answered with loopback", URL: "nats://93.184.216.34:4222,nats://nats.example:4222",
+		Want: transport.OutcomeRetryable, WantErr: "a DNS answer can change",
+	})
+	transporttest.CheckGuardCases(t, cases, func(url string) transport.Outcome {
+		msg := message("forms.x")
+		msg.Endpoint.Config[ConfigURL] = url
+		return tr.Send(context.Background(), msg)
+	})
 }

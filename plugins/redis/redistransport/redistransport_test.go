@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -330,38 +329,14 @@ func TestSendAfterCloseMakesNoRequest(t *testing.T) {
 	}
 }
 
-// loopbackResolver answers every name with 127.0.0.1, as one bad answer
-// for a name that usually leads to a public address would.
-type loopbackResolver struct{}
-
-func (loopbackResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
-}
-
 // The guard refuses a literal address on every try, so the delivery fails;
 // an address a DNS answer gave may pass with the next answer, so the
 // delivery is tried again. Neither sends anything.
 func TestSendRetriesAGuardRefusalOfADNSAnswer(t *testing.T) {
 	t.Parallel()
-	tr := New(Options{Resolver: loopbackResolver{}})
+	tr := New(Options{Resolver: transporttest.LoopbackResolver{}})
 	t.Cleanup(tr.Close)
-	tests := []struct {
-		name, url string
-		want      transport.OutcomeKind
-		wantErr   string
-	}{
-		{"a literal loopback address", "redis://127.0.0.1:6379/0", transport.OutcomePermanent, "127.0.0.0/8, loopback"},
-		{"localhost, which always leads here", "redis://localhost:6379/0", transport.OutcomePermanent, "localhost resolves to 127.0.0.1"},
-		{"a name answered with loopback", "redis://redis.example:6379/0", transport.OutcomeRetryable, "redis.example resolved to an address this plugin will not connect to"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			msg := message(tt.url, "forms")
-			out := tr.Send(context.Background(), msg)
-			if out.Kind != tt.want || !out.NoRequest || !strings.Contains(out.Error, tt.wantErr) {
-				t.Fatalf("outcome = %+v, want %v with no request, containing %q", out, tt.want, tt.wantErr)
-			}
-		})
-	}
+	transporttest.CheckGuardCases(t, transporttest.GuardCases("redis", "6379", "/0"), func(url string) transport.Outcome {
+		return tr.Send(context.Background(), message(url, "forms"))
+	})
 }
