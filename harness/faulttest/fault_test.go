@@ -23,6 +23,7 @@ import (
 	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/database"
 	"github.com/hymical/hymical/storage"
+	"github.com/hymical/hymical/storage/postgres/pgtest"
 )
 
 const (
@@ -148,7 +149,7 @@ func newHarness(t *testing.T, backend, work, bin, plugin string) *harness {
 
 func runPostgres(t *testing.T, h *harness) *ledger {
 	pg := startCluster(t)
-	h.dbURL = pg.dsn()
+	h.dbURL = pg.DSN()
 	if out, err := exec.Command(h.bin, "migrate", "--database", h.dbURL).CombinedOutput(); err != nil {
 		t.Fatalf("hymical migrate: %v\n%s", err, out)
 	}
@@ -411,13 +412,13 @@ func (h *harness) killPluginMidSend() {
 
 // restartPostgres crashes the database under both servers and starts it
 // again.
-func (h *harness) restartPostgres(pg *cluster) {
+func (h *harness) restartPostgres(pg *pgtest.Cluster) {
 	h.t.Helper()
 	began := time.Now()
-	pg.crash()
+	pg.Stop("immediate")
 	h.logf("PostgreSQL crashed (immediate stop)")
 	h.wait(2 * time.Second)
-	pg.start()
+	pg.Start()
 	h.mu.Lock()
 	h.counts.pgRestarts++
 	h.mu.Unlock()

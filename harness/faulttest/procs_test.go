@@ -5,10 +5,8 @@ package faulttest
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,118 +16,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/storage/postgres/pgtest"
 )
 
-// cluster is a PostgreSQL cluster this harness initialised and owns: it is
-// the only one it ever stops or restarts.
-type cluster struct {
-	t      *testing.T
-	bindir string
-	dir    string
-	port   int
-	// runAs prefixes every PostgreSQL command: initdb refuses to run as root.
-	runAs []string
-}
-
-func findPGBindir() (string, error) {
-	if d := os.Getenv("PG_BINDIR"); d != "" {
-		return d, nil
-	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(matches) == 0 {
-		return "", errors.New("PostgreSQL's binaries were not found: set PG_BINDIR, or run .ci/postgres.sh once, which installs them")
-	}
-	return filepath.Dir(matches[len(matches)-1]), nil
-}
-
-func startCluster(t *testing.T) *cluster {
+// startCluster initialises and starts the harness's own PostgreSQL
+// cluster: the only one it ever stops or restarts. It runs on loopback
+// only, as durable as production needs it (fsync, synchronous_commit and
+// full_page_writes on, said explicitly rather than left to a default):
+// the crash scenario's lost = 0 says something about a real deployment
+// only on such a cluster, and startServer checks that no server warned
+// otherwise.
+func startCluster(t *testing.T) *pgtest.Cluster {
 	t.Helper()
-	bindir, err := findPGBindir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "hymical-fault-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cluster{t: t, bindir: bindir, dir: dir, port: freePort(t)}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 {
-		// The same unprivileged user .ci/postgres.sh uses.
-		const user = "hymicalpg"
-		if exec.Command("id", "-u", user).Run() != nil {
-			if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user).CombinedOutput(); err != nil {
-				t.Fatalf("create user %s for PostgreSQL: %v\n%s", user, err, out)
-			}
-		}
-		if out, err := exec.Command("chown", user, dir).CombinedOutput(); err != nil {
-			t.Fatalf("chown %s: %v\n%s", dir, err, out)
-		}
-		c.runAs = []string{"runuser", "-u", user, "--"}
-	}
-	c.run("initdb", "-D", c.data(), "-U", "hymical", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8")
-	c.start()
-	t.Cleanup(func() {
-		c.pgctl("-m", "immediate", "-w", "stop")
-		os.RemoveAll(dir)
-	})
-	return c
-}
-
-func (c *cluster) data() string { return filepath.Join(c.dir, "data") }
-
-func (c *cluster) dsn() string {
-	return fmt.Sprintf("postgres://hymical@127.0.0.1:%d/postgres?sslmode=disable", c.port)
-}
-
-func (c *cluster) command(name string, args ...string) *exec.Cmd {
-	argv := append(append([]string(nil), c.runAs...), filepath.Join(c.bindir, name))
-	argv = append(argv, args...)
-	return exec.Command(argv[0], argv[1:]...)
-}
-
-func (c *cluster) run(name string, args ...string) {
-	c.t.Helper()
-	if out, err := c.command(name, args...).CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
-		c.t.Fatalf("%s %s: %v\n%s\n%s", name, strings.Join(args, " "), err, out, log)
-	}
-}
-
-func (c *cluster) pgctl(args ...string) error {
-	return c.command("pg_ctl", append([]string{"-D", c.data()}, args...)...).Run()
-}
-
-// start starts the cluster on loopback only, as durable as production
-// needs it (fsync, synchronous_commit and full_page_writes on, said
-// explicitly rather than left to a default): the crash scenario's lost = 0
-// says something about a real deployment only on such a cluster, and
-// startServer checks that no server warned otherwise.
-func (c *cluster) start() {
-	c.t.Helper()
-	c.run("pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "-o",
-		fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=on -c synchronous_commit=on -c full_page_writes=on -c max_connections=200", c.port, c.dir), "start")
-}
-
-// crash stops PostgreSQL the way a crash does: no checkpoint, every
-// connection cut, WAL replayed at the next start.
-func (c *cluster) crash() {
-	c.t.Helper()
-	if err := c.pgctl("-m", "immediate", "-w", "stop"); err != nil {
-		c.t.Fatalf("stop PostgreSQL: %v", err)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return pgtest.NewCluster(t, "fsync=on", "synchronous_commit=on", "full_page_writes=on", "max_connections=200")
 }
 
 // server is one `hymical serve` process. Each start is a new process with

@@ -24,6 +24,8 @@ type Cluster struct {
 	port   int
 	// runAs prefixes every PostgreSQL command: initdb refuses to run as root.
 	runAs []string
+	// settings are passed to every start, each as -c.
+	settings []string
 }
 
 // StartCluster initialises and starts a cluster, and stops it (immediate
@@ -32,6 +34,14 @@ type Cluster struct {
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	BaseDSN(t) // the same skip, and the same count of PostgreSQL tests
+	return NewCluster(t, "max_connections=100")
+}
+
+// NewCluster is StartCluster for a harness that needs a cluster whatever
+// the environment says: it does not skip, and it starts the cluster with
+// settings (each "name=value", passed as -c) on every start.
+func NewCluster(t testing.TB, settings ...string) *Cluster {
+	t.Helper()
 	bindir := os.Getenv("PG_BINDIR")
 	if bindir == "" {
 		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
@@ -47,7 +57,7 @@ func StartCluster(t testing.TB) *Cluster {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{t: t, bindir: bindir, dir: dir, port: freePort(t)}
+	c := &Cluster{t: t, bindir: bindir, dir: dir, port: freePort(t), settings: settings}
 	if os.Geteuid() == 0 {
 		// The unprivileged user .ci/postgres.sh creates and uses.
 		const user = "hymicalpg"
@@ -75,13 +85,17 @@ func (c *Cluster) DSN() string {
 	return fmt.Sprintf("postgres://hymical@127.0.0.1:%d/postgres?sslmode=disable", c.port)
 }
 
-// Start starts the stopped cluster on its port and waits until it
-// accepts connections. It is durable (fsync and synchronous_commit on):
-// what it acknowledged survives Stop and Kill.
+// Start starts the stopped cluster on its port, with its settings, and
+// waits until it accepts connections. Unless its settings say otherwise it
+// is durable (fsync and synchronous_commit on, initdb's defaults): what it
+// acknowledged survives Stop and Kill.
 func (c *Cluster) Start() {
 	c.t.Helper()
-	args := []string{"-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "-o",
-		fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=100", c.port, c.dir), "start"}
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s", c.port, c.dir)
+	for _, s := range c.settings {
+		opts += " -c " + s
+	}
+	args := []string{"-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "-o", opts, "start"}
 	// After Kill, the old backends may hold the shared memory for a
 	// moment until they notice their postmaster is gone; until then the
 	// new postmaster refuses to start.
