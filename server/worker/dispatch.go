@@ -15,13 +15,14 @@ import (
 //
 // Past shared sends in flight, the senders left are a reserve for the
 // endpoints with light work: none in flight, and what they have waiting
-// is one claim, or would take at most lightWork at the pace of their last
-// send. An endpoint with a backlog to a slow receiver always has more
-// than that waiting, so it cannot take them: an endpoint that becomes due
-// now and then, or whose receiver answers in milliseconds, finds a sender
-// free at once, unless as many such endpoints hold every one. The rule
-// has no edge a receiver can aim under: answering faster only makes the
-// work it may send from the reserve, one request at a time, shorter.
+// would take at most lightWork at the pace of their last send (one claim,
+// for an endpoint with no send finished yet). An endpoint whose receiver
+// takes longer than that, or hangs, never takes them, backlog or not: an
+// endpoint that becomes due now and then, or whose receiver answers in
+// milliseconds, finds a sender free within lightWork, unless as many new
+// endpoints hold every one. The rule has no edge a receiver can aim
+// under: answering faster only makes the work it may send from the
+// reserve, one request at a time, shorter.
 type dispatch struct {
 	shared int
 	// took is how long an endpoint's last send took (0: none known).
@@ -165,15 +166,15 @@ func (d *dispatch) next() int {
 }
 
 // light reports whether what endpoint has waiting is light work (see
-// dispatch): one claim, or claims its last send's pace sends within
-// lightWork.
+// dispatch): claims its last send's pace sends within lightWork, or, for
+// an endpoint with no send finished yet, one claim.
 func (d *dispatch) light(endpoint string) bool {
 	n := len(d.waiting[endpoint])
-	if n <= 1 {
-		return true
-	}
 	took := d.took(endpoint)
-	return took > 0 && time.Duration(n)*took <= lightWork
+	if took == 0 {
+		return n <= 1
+	}
+	return time.Duration(n)*took <= lightWork
 }
 
 // done ends a claim taken for endpoint.

@@ -67,13 +67,23 @@ func TestDispatchOrder(t *testing.T) {
 		name:   "past shared, a backlog that is light work at its pace takes the reserve, one at a time",
 		shared: 2,
 		took:   map[string]time.Duration{"a": 600 * time.Millisecond, "b": 600 * time.Millisecond, "q": 2 * time.Millisecond},
-		add:    [][]string{{"a", "a", "b", "b"}, {"q", "q", "q"}, nil, nil},
-		done:   [][]string{nil, nil, {"q"}, {"a"}},
-		// a and b fill shared, and their next claims are 1.2 s of work:
+		add:    [][]string{{"a", "a", "b", "b"}, {"q", "q", "q"}, nil, nil, nil},
+		done:   [][]string{nil, nil, {"q"}, {"a"}, {"q"}},
+		// a and b fill shared, and their next claims are 600 ms each:
 		// no reserve for them. q's three are 6 ms at its pace: it takes
-		// the reserve, one in flight at a time; and the end of a's send
-		// lets a go again within shared.
-		want: [][]string{{"a", "b"}, {"q"}, {"q"}, {"a"}},
+		// the reserve, one in flight at a time. a's send ends while q's
+		// is in flight, two in all: a waits the moment q's takes, then
+		// goes within shared, and q's last takes the reserve again.
+		want: [][]string{{"a", "b"}, {"q"}, {"q"}, nil, {"a", "q"}},
+	}, {
+		name:   "past shared, one claim of an endpoint whose last send took long is not light",
+		shared: 1,
+		took:   map[string]time.Duration{"h": time.Second, "q": 2 * time.Millisecond},
+		add:    [][]string{{"a"}, {"h"}, {"q"}},
+		done:   [][]string{nil, nil, nil},
+		// h's last send hung until the read timeout: its one claim is a
+		// second of a sender, so it waits for a shared one; q's is light.
+		want: [][]string{{"a"}, nil, {"q"}},
 	}, {
 		name:   "an endpoint whose pace is not known yet has light work only in one claim",
 		shared: 1,
