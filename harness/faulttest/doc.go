@@ -22,7 +22,7 @@
 // server's requests are recorded as late, /readyz answered 503 naming
 // "http" while the plugin was away and 200 after, no delivery to the hung
 // receiver is delivered, every delivery to the slow endpoints is, the
-// healthy deliveries' create→received p99 during the hang is within 2 s,
+// healthy deliveries' create→received p99 during the hang is within 1.1 s,
 // and duplicates are counted and reported.
 //
 // The harness is behind the build tag "fault", so the ordinary go test never
