@@ -265,7 +265,7 @@ func (l *Limiter) overflowFailed(client netip.Prefix, now time.Time) func() {
 	tableFull := len(l.failing)
 	return func() {
 		l.log.Warn("too many failed authentications from client addresses beyond the full table of failing addresses: an address not in it that has not authenticated recently is refused for up to a second while the failures go on",
-			"client", displayClient(client), "failures_per_second", l.limit, "table", tableFull, "retry_after", time.Second)
+			"client", DisplayClient(client), "failures_per_second", l.limit, "table", tableFull, "retry_after", time.Second)
 	}
 }
 
@@ -344,7 +344,7 @@ func (l *Limiter) warning(rec *record, now time.Time) func() {
 	retry := l.rest(rec, now).Round(time.Second)
 	return func() {
 		l.log.Warn("too many failed authentications from one client address: it is refused on every authenticated route until the window ends",
-			"client", displayClient(rec.client), "failures", rec.failures, "retry_after", retry)
+			"client", DisplayClient(rec.client), "failures", rec.failures, "retry_after", retry)
 	}
 }
 
@@ -383,8 +383,9 @@ func ClientOf(remoteAddr string) netip.Prefix {
 	return p
 }
 
-// displayClient is a client as logged: an IPv4 address without its /32.
-func displayClient(p netip.Prefix) string {
+// DisplayClient is a client (from ClientOf) as logged: an IPv4 address
+// without its /32, an IPv6 block as its /64.
+func DisplayClient(p netip.Prefix) string {
 	switch {
 	case !p.IsValid():
 		return "unknown"

@@ -226,7 +226,7 @@ func (l *Listener) admit(c net.Conn) *conn {
 	}
 	if warn {
 		l.log.Warn("refusing connections: a connection limit is reached and every connection is busy with a request",
-			"limit", l.limitKey(refused), "value", l.limitValue(refused), "client", display(addr), "refused_since_last_warning", refusals)
+			"limit", l.limitKey(refused), "value", l.limitValue(refused), "client", authlimit.DisplayClient(addr), "refused_since_last_warning", refusals)
 	}
 	return nil
 }
@@ -348,17 +348,6 @@ func (l *Listener) victim(held int) *conn {
 		}
 	}
 	return nil
-}
-
-// display is a client as logged: an IPv4 address without its /32.
-func display(p netip.Prefix) string {
-	switch {
-	case !p.IsValid():
-		return "unknown"
-	case p.Addr().Is4():
-		return p.Addr().String()
-	}
-	return p.String()
 }
 
 // conn is an accepted connection, counted until it is closed.
