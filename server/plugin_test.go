@@ -27,12 +27,7 @@ import (
 // within its bound, the plugin and its child gone.
 func TestAPluginWhoseChildHoldsItsOutputCannotHoldUpTheServer(t *testing.T) {
 	t.Parallel()
-	binDir := t.TempDir()
-	if err := e2etest.BuildPlugins(binDir, map[string]string{"misbehave": "github.com/hymical/hymical/server/pluginhost/testdata/misbehave"}); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(binDir, pluginhost.BinaryPrefix+"misbehave")
-	t.Cleanup(func() { _, _ = proctest.KillExecutable(bin) })
+	bin := buildMisbehave(t)
 
 	dbPath := filepath.Join(t.TempDir(), "hymical.db")
 	direct, err := sqlite.Open(t.Context(), dbPath)
@@ -135,12 +130,7 @@ func TestAPluginWhoseChildHoldsItsOutputCannotHoldUpTheServer(t *testing.T) {
 // and its delivery goes out.
 func TestAPluginThatHangsInConfigureAtStartUpLeavesTheServerServing(t *testing.T) {
 	t.Parallel()
-	binDir := t.TempDir()
-	if err := e2etest.BuildPlugins(binDir, map[string]string{"misbehave": "github.com/hymical/hymical/server/pluginhost/testdata/misbehave"}); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(binDir, pluginhost.BinaryPrefix+"misbehave")
-	t.Cleanup(func() { _, _ = proctest.KillExecutable(bin) })
+	bin := buildMisbehave(t)
 	// While this file exists the plugin's Configure never answers.
 	flag := filepath.Join(t.TempDir(), "hang-now")
 	if err := os.WriteFile(flag, nil, 0o600); err != nil {
@@ -228,4 +218,18 @@ func TestAPluginThatHangsInConfigureAtStartUpLeavesTheServerServing(t *testing.T
 		}
 		return nil
 	})
+}
+
+// buildMisbehave builds the misbehaving test plugin into a directory of the
+// test's own and returns its path; its processes are killed when the test
+// ends.
+func buildMisbehave(t *testing.T) string {
+	t.Helper()
+	binDir := t.TempDir()
+	if err := e2etest.BuildPlugins(binDir, map[string]string{"misbehave": "github.com/hymical/hymical/server/pluginhost/testdata/misbehave"}); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, pluginhost.BinaryPrefix+"misbehave")
+	t.Cleanup(func() { _, _ = proctest.KillExecutable(bin) })
+	return bin
 }
