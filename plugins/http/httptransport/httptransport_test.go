@@ -609,10 +609,12 @@ func TestConnectionsAreKeptForTheNextBurst(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
+		// Take this burst's release before saying it arrived: once all have
+		// arrived the test closes it and makes the next burst's.
 		mu.Lock()
 		wait := release
 		mu.Unlock()
+		arrived <- struct{}{}
 		<-wait
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
