@@ -738,6 +738,7 @@ type Store interface {
 	Deliveries
 	Replays
 	Fleet
+	Access
 	Close() error
 }
 

@@ -42,6 +42,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("KeyedDeliveryReplay", func(t *testing.T) { t.Parallel(); testKeyedDeliveryReplay(t, b) })
 	t.Run("KeyedDeliveryReplayMany", func(t *testing.T) { t.Parallel(); testKeyedDeliveryReplayMany(t, b) })
 	t.Run("Away", func(t *testing.T) { t.Parallel(); testAway(t, b) })
+	t.Run("Access", func(t *testing.T) { t.Parallel(); testAccess(t, b) })
 }
 
 // lease is the lease every test claims with unless it says otherwise.
