@@ -523,6 +523,10 @@ type DeliveryFilter struct {
 	FormID        string
 	CreatedAfter  time.Time
 	CreatedBefore time.Time
+	// Forms, when non-nil, is a scope: only deliveries of events whose
+	// form id is in it. A non-nil empty list matches nothing, and an event
+	// of no form is in no scope.
+	Forms []string
 }
 
 // DeliveryListParams pages through deliveries, newest first.
@@ -575,6 +579,10 @@ type EndpointListParams struct {
 	Before string
 	// Limit is the page size; zero means 100.
 	Limit int
+	// Forms, when non-nil, is a scope: only endpoints whose form ids are a
+	// non-empty subset of it. An endpoint of every form (no form ids) is in
+	// no scope, nor is one that also names a form outside it.
+	Forms []string
 }
 
 // DefaultIdempotencyWindow is how long an idempotency key of a keyed

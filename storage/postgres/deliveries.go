@@ -157,6 +157,10 @@ func (w *where) filter(f storage.DeliveryFilter) {
 	if f.FormID != "" {
 		w.add("EXISTS (SELECT 1 FROM webhook_events AS fe WHERE fe.id = d.event_id AND fe.form_id = ?)", f.FormID)
 	}
+	if f.Forms != nil {
+		// An event of no form has form_id '', which no scope names.
+		w.add("EXISTS (SELECT 1 FROM webhook_events AS fe WHERE fe.id = d.event_id AND fe.form_id <> '' AND fe.form_id = ANY(?::text[]))", f.Forms)
+	}
 	if !f.CreatedAfter.IsZero() {
 		w.add("d.created_at > ?", f.CreatedAfter)
 	}

@@ -185,9 +185,20 @@ func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 // EndpointListPage returns a page of the endpoints that are not deleted,
 // newest (highest id) first, starting after the cursor p.Before.
 func (s *Store) EndpointListPage(ctx context.Context, p storage.EndpointListParams) ([]storage.Endpoint, error) {
-	return s.endpoints(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
-		WHERE deleted_at IS NULL AND ($1 = '' OR id < $1)
-		ORDER BY id DESC LIMIT $2`, p.Before, p.PageSize())
+	if p.Forms == nil {
+		return s.endpoints(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+			WHERE deleted_at IS NULL AND ($1 = '' OR id < $1)
+			ORDER BY id DESC LIMIT $2`, p.Before, p.PageSize())
+	}
+	// In a scope: listed under one of its forms in webhook_endpoint_forms
+	// (so an endpoint of every form, which has no rows there, is not), and
+	// under none outside it. The triggers keep that table to form_ids.
+	return s.endpoints(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints AS e
+		WHERE e.deleted_at IS NULL AND ($1 = '' OR e.id < $1)
+			AND e.id IN (SELECT f.endpoint_id FROM webhook_endpoint_forms AS f WHERE f.form_id = ANY($3::text[]))
+			AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_forms AS o
+				WHERE o.endpoint_id = e.id AND o.form_id <> ALL($3::text[]))
+		ORDER BY e.id DESC LIMIT $2`, p.Before, p.PageSize(), p.Forms)
 }
 
 func (s *Store) endpoints(ctx context.Context, sql string, args ...any) ([]storage.Endpoint, error) {

@@ -226,6 +226,11 @@ func filterSQL(f storage.DeliveryFilter) (string, []any) {
 		conds = append(conds, "event_id IN (SELECT id FROM webhook_events WHERE form_id = :f_form)")
 		args = append(args, sql.Named("f_form", f.FormID))
 	}
+	if f.Forms != nil {
+		// An event of no form has form_id '', which no scope names.
+		conds = append(conds, "event_id IN (SELECT id FROM webhook_events WHERE form_id <> '' AND form_id IN (SELECT value FROM json_each(:f_forms)))")
+		args = append(args, sql.Named("f_forms", jsonList(f.Forms)))
+	}
 	if !f.CreatedAfter.IsZero() {
 		conds = append(conds, "created_at > :f_after")
 		args = append(args, sql.Named("f_after", micros(f.CreatedAfter)))

@@ -185,9 +185,25 @@ func (s *Store) EndpointList(ctx context.Context) ([]storage.Endpoint, error) {
 // EndpointListPage returns a page of the endpoints that are not deleted,
 // newest (highest id) first, starting after the cursor p.Before.
 func (s *Store) EndpointListPage(ctx context.Context, p storage.EndpointListParams) ([]storage.Endpoint, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+	query, args := `SELECT `+endpointColumns+` FROM webhook_endpoints
 		WHERE deleted_at IS NULL AND (? = '' OR id < ?)
-		ORDER BY id DESC LIMIT ?`, p.Before, p.Before, p.PageSize())
+		ORDER BY id DESC LIMIT ?`, []any{p.Before, p.Before, p.PageSize()}
+	if p.Forms != nil {
+		// In a scope: listed under one of its forms in
+		// webhook_endpoint_forms (so an endpoint of every form, which has
+		// no rows there, is not), and under none outside it. The triggers
+		// keep that table to form_ids.
+		query = `SELECT ` + endpointColumns + ` FROM webhook_endpoints AS e
+			WHERE e.deleted_at IS NULL AND (? = '' OR e.id < ?)
+				AND e.id IN (SELECT f.endpoint_id FROM webhook_endpoint_forms AS f
+					WHERE f.form_id IN (SELECT value FROM json_each(?)))
+				AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_forms AS o
+					WHERE o.endpoint_id = e.id AND o.form_id NOT IN (SELECT value FROM json_each(?)))
+			ORDER BY e.id DESC LIMIT ?`
+		forms := jsonList(p.Forms)
+		args = []any{p.Before, p.Before, forms, forms, p.PageSize()}
+	}
+	rows, err := s.reader.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.mapErr("list endpoints", err)
 	}

@@ -235,3 +235,104 @@ func testAccess(t *testing.T, b Backend) {
 		}
 	})
 }
+
+// testScope holds the scope filters: a scope reaches only endpoints whose
+// forms are a non-empty subset of it, and only deliveries of its forms.
+func testScope(t *testing.T, b Backend) {
+	t.Run("endpoints in a scope name only its forms, and at least one", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		forms := func(ids ...string) func(*storage.Endpoint) { return func(e *storage.Endpoint) { e.FormIDs = ids } }
+		a := f.endpoint(forms("a"))
+		ab := f.endpoint(forms("a", "b"))
+		c := f.endpoint(forms("c"))
+		f.endpoint() // every form: in no scope
+		gone := f.endpoint(forms("a"))
+		if _, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: gone.ID}); err != nil {
+			t.Fatal(err)
+		}
+		cases := map[string]struct {
+			scope []string
+			want  []string
+		}{
+			"a":             {[]string{"a"}, []string{a.ID}},
+			"a and b":       {[]string{"a", "b"}, []string{ab.ID, a.ID}},
+			"b":             {[]string{"b"}, nil},
+			"a, b, c and x": {[]string{"a", "b", "c", "x"}, []string{c.ID, ab.ID, a.ID}},
+			"empty":         {[]string{}, nil},
+			"no form":       {[]string{""}, nil},
+		}
+		for name, tc := range cases {
+			got, err := f.store.EndpointListPage(f.ctx, storage.EndpointListParams{Forms: tc.scope})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			var ids []string
+			for _, e := range got {
+				ids = append(ids, e.ID)
+			}
+			slices.Sort(tc.want)
+			slices.Reverse(tc.want)
+			if !slices.Equal(ids, tc.want) {
+				t.Errorf("scope %s: listed %v, want %v", name, ids, tc.want)
+			}
+		}
+		// Pages in a scope go on from the cursor.
+		page, err := f.store.EndpointListPage(f.ctx, storage.EndpointListParams{Forms: []string{"a", "b", "c"}, Limit: 2})
+		if err != nil || len(page) != 2 {
+			t.Fatalf("first page: %d, %v", len(page), err)
+		}
+		rest, err := f.store.EndpointListPage(f.ctx, storage.EndpointListParams{Forms: []string{"a", "b", "c"}, Before: page[1].ID})
+		if err != nil || len(rest) != 1 {
+			t.Fatalf("second page: %d, %v; want 1", len(rest), err)
+		}
+	})
+
+	t.Run("deliveries in a scope are of its forms' events, and replay stays in it", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		f.endpoint() // every form: receives every event
+		f.event("form_a")
+		f.event("form_b")
+		f.event("form_c")
+		if _, err := f.store.EventCreate(f.ctx, storage.Event{Type: "hymical.note", Payload: []byte(`{"type":"hymical.note"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		cases := map[string]struct {
+			scope []string
+			want  int
+		}{
+			"nil is no filter": {nil, 4},
+			"a":                {[]string{"form_a"}, 1},
+			"a and b":          {[]string{"form_a", "form_b"}, 2},
+			"empty":            {[]string{}, 0},
+			"no form":          {[]string{""}, 0},
+			"unknown":          {[]string{"form_x"}, 0},
+		}
+		for name, tc := range cases {
+			got, err := f.store.DeliveryList(f.ctx, storage.DeliveryListParams{Filter: storage.DeliveryFilter{Forms: tc.scope}})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if len(got) != tc.want {
+				t.Errorf("scope %s: %d deliveries, want %d", name, len(got), tc.want)
+			}
+		}
+		for _, c := range f.claim(f.store, f.now, 10) {
+			f.complete(f.store, c, storage.OutcomePermanent, f.now, 0)
+		}
+		res, err := f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
+			Filter: storage.DeliveryFilter{State: storage.StateFailed, Forms: []string{"form_a", "form_c"}}, Actor: "customer", Now: f.now})
+		if err != nil || res.Count != 2 {
+			t.Fatalf("scoped bulk replay: %+v, %v; want 2 replayed", res, err)
+		}
+		if n := f.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'failed'`); n != 2 {
+			t.Fatalf("%d deliveries still failed, want 2 (form_b's and the formless one)", n)
+		}
+		res, err = f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
+			Filter: storage.DeliveryFilter{State: storage.StateFailed, Forms: []string{}}, Actor: "customer", Now: f.now})
+		if err != nil || res.Count != 0 {
+			t.Fatalf("bulk replay in an empty scope: %+v, %v; want 0", res, err)
+		}
+	})
+}

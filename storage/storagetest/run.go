@@ -43,6 +43,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("KeyedDeliveryReplayMany", func(t *testing.T) { t.Parallel(); testKeyedDeliveryReplayMany(t, b) })
 	t.Run("Away", func(t *testing.T) { t.Parallel(); testAway(t, b) })
 	t.Run("Access", func(t *testing.T) { t.Parallel(); testAccess(t, b) })
+	t.Run("Scope", func(t *testing.T) { t.Parallel(); testScope(t, b) })
 }
 
 // lease is the lease every test claims with unless it says otherwise.
