@@ -54,6 +54,8 @@ func importRules() []importRule {
 			why: "the API's JSON types are imported by clients (the CLI, tests, other programs), which must get no driver, no worker, nothing of the server"},
 		{pattern: "./server/console/...", forbidden: room("server/worker", "server/database", "server/pluginhost", "server/api", "server/fleet", "plugins", "modernc.org/sqlite", "github.com/jackc/pgx"),
 			why: "the console sees the store through its interface and shares endpoint changes through server/endpoint: it links no driver, never claims, sends or reaches a plugin, and is not the API" + roomWhy},
+		{pattern: "./server/access", forbidden: room("server/api", "server/console", "server/worker", "server/database", "server/pluginhost", "server/fleet", "plugins", "modernc.org/sqlite", "github.com/jackc/pgx"),
+			why: "the scope rules and credential checks sit below the API and the portal that enforce them: the store's interface and the standard library, no face, no driver" + roomWhy},
 		{pattern: "./server/config/...", forbidden: room("server/api", "server/console", "server/database", "server/fleet", "server/endpoint"),
 			why: "config reads and checks settings; the faces, the database and the jobs read it, not the other way round" + roomWhy},
 		{pattern: "./server/database/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/fleet", "server/endpoint"),
@@ -204,6 +206,8 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 		{"./server/retrypolicy", mod + "internal/wakeup false true\n" + mod + "server/retrypolicy false false", "must bring neither of them along"},
 		{"./server/retrypolicy", "time true true\n" + mod + "server/retrypolicy false false", ""},
 		{"./server/faceopts", mod + "server/api false true\n" + mod + "server/faceopts false false", "must link neither face"},
+		{"./server/access", "github.com/jackc/pgx/v5 false true\n" + mod + "server/access false false", "no face, no driver"},
+		{"./server/access", mod + "storage false true\n" + mod + "server/access false false", ""},
 	}
 	for _, tt := range tests {
 		r, ok := rules[tt.pattern]
