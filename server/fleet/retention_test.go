@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -64,5 +65,32 @@ func TestPruneDeliveredWorksInBatches(t *testing.T) {
 	}
 	if got := st.ByState[storage.StateDelivered]; got != kept {
 		t.Fatalf("%d delivered deliveries left, want the %d recent ones", got, kept)
+	}
+}
+
+// PruneAccess works through more expired credentials than one batch holds,
+// and keeps those that expire after the cutoff.
+func TestPruneAccessWorksInBatches(t *testing.T) {
+	ctx := context.Background()
+	s := sqlitetest.New(t)
+	now := time.Now().UTC()
+	const old, kept = pruneBatch + 5, 3
+	for i := range old + kept {
+		expires := now.Add(-48 * time.Hour)
+		if i >= old {
+			expires = now.Add(time.Hour)
+		}
+		if _, err := s.TokenCreate(ctx, storage.AccessToken{Hash: sha256.Sum256([]byte(storage.NewID("s"))),
+			Forms: []string{"form_1"}, ExpiresAt: expires, CreatedAt: now.Add(-72 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := PruneAccess(ctx, s, now.Add(-24*time.Hour))
+	if err != nil || n != old {
+		t.Fatalf("PruneAccess = %d, %v; want %d", n, err, old)
+	}
+	left, err := s.TokenList(ctx)
+	if err != nil || len(left) != kept {
+		t.Fatalf("%d tokens left (%v), want the %d that have not expired", len(left), err, kept)
 	}
 }
