@@ -39,6 +39,15 @@ USER 65532:65532
 # container. The admin token is not in the image: give it in the
 # environment (FORMS_SERVER_ADMIN_TOKEN). Without one, serve makes up a
 # token for that run only and prints it once. Insecure dev mode stays off.
+#
+# THE SECRETS KEY IS ON THE DATA VOLUME BY DEFAULT: with no key configured,
+# the first start writes it beside the database, to
+# /var/lib/hymical/hymical.db.key, so a copy of the volume carries both the
+# database and the key that opens its endpoint secrets. That is the price of
+# a first `docker run` that needs nothing else; moving the key off the
+# volume by default would make that run refuse to start. For production,
+# give the key apart from the volume (FORMS_SECRETS_KEY_FILE pointing at a
+# Docker or Kubernetes secret, or FORMS_SECRETS_KEY): docs/packaging.md.
 ENV FORMS_DATABASE_URL=sqlite:/var/lib/hymical/hymical.db \
     FORMS_SERVER_LISTEN=0.0.0.0:8080
 VOLUME ["/var/lib/hymical"]
