@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -41,6 +42,9 @@ const (
 	// verified against the system roots or SettingTLSCAFile.
 	SettingTLS       = "tls"
 	SettingTLSCAFile = "tls_ca_file"
+	// SettingCompression is the codec record batches are compressed with:
+	// none (the default), gzip, snappy, lz4 or zstd.
+	SettingCompression = "compression"
 	// SettingAllowedNetworks lists the networks of brokers that are not
 	// globally reachable but may be connected to, by the rule of
 	// sdk/netguard.
@@ -65,7 +69,7 @@ const (
 const MaxTopicBytes = 249
 
 var settingNames = []string{SettingBrokers, SettingDialTimeout, SettingProduceTimeout, SettingSASLMechanism,
-	SettingSASLUsername, SettingSASLPassword, SettingTLS, SettingTLSCAFile, SettingAllowedNetworks}
+	SettingSASLUsername, SettingSASLPassword, SettingTLS, SettingTLSCAFile, SettingCompression, SettingAllowedNetworks}
 
 // settings is one Configure's worth of plugin-wide settings.
 type settings struct {
@@ -75,11 +79,51 @@ type settings struct {
 	sasl           sasl.Mechanism // nil: no SASL
 	password       string         // scrubbed from error text
 	tls            *tls.Config    // nil: plaintext
+	compression    string         // a name compressionCodec knows
 	guard          *netguard.Guard
 }
 
 func defaultSettings() settings {
-	return settings{dialTimeout: DefaultDialTimeout, produceTimeout: DefaultProduceTimeout, guard: newGuard(nil)}
+	return settings{dialTimeout: DefaultDialTimeout, produceTimeout: DefaultProduceTimeout,
+		compression: DefaultCompression, guard: newGuard(nil)}
+}
+
+// DefaultCompression is no compression, not franz-go's own default of
+// snappy: every Kafka client reads an uncompressed batch, while snappy,
+// lz4 and zstd need a codec library some consumers lack (KafkaJS fails on
+// the first snappy record without one). The plugin produces one record per
+// batch, so a codec has little to work with anyway, and a topic's own
+// compression.type still compresses on the brokers for those who want it.
+const DefaultCompression = "none"
+
+// compressionCodec is the codec SettingCompression's value name stands
+// for; false for a name that is none of them.
+func compressionCodec(name string) (kgo.CompressionCodec, bool) {
+	switch name {
+	case "none":
+		return kgo.NoCompression(), true
+	case "gzip":
+		return kgo.GzipCompression(), true
+	case "snappy":
+		return kgo.SnappyCompression(), true
+	case "lz4":
+		return kgo.Lz4Compression(), true
+	case "zstd":
+		return kgo.ZstdCompression(), true
+	}
+	return kgo.CompressionCodec{}, false
+}
+
+func parseCompression(value string) (string, error) {
+	name := strings.ToLower(strings.TrimSpace(value))
+	if name == "" {
+		return DefaultCompression, nil
+	}
+	if _, ok := compressionCodec(name); ok {
+		return name, nil
+	}
+	return "", fmt.Errorf("setting %s: %q is not none, gzip, snappy, lz4 or zstd; leave it out for none, which every Kafka consumer reads, "+
+		"or name a codec all of the topic's consumers decode", SettingCompression, pluginkit.Clip(value))
 }
 
 func newGuard(allowed []netip.Prefix) *netguard.Guard {
@@ -114,6 +158,8 @@ func parseSettings(s transport.Settings) (settings, error) {
 			default:
 				err = fmt.Errorf("setting %s: %q is neither true nor false", key, value)
 			}
+		case SettingCompression:
+			out.compression, err = parseCompression(value)
 		case SettingAllowedNetworks:
 			var allowed []netip.Prefix
 			allowed, err = netguard.ParseNetworks("setting "+key, value)

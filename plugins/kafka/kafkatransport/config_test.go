@@ -24,7 +24,7 @@ func TestConfigure(t *testing.T) {
 		{"no settings", nil, ""},
 		{"every setting", transport.Settings{SettingBrokers: "kafka-1.internal:9092, kafka-2.internal:9092", SettingDialTimeout: "2s",
 			SettingProduceTimeout: "3s", SettingSASLMechanism: "SCRAM-SHA-512", SettingSASLUsername: "u", SettingSASLPassword: "PASSWORD-MUST-NOT-LEAK",
-			SettingTLS: "true", SettingAllowedNetworks: "10.0.0.0/8"}, ""},
+			SettingTLS: "true", SettingCompression: "gzip", SettingAllowedNetworks: "10.0.0.0/8"}, ""},
 		{"an unknown setting", transport.Settings{"topic": "x"}, `unknown setting "topic"`},
 		{"a broker with a scheme", transport.Settings{SettingBrokers: "kafka://k:9092"}, "not a bare host:port"},
 		{"a broker without a port", transport.Settings{SettingBrokers: "kafka"}, "not host:port"},
@@ -36,6 +36,8 @@ func TestConfigure(t *testing.T) {
 		{"a CA file without tls", transport.Settings{SettingTLSCAFile: "/etc/ca.pem"}, "tls is not true"},
 		{"a bad tls", transport.Settings{SettingTLS: "yes"}, "neither true nor false"},
 		{"a bad allow-list", transport.Settings{SettingAllowedNetworks: "localhost"}, "allowed_networks"},
+		{"each codec by name", transport.Settings{SettingCompression: "ZSTD"}, ""},
+		{"an unknown codec", transport.Settings{SettingCompression: "brotli"}, `setting compression: "brotli" is not none, gzip, snappy, lz4 or zstd`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

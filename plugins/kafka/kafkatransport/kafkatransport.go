@@ -210,6 +210,7 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 	if err := checkBrokers(ctx, st, tgt.brokers); err != nil {
 		return nil, err
 	}
+	codec, _ := compressionCodec(st.compression) // checked by Configure
 	c = &client{}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(tgt.brokers...),
@@ -225,6 +226,9 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 		// nothing under a second here.
 		kgo.RecordDeliveryTimeout(max(st.produceTimeout, time.Second)),
 		kgo.ProducerLinger(0),
+		// Always said, since franz-go's default (snappy) is one that some
+		// consumers cannot read.
+		kgo.ProducerBatchCompression(codec),
 	}
 	if st.sasl != nil {
 		opts = append(opts, kgo.SASL(st.sasl))
@@ -241,7 +245,7 @@ func (t *Transport) client(ctx context.Context, tgt target, st settings) (*clien
 		go cl.Close()
 		return got, err
 	}
-	t.log.Info("kafka client made", "brokers", tgt.key(), "sasl", st.sasl != nil, "tls", st.tls != nil)
+	t.log.Info("kafka client made", "brokers", tgt.key(), "sasl", st.sasl != nil, "tls", st.tls != nil, "compression", st.compression)
 	return c, nil
 }
 

@@ -148,6 +148,57 @@ func TestProduceDelivered(t *testing.T) {
 	}
 }
 
+// TestCompression produces with each codec and reads the record back: the
+// batch carries the codec asked for, and the default is none, which every
+// consumer reads (franz-go's own default, snappy, is not).
+func TestCompression(t *testing.T) {
+	t.Parallel()
+	// A batch goes out compressed only when that makes it smaller, so the
+	// body is one every codec shrinks.
+	body := `{"type":"submission.received","submission":{"id":"sub_7","form_id":"contact","data":{"note":"` +
+		strings.Repeat("hello, compressible world. ", 80) + `"}}}`
+	tests := []struct {
+		setting string // "" leaves the setting out
+		want    uint8  // the record batch's compression attribute
+	}{
+		{"", 0},
+		{"none", 0},
+		{"gzip", 1},
+		{"snappy", 2},
+		{"lz4", 3},
+		{"zstd", 4},
+	}
+	for _, tt := range tests {
+		name := tt.setting
+		if name == "" {
+			name = "the default"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := cluster(t)
+			var extra transport.Settings
+			if tt.setting != "" {
+				extra = transport.Settings{SettingCompression: tt.setting}
+			}
+			tr := configured(t, c, extra)
+			secret, err := webhook.NewSecret()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out := send(tr, signed(t, secret, body), 5*time.Second); out.Kind != transport.OutcomeDelivered {
+				t.Fatalf("Send = %+v, want delivered", out)
+			}
+			r := consume(t, c, 1)[0]
+			if got := r.Attrs.CompressionType(); got != tt.want {
+				t.Errorf("record batch compression %d, want %d (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)", got, tt.want)
+			}
+			if string(r.Value) != body {
+				t.Errorf("value read back differs from the body sent: %d bytes, want %d", len(r.Value), len(body))
+			}
+		})
+	}
+}
+
 func TestRecordKey(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ body, want string }{
