@@ -570,6 +570,12 @@ type DeliveryStats struct {
 	// they are: their endpoint is disabled, or they wait their turn at an
 	// ordered endpoint.
 	Held int64
+	// OldestDue is since when the longest-waiting claimable delivery has
+	// been due: a pending one's next attempt time, or the expiry of a
+	// processing one's lease. Zero when none is due. Its age is what an
+	// operator alerts on: a queue that drains keeps it young, however
+	// deep the queue is.
+	OldestDue time.Time
 }
 
 // EndpointListParams pages through the endpoints that are not deleted,

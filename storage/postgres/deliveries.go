@@ -49,6 +49,9 @@ func (s *Store) DeliveryList(ctx context.Context, p storage.DeliveryListParams) 
 // claimable at now (the database clock when zero), in one snapshot.
 func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error) {
 	var pending, processing, delivered, failed, due, held int64
+	var oldest *time.Time
+	// The oldest due time is the least of two mins, one per kind of due
+	// row, so each can be read from the end of its index.
 	err := s.pool.QueryRow(ctx, `
 		SELECT
 			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
@@ -58,12 +61,17 @@ func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.Deliv
 			(SELECT count(*) FROM webhook_deliveries
 			 WHERE (state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now()))
 			    OR (state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now()))),
-			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND held)`,
-		dbNow(now)).Scan(&pending, &processing, &delivered, &failed, &due, &held)
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND held),
+			least(
+				(SELECT min(next_attempt_at) FROM webhook_deliveries
+				 WHERE state = 'pending' AND NOT held AND next_attempt_at <= coalesce($1::timestamptz, now())),
+				(SELECT min(claim_expires_at) FROM webhook_deliveries
+				 WHERE state = 'processing' AND claim_expires_at < coalesce($1::timestamptz, now())))`,
+		dbNow(now)).Scan(&pending, &processing, &delivered, &failed, &due, &held, &oldest)
 	if err != nil {
 		return storage.DeliveryStats{}, mapErr("delivery stats", err)
 	}
-	return storage.DeliveryStats{
+	out := storage.DeliveryStats{
 		ByState: map[storage.DeliveryState]int64{
 			storage.StatePending:    pending,
 			storage.StateProcessing: processing,
@@ -72,7 +80,11 @@ func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.Deliv
 		},
 		Due:  due,
 		Held: held,
-	}, nil
+	}
+	if oldest != nil {
+		out.OldestDue = oldest.UTC()
+	}
+	return out, nil
 }
 
 // AttemptList returns the delivery's attempts in number order.

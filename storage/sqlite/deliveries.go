@@ -63,6 +63,7 @@ func (s *Store) DeliveryList(ctx context.Context, p storage.DeliveryListParams) 
 // many are claimable at now (the Go clock when zero), in one snapshot.
 func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.DeliveryStats, error) {
 	var pending, processing, delivered, failed, due, held int64
+	var oldest sql.NullInt64
 	err := s.reader.QueryRowContext(ctx, `
 		SELECT
 			coalesce(sum(state = 'pending'), 0),
@@ -70,13 +71,15 @@ func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.Deliv
 			coalesce(sum(state = 'delivered'), 0),
 			coalesce(sum(state = 'failed'), 0),
 			coalesce(sum(`+claimable+`), 0),
-			coalesce(sum(state = 'pending' AND held = 1), 0)
+			coalesce(sum(state = 'pending' AND held = 1), 0),
+			min(CASE WHEN `+claimable+` THEN
+				CASE state WHEN 'pending' THEN next_attempt_at ELSE claim_expires_at END END)
 		FROM webhook_deliveries`, sql.Named("now", micros(s.now(now)))).
-		Scan(&pending, &processing, &delivered, &failed, &due, &held)
+		Scan(&pending, &processing, &delivered, &failed, &due, &held, &oldest)
 	if err != nil {
 		return storage.DeliveryStats{}, s.mapErr("delivery stats", err)
 	}
-	return storage.DeliveryStats{
+	out := storage.DeliveryStats{
 		ByState: map[storage.DeliveryState]int64{
 			storage.StatePending:    pending,
 			storage.StateProcessing: processing,
@@ -85,7 +88,11 @@ func (s *Store) DeliveryStats(ctx context.Context, now time.Time) (storage.Deliv
 		},
 		Due:  due,
 		Held: held,
-	}, nil
+	}
+	if oldest.Valid {
+		out.OldestDue = fromMicros(oldest.Int64)
+	}
+	return out, nil
 }
 
 // AttemptList returns a delivery's attempts in number order; ErrNotFound when

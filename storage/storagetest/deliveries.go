@@ -127,4 +127,30 @@ func testQueries(t *testing.T, b Backend) {
 			t.Errorf("due after lease expiry = %d, want 3", st.Due)
 		}
 	})
+
+	t.Run("stats say since when the longest-waiting due delivery has been due", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		d := f.delivery()
+		st, err := f.store.DeliveryStats(f.ctx, d.NextAttemptAt.Add(-time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.OldestDue.IsZero() {
+			t.Errorf("oldest due = %s before anything is due, want zero", st.OldestDue)
+		}
+		st, _ = f.store.DeliveryStats(f.ctx, f.at(time.Hour))
+		if !st.OldestDue.Equal(d.NextAttemptAt) {
+			t.Errorf("oldest due = %s, want the pending delivery's next attempt %s", st.OldestDue, d.NextAttemptAt)
+		}
+		c := f.claimOne(f.store, f.now, d.ID)
+		// Claimed under a live lease, nothing is due.
+		if st, _ = f.store.DeliveryStats(f.ctx, f.now); !st.OldestDue.IsZero() {
+			t.Errorf("oldest due = %s under a live lease, want zero", st.OldestDue)
+		}
+		// A lease that ran out is due again since it ran out.
+		if st, _ = f.store.DeliveryStats(f.ctx, f.at(lease+time.Minute)); !st.OldestDue.Equal(*c.Delivery.ClaimExpiresAt) {
+			t.Errorf("oldest due = %s after the lease ran out, want its expiry %s", st.OldestDue, *c.Delivery.ClaimExpiresAt)
+		}
+	})
 }
