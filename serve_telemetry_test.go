@@ -183,6 +183,10 @@ func TestServeTracesAndMetrics(t *testing.T) {
 	if !strings.Contains(metrics, `hymical_attempts_late_total{transport="http"} 0`) {
 		t.Error("/metrics does not show zero late attempts; there was none")
 	}
+	// A server that has sent has every series, the histograms included.
+	t.Run("the shipped alerts and dashboard name only exported metrics", func(t *testing.T) {
+		checkMonitoringConfigs(t, metrics)
+	})
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", metrics)
 	}
@@ -224,6 +228,8 @@ func TestServeMetricsPresentAtZero(t *testing.T) {
 		`hymical_deliveries{state="pending"} 0`,
 		`hymical_deliveries_due 0`,
 		`hymical_plugin_restarts_total{plugin="http"} 0`,
+		`hymical_plugin_up{plugin="http"} 1`,
+		`hymical_deliveries_oldest_due_seconds 0`,
 		`hymical_connections_refused_total{limit="total"} 0`,
 		`hymical_connections_refused_total{limit="address"} 0`,
 		`hymical_connections_evicted_total{limit="total"} 0`,

@@ -523,7 +523,7 @@ func (s *Server) observe() (*telemetry.Metrics, error) {
 		for state, n := range st.ByState {
 			byState[string(state)] = n
 		}
-		return telemetry.DeliveryGauges{ByState: byState, Due: st.Due, Held: st.Held}, nil
+		return telemetry.DeliveryGauges{ByState: byState, Due: st.Due, Held: st.Held, OldestDue: st.OldestDue}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -552,6 +552,16 @@ func (s *Server) observe() (*telemetry.Metrics, error) {
 		out := map[string]int{}
 		for _, p := range s.host.Plugins() {
 			out[p.Name] = p.Restarts
+		}
+		return out
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = telemetry.ObservePluginsUp(mp, func() map[string]bool {
+		out := map[string]bool{}
+		for _, p := range s.host.Plugins() {
+			out[p.Name] = p.Running
 		}
 		return out
 	})

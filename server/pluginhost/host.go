@@ -249,6 +249,9 @@ type PluginInfo struct {
 	// Pinned says whether the config pins the binary's SHA-256.
 	Pinned   bool
 	Restarts int
+	// Running says whether the plugin's process runs now. It only looks:
+	// unlike Up, it starts nothing, so a scrape cannot restart a plugin.
+	Running bool
 }
 
 // Plugins describes the plugins the host runs, sorted by name.
@@ -256,7 +259,10 @@ func (h *Host) Plugins() []PluginInfo {
 	out := make([]PluginInfo, 0, len(h.names))
 	for _, name := range h.names {
 		s := h.slots[name]
-		out = append(out, PluginInfo{Name: name, Path: s.spec.path, Pinned: s.spec.sum != nil, Restarts: h.Restarts(name)})
+		s.mu.Lock()
+		running := s.cur != nil && !s.closed && !s.cur.exited()
+		s.mu.Unlock()
+		out = append(out, PluginInfo{Name: name, Path: s.spec.path, Pinned: s.spec.sum != nil, Restarts: h.Restarts(name), Running: running})
 	}
 	return out
 }

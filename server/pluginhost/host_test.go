@@ -775,3 +775,41 @@ func TestSendOnALostConnectionIsNoRequest(t *testing.T) {
 		t.Fatalf("outcome after the restart = %+v, want delivered by a relaunched plugin", out)
 	}
 }
+
+// TestPluginsSaysWhetherEachRuns is what hymical_plugin_up reads: true
+// while the process runs, false once it died, and looking restarts
+// nothing (the next send or readiness probe does).
+func TestPluginsSaysWhetherEachRuns(t *testing.T) {
+	t.Parallel()
+	h, _ := newHost(t, misbehaveConfig(nil))
+	running := func() bool {
+		t.Helper()
+		ps := h.Plugins()
+		if len(ps) != 1 || ps[0].Name != "misbehave" {
+			t.Fatalf("Plugins = %+v, want misbehave alone", ps)
+		}
+		return ps[0].Running
+	}
+	if !running() {
+		t.Fatal("Running = false for a plugin just started")
+	}
+	before := pid(t, h, "misbehave")
+	if err := syscall.Kill(before, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The process is reaped by the runner's own goroutine: wait for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for running() {
+		if time.Now().After(deadline) {
+			t.Fatal("Running still true 10 s after the plugin was killed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := pid(t, h, "misbehave"); after != before || h.Restarts("misbehave") != 0 {
+		t.Errorf("looking restarted the plugin: process %d, then %d, %d restarts", before, after, h.Restarts("misbehave"))
+	}
+	h.Close()
+	if running() {
+		t.Error("Running = true after Close")
+	}
+}

@@ -173,6 +173,9 @@ func (c *ConnectionCounters) Evicted(limit string) {
 type DeliveryGauges struct {
 	ByState   map[string]int64
 	Due, Held int64
+	// OldestDue is since when the longest-waiting due delivery has been
+	// due; zero when none is.
+	OldestDue time.Time
 }
 
 // DeliveryCounts reads the deliveries in each state, how many are due now
@@ -204,6 +207,11 @@ func ObserveDeliveries(mp metric.MeterProvider, counts DeliveryCounts) (metric.R
 	if err != nil {
 		return nil, instrumentError(MetricDeliveriesHeld, err)
 	}
+	oldest, err := m.Float64ObservableGauge(MetricDeliveriesOldestDue, metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-waiting claimable delivery has been due; 0 when none is."))
+	if err != nil {
+		return nil, instrumentError(MetricDeliveriesOldestDue, err)
+	}
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 		defer cancel()
@@ -216,8 +224,16 @@ func ObserveDeliveries(mp metric.MeterProvider, counts DeliveryCounts) (metric.R
 		}
 		o.ObserveInt64(due, g.Due)
 		o.ObserveInt64(held, g.Held)
+		var age float64
+		if !g.OldestDue.IsZero() {
+			// PostgreSQL's clock says when it became due, this process's
+			// when it is now: a skew between them is clamped at zero
+			// rather than shown as a negative wait.
+			age = max(time.Since(g.OldestDue).Seconds(), 0)
+		}
+		o.ObserveFloat64(oldest, age)
 		return nil
-	}, byState, due, held)
+	}, byState, due, held, oldest)
 }
 
 // ObserveDisabledEndpoints registers the MetricEndpointsDisabled gauge on
@@ -266,4 +282,26 @@ func ObservePluginRestarts(mp metric.MeterProvider, restarts func() map[string]i
 		}
 		return nil
 	}, c)
+}
+
+// ObservePluginsUp registers the MetricPluginUp gauge on mp, read through
+// up, which reports whether each plugin's process is running now.
+func ObservePluginsUp(mp metric.MeterProvider, up func() map[string]bool) (metric.Registration, error) {
+	m := mp.Meter(ScopeName)
+	g, err := m.Int64ObservableGauge(MetricPluginUp,
+		metric.WithDescription("1 while a transport plugin's process runs, 0 while it is down and its deliveries wait."))
+	if err != nil {
+		return nil, instrumentError(MetricPluginUp, err)
+	}
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		us := up()
+		for _, name := range slices.Sorted(maps.Keys(us)) {
+			var v int64
+			if us[name] {
+				v = 1
+			}
+			o.ObserveInt64(g, v, metric.WithAttributes(MetricAttrPlugin.String(name)))
+		}
+		return nil
+	}, g)
 }

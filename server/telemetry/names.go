@@ -112,10 +112,19 @@ const (
 	// MetricPluginRestarts (counter, by MetricAttrPlugin) counts the
 	// restarts of each transport plugin after it crashed, hung or exited.
 	MetricPluginRestarts = "hymical.plugin.restarts"
+	// MetricDeliveriesOldestDue (gauge, seconds) is how long the
+	// longest-waiting claimable delivery has been due, 0 when none is: the
+	// number to alert on when deliveries stop going out, since a deep
+	// queue that drains keeps it small.
+	MetricDeliveriesOldestDue = "hymical.deliveries.oldest_due"
 	// MetricDeliveriesHeld (gauge) counts the pending deliveries that are
 	// not claimable however due: their endpoint is disabled, or they wait
 	// their turn at an ordered endpoint.
 	MetricDeliveriesHeld = "hymical.deliveries.held"
+	// MetricPluginUp (gauge, by MetricAttrPlugin) is 1 while a transport
+	// plugin's process runs and 0 while it is down (crashed and not yet
+	// restarted, or failing to start): its deliveries wait unsent.
+	MetricPluginUp = "hymical.plugin.up"
 	// MetricEndpointsDisabled (gauge, by MetricAttrReason) counts the
 	// disabled endpoints, read when /metrics is scraped.
 	MetricEndpointsDisabled = "hymical.endpoints.disabled"

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -276,7 +278,8 @@ func TestMetricsExposition(t *testing.T) {
 	if _, err := telemetry.ObserveDeliveries(tel.MeterProvider(), func(context.Context) (telemetry.DeliveryGauges, error) {
 		statsMu.Lock()
 		defer statsMu.Unlock()
-		return telemetry.DeliveryGauges{ByState: map[string]int64{"pending": 4, "processing": 1, "delivered": 7, "failed": 2}, Due: 3, Held: 1}, statsErr
+		return telemetry.DeliveryGauges{ByState: map[string]int64{"pending": 4, "processing": 1, "delivered": 7, "failed": 2}, Due: 3, Held: 1,
+			OldestDue: time.Now().Add(-90 * time.Second)}, statsErr
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -293,8 +296,21 @@ func TestMetricsExposition(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if _, err := telemetry.ObservePluginsUp(tel.MeterProvider(), func() map[string]bool { return map[string]bool{"http": true, "nats": false} }); err != nil {
+		t.Fatal(err)
+	}
+
 	body := scrape(t, tel.MetricsHandler())
+	// The oldest due delivery waited 90 s when the test made it, a little
+	// more by the scrape.
+	if m := regexp.MustCompile(`(?m)^hymical_deliveries_oldest_due_seconds ([0-9.e+]+)$`).FindStringSubmatch(body); m == nil {
+		t.Errorf("/metrics lacks hymical_deliveries_oldest_due_seconds")
+	} else if v, err := strconv.ParseFloat(m[1], 64); err != nil || v < 90 || v > 90+60 {
+		t.Errorf("hymical_deliveries_oldest_due_seconds = %s, want about 90", m[1])
+	}
 	for _, want := range []string{
+		`hymical_plugin_up{plugin="http"} 1`,
+		`hymical_plugin_up{plugin="nats"} 0`,
 		`hymical_attempts_total{outcome="delivered",transport="http"} 2`,
 		`hymical_attempts_total{outcome="retryable",transport="http"} 1`,
 		`hymical_attempts_late_total{transport="http"} 1`,
