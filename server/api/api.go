@@ -272,6 +272,7 @@ func (h *handler) routes() {
 
 	h.handle("POST /v1/forms/{form_id}/submissions", ingest, h.createSubmission)
 	h.handle("POST /v1/events", ingest, h.createEvent)
+	h.handle("GET /v1/event-types", admin, h.eventTypes)
 
 	h.handle("POST /v1/endpoints", admin, h.createEndpoint)
 	h.handle("GET /v1/endpoints", admin, h.listEndpoints)
@@ -281,11 +282,13 @@ func (h *handler) routes() {
 	h.handle("POST /v1/endpoints/{id}/disable", admin, h.disableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/enable", admin, h.enableEndpoint)
 	h.handle("POST /v1/endpoints/{id}/rotate-secret", admin, h.rotateSecret)
+	h.handle("POST /v1/endpoints/{id}/test", admin, h.testEndpoint)
 
 	h.handle("GET /v1/deliveries", admin, h.listDeliveries)
 	h.handle("POST /v1/deliveries/replay", admin, h.replayDeliveries)
 	h.handle("GET /v1/deliveries/{id}", admin, h.getDelivery)
 	h.handle("GET /v1/deliveries/{id}/attempts", admin, h.listAttempts)
+	h.handle("GET /v1/deliveries/{id}/payload", admin, h.deliveryPayload)
 	h.handle("POST /v1/deliveries/{id}/replay", admin, h.replayDelivery)
 	h.handle("GET /v1/deliveries/{id}/replays", admin, h.listReplays)
 }

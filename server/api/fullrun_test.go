@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -239,6 +240,9 @@ func TestSubmittedDataArrivesByteForByte(t *testing.T) {
 				data = got.Event.Data
 			}
 			sent := want[r.header.Get("webhook-id")]
+			if stored := f.payload(r.header.Get("webhook-id")); !bytes.Equal(stored, r.body) {
+				t.Errorf("GET …/payload differs from the body that was signed and sent:\n got %s\nsent %s", stored, r.body)
+			}
 			if string(data) != sent {
 				t.Errorf("delivered data differs from what was sent:\n got %s\nsent %s", data, sent)
 			}

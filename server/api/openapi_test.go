@@ -56,10 +56,13 @@ var unexercised = map[string]string{
 	"GET /v1/deliveries/{id} 503":          "a read: only a hung or starved database",
 	"GET /v1/deliveries/{id}/attempts 503": "a read: only a hung or starved database",
 	"GET /v1/deliveries/{id}/replays 503":  "a read: only a hung or starved database",
+	"GET /v1/deliveries/{id}/payload 503":  "a read: only a hung or starved database",
 	// One replay rewrites a small delivery row in place and adds a small
 	// audit row, which fit in pages the tables already have, so a file
 	// out of pages still takes it; a bulk replay of many is exercised.
 	"POST /v1/deliveries/{id}/replay 503": "a small write: fits in pages already there",
+	// A test event is a small event row and one delivery row.
+	"POST /v1/endpoints/{id}/test 503": "a small write: fits in pages already there",
 }
 
 // exempt says why the pair need not be seen, or "" when it must be.
@@ -556,6 +559,33 @@ func (c *contract) exercise(t *testing.T, b backend) {
 	c.do(f, call{route: rotate, token: A, params: one, want: 200})
 	c.do(f, call{route: rotate, token: A, params: one, header: rotKey, want: 409})
 
+	// A test event goes to this endpoint alone; a keyed repeat sends
+	// nothing. (Not to ep: it is ordered now, and the test delivery would
+	// hold its submissions below back.)
+	const test = "POST /v1/endpoints/{id}/test"
+	testKey := map[string]string{"Idempotency-Key": "test-1"}
+	probed := c.do(f, call{route: create, token: A, body: map[string]any{"url": receiver.URL + "/probed", "form_ids": []string{"probed"}}, want: 201}).str("id")
+	tested := c.do(f, call{route: test, token: A, params: map[string]string{"id": probed}, header: testKey, want: 202})
+	if tested.str("endpoint_id") != probed || tested.str("state") != "pending" || tested.header.Get("Location") != "/v1/deliveries/"+tested.str("id") {
+		t.Errorf("a test event answered %s (Location %q), want a pending delivery to %s", tested.raw, tested.header.Get("Location"), probed)
+	}
+	if r := c.do(f, call{route: test, token: A, params: map[string]string{"id": probed}, header: testKey, want: 200}); r.header.Get("Idempotent-Replayed") != "true" || r.str("id") != tested.str("id") {
+		t.Errorf("a repeated keyed test answered %s (Idempotent-Replayed %q), want delivery %s again", r.raw, r.header.Get("Idempotent-Replayed"), tested.str("id"))
+	}
+	c.do(f, call{route: test, token: A, want: 404})
+	c.do(f, call{route: test, token: A, params: one, header: map[string]string{"Idempotency-Key": "has space"}, refused: true, want: 400})
+	c.do(f, call{route: test, token: A, params: one, body: map[string]any{"force": true}, refused: true, want: 400})
+	c.do(f, call{route: test, token: A, params: one, body: big, refused: true, want: 413})
+	c.do(f, call{route: test, token: A, params: one, body: `{}`, contentType: "text/plain", refused: true, want: 415})
+	const payload = "GET /v1/deliveries/{id}/payload"
+	if r := c.do(f, call{route: payload, token: A, params: map[string]string{"id": tested.str("id")}, want: 200}); !strings.Contains(string(r.raw), `"test":true`) {
+		t.Errorf("the test delivery's payload is %s, want the hymical.test body", r.raw)
+	}
+	c.do(f, call{route: payload, token: A, want: 404})
+	if r := c.do(f, call{route: "GET /v1/event-types", token: A, want: 200}); len(r.list("event_types")) == 0 {
+		t.Errorf("the event-type catalog is empty: %s", r.raw)
+	}
+
 	// Ingest.
 	const submit = "POST /v1/forms/{form_id}/submissions"
 	key := map[string]string{"Idempotency-Key": "order-42"}
@@ -741,7 +771,7 @@ func (c *contract) deleteEndpoints(t *testing.T, f *fixture, receiverURL, keyed 
 	c.do(f, call{route: del, token: A, params: one, want: 410})
 	c.do(f, call{route: "GET /v1/endpoints/{id}", token: A, params: one, want: 410})
 	c.do(f, call{route: "PATCH /v1/endpoints/{id}", token: A, params: one, body: map[string]any{"description": "back"}, want: 410})
-	for _, action := range []string{"disable", "enable", "rotate-secret"} {
+	for _, action := range []string{"disable", "enable", "rotate-secret", "test"} {
 		c.do(f, call{route: "POST /v1/endpoints/{id}/" + action, token: A, params: one, want: 410})
 	}
 	c.do(f, call{route: "POST /v1/deliveries/{id}/replay", token: A, params: map[string]string{"id": d.ID}, want: 410})

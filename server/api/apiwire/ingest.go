@@ -27,3 +27,18 @@ type EventRequest struct {
 type Status struct {
 	Status string `json:"status"`
 }
+
+// EventType is one entry of GET /v1/event-types: a type the server
+// itself emits, what it means, and a body of that type as receivers get
+// it.
+type EventType struct {
+	Type        string          `json:"type"`
+	Description string          `json:"description"`
+	Example     json.RawMessage `json:"example"`
+}
+
+// EventTypeList answers GET /v1/event-types. Types a caller posts through
+// POST /v1/events are the caller's own and are not listed.
+type EventTypeList struct {
+	EventTypes []EventType `json:"event_types"`
+}
