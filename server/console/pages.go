@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hymical/hymical/sdk/boundtext"
 	"github.com/hymical/hymical/sdk/redact"
@@ -352,6 +353,28 @@ type deliveryData struct {
 	Attempts []attemptRow
 	Replays  []storage.Replay
 	Terminal bool
+	// Payload is the body the delivery's requests carry, as signed, up
+	// to maxPayloadShown bytes; PayloadCut counts the bytes left out.
+	Payload    string
+	PayloadCut int
+}
+
+// maxPayloadShown bounds the body a delivery's page shows: a payload may
+// be as large as the API's body limit, and a page that size helps nobody
+// read it. GET /v1/deliveries/{id}/payload gives it whole.
+const maxPayloadShown = 64 << 10
+
+// shownPayload is p cut to at most limit bytes, on a character boundary so
+// the page shows no broken character, and how many bytes were cut.
+func shownPayload(p []byte, limit int) (string, int) {
+	if len(p) <= limit {
+		return string(p), 0
+	}
+	n := limit
+	for n > 0 && !utf8.RuneStart(p[n]) {
+		n--
+	}
+	return string(p[:n]), len(p) - n
 }
 
 // GET /console/deliveries/{id}
@@ -369,6 +392,7 @@ func (h *handler) delivery(w http.ResponseWriter, r *http.Request, a authResult)
 	if data.Event, err = h.store.EventGet(ctx, d.EventID); err != nil {
 		return storeError(err, "event of "+deliveryName(id))
 	}
+	data.Payload, data.PayloadCut = shownPayload(data.Event.Payload, maxPayloadShown)
 	switch e, err := h.store.EndpointGet(ctx, d.EndpointID); {
 	case err == nil:
 		row := viewEndpoint(e, h.now())

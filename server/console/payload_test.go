@@ -1,0 +1,66 @@
+package console_test
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hymical/hymical/server/event"
+)
+
+// TestDeliveryPageShowsTheBodySent shows a delivery's signed body on its
+// page, escaped, and a body past 64 KiB cut with a note of how much was
+// left out and where to read it whole.
+func TestDeliveryPageShowsTheBodySent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		data    string
+		want    []string
+		unwant  []string
+		cutNote bool
+	}{
+		{
+			name:   "a small body whole and escaped",
+			data:   `{"comment":"<script>alert(1)</script>","n":1}`,
+			want:   []string{`{&#34;comment&#34;:&#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;,&#34;n&#34;:1}`, "Response bodies are never stored"},
+			unwant: []string{"<script>alert(1)", `id="payload-cut"`},
+		},
+		{
+			name:    "a large body cut on a character boundary",
+			data:    `{"pad":"` + strings.Repeat("é", 40<<10) + `"}`,
+			want:    []string{`&#34;pad&#34;:&#34;éé`, `id="payload-cut"`, "/v1/deliveries/"},
+			unwant:  []string{`éé&#34;}`},
+			cutNote: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, nil)
+			f.endpoint("contact", "CRM")
+			ev, err := event.Submission("contact", []byte(tc.data), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := f.store.EventCreate(t.Context(), ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := f.get(f.login("alice"), "/console/deliveries/"+res.Deliveries[0].ID).must(t, http.StatusOK)
+			p.contains(t, tc.want...).lacks(t, tc.unwant...)
+			if !utf8.ValidString(p.body) {
+				t.Error("the page is not valid UTF-8: the body was cut inside a character")
+			}
+			if tc.cutNote {
+				cut := len(ev.Payload) - 64<<10
+				// The cut may step back up to one character's bytes.
+				if !strings.Contains(p.body, "The last ") || !(strings.Contains(p.body, "The last "+strconv.Itoa(cut)+" bytes") || strings.Contains(p.body, "The last "+strconv.Itoa(cut+1)+" bytes")) {
+					t.Errorf("the page does not say %d (or %d) bytes were cut", cut, cut+1)
+				}
+			}
+		})
+	}
+}
