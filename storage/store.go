@@ -862,6 +862,11 @@ type Deliveries interface {
 	DeliveryStats(ctx context.Context, now time.Time) (DeliveryStats, error)
 	// AttemptList returns a delivery's attempts in number order.
 	AttemptList(ctx context.Context, deliveryID string) ([]Attempt, error)
+	// AttemptLatest returns, for each of deliveryIDs that has attempts, its
+	// attempt of the highest number, keyed by delivery id; a delivery
+	// with none, or that does not exist, is left out. One read serves a
+	// whole page of a list.
+	AttemptLatest(ctx context.Context, deliveryIDs []string) (map[string]Attempt, error)
 	// ReplayList returns a delivery's replay audit records, oldest first.
 	ReplayList(ctx context.Context, deliveryID string) ([]Replay, error)
 }

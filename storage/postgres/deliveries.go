@@ -105,6 +105,30 @@ func (s *Store) AttemptList(ctx context.Context, deliveryID string) ([]storage.A
 	return out, nil
 }
 
+// AttemptLatest returns each given delivery's attempt of the highest
+// number, in one read through the (delivery_id, number) key.
+func (s *Store) AttemptLatest(ctx context.Context, deliveryIDs []string) (map[string]storage.Attempt, error) {
+	const op = "latest attempts"
+	out := map[string]storage.Attempt{}
+	if len(deliveryIDs) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (a.delivery_id) `+attemptColumns+`
+		FROM webhook_delivery_attempts AS a WHERE a.delivery_id = ANY($1)
+		ORDER BY a.delivery_id, a.number DESC`, deliveryIDs)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	as, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Attempt, error) { return scanAttempt(r) })
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	for _, a := range as {
+		out[a.DeliveryID] = a
+	}
+	return out, nil
+}
+
 // ReplayList returns the delivery's replay audit records, oldest first.
 func (s *Store) ReplayList(ctx context.Context, deliveryID string) ([]storage.Replay, error) {
 	const op = "replay list"

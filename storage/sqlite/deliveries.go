@@ -108,31 +108,77 @@ func (s *Store) AttemptList(ctx context.Context, deliveryID string) ([]storage.A
 		if !exists {
 			return storage.ErrNotFound
 		}
-		rows, err := tx.QueryContext(ctx, `
-			SELECT delivery_id, number, outcome, http_status, error, late, started_at, finished_at, trace_id
+		rows, err := tx.QueryContext(ctx, `SELECT `+attemptColumns+`
 			FROM webhook_delivery_attempts WHERE delivery_id = ? ORDER BY number`, deliveryID)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var (
-				a                 storage.Attempt
-				outcome           string
-				status            sql.NullInt64
-				late              int64
-				started, finished int64
-			)
-			if err := rows.Scan(&a.DeliveryID, &a.Number, &outcome, &status, &a.Error, &late,
-				&started, &finished, &a.TraceID); err != nil {
+			a, err := scanAttempt(rows)
+			if err != nil {
 				return err
 			}
-			a.Outcome = storage.OutcomeKind(outcome)
-			a.HTTPStatus = int(status.Int64)
-			a.Late = late != 0
-			a.StartedAt = fromMicros(started)
-			a.FinishedAt = fromMicros(finished)
 			out = append(out, a)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// attemptColumns are what scanAttempt reads, in its order.
+const attemptColumns = `delivery_id, number, outcome, http_status, error, late, started_at, finished_at, trace_id`
+
+// scanAttempt reads one row of attemptColumns.
+func scanAttempt(rows *sql.Rows) (storage.Attempt, error) {
+	var (
+		a                 storage.Attempt
+		outcome           string
+		status            sql.NullInt64
+		late              int64
+		started, finished int64
+	)
+	if err := rows.Scan(&a.DeliveryID, &a.Number, &outcome, &status, &a.Error, &late,
+		&started, &finished, &a.TraceID); err != nil {
+		return a, err
+	}
+	a.Outcome = storage.OutcomeKind(outcome)
+	a.HTTPStatus = int(status.Int64)
+	a.Late = late != 0
+	a.StartedAt = fromMicros(started)
+	a.FinishedAt = fromMicros(finished)
+	return a, nil
+}
+
+// AttemptLatest returns each given delivery's attempt of the highest
+// number, in one read: the ids go in as one JSON array, and each
+// delivery's last attempt is found through the (delivery_id, number) key.
+func (s *Store) AttemptLatest(ctx context.Context, deliveryIDs []string) (map[string]storage.Attempt, error) {
+	out := map[string]storage.Attempt{}
+	if len(deliveryIDs) == 0 {
+		return out, nil
+	}
+	ids, err := json.Marshal(deliveryIDs)
+	if err != nil {
+		return nil, err
+	}
+	err = s.read(ctx, "latest attempts", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+attemptColumns+` FROM webhook_delivery_attempts AS a
+			WHERE a.delivery_id IN (SELECT value FROM json_each(?))
+			AND a.number = (SELECT MAX(b.number) FROM webhook_delivery_attempts AS b WHERE b.delivery_id = a.delivery_id)`, string(ids))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			a, err := scanAttempt(rows)
+			if err != nil {
+				return err
+			}
+			out[a.DeliveryID] = a
 		}
 		return rows.Err()
 	})

@@ -107,6 +107,7 @@ func testAway(t *testing.T, b Backend) {
 		}},
 		{"DeliveryStats", func(ctx context.Context) error { _, err := s.DeliveryStats(ctx, f.now); return err }},
 		{"AttemptList", func(ctx context.Context) error { _, err := s.AttemptList(ctx, d.ID); return err }},
+		{"AttemptLatest", func(ctx context.Context) error { _, err := s.AttemptLatest(ctx, []string{d.ID}); return err }},
 		{"ReplayList", func(ctx context.Context) error { _, err := s.ReplayList(ctx, d.ID); return err }},
 		{"DeliveryReplay", func(ctx context.Context) error {
 			_, err := s.DeliveryReplay(ctx, storage.DeliveryReplayParams{DeliveryID: d.ID, Actor: "test", Idempotency: key("replay")})

@@ -96,6 +96,44 @@ func testQueries(t *testing.T, b Backend) {
 		}
 	})
 
+	t.Run("latest attempt of each delivery in one read, none for the untried", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		f.endpoint()
+		f.endpoint()
+		res := f.event("form_1")
+		tried, once, untried := res.Deliveries[0], res.Deliveries[1], f.event("form_1").Deliveries[0]
+		for _, c := range f.claim(f.store, f.now, 10) {
+			switch c.Delivery.ID {
+			case tried.ID:
+				f.complete(f.store, c, storage.OutcomeRetryable, f.now, 5)
+			case once.ID:
+				f.complete(f.store, c, storage.OutcomePermanent, f.now, 5)
+			}
+		}
+		f.complete(f.store, f.claimOne(f.store, f.at(20*time.Second), tried.ID), storage.OutcomeDelivered, f.at(20*time.Second), 5)
+
+		got, err := f.store.AttemptLatest(f.ctx, []string{tried.ID, once.ID, untried.ID, "dlv_missing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 {
+			t.Fatalf("AttemptLatest answered %d deliveries, want the 2 with attempts: %+v", len(got), got)
+		}
+		for id, want := range map[string]struct {
+			number  int
+			outcome storage.OutcomeKind
+		}{tried.ID: {2, storage.OutcomeDelivered}, once.ID: {1, storage.OutcomePermanent}} {
+			a, ok := got[id]
+			if !ok || a.DeliveryID != id || a.Number != want.number || a.Outcome != want.outcome || a.Error != errorFor(want.outcome) {
+				t.Errorf("latest attempt of %s = %+v (present %v), want number %d, %s", id, a, ok, want.number, want.outcome)
+			}
+		}
+		if none, err := f.store.AttemptLatest(f.ctx, nil); err != nil || none == nil || len(none) != 0 {
+			t.Errorf("AttemptLatest of no ids = %v, %v; want an empty map", none, err)
+		}
+	})
+
 	t.Run("stats count every state and the due queue", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
