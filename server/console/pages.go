@@ -230,6 +230,25 @@ type deliveryRow struct {
 	CompletedAt                            *time.Time
 	NextAttemptAt                          time.Time
 	ClaimExpiresAt                         *time.Time
+	// LastError is why the delivery last fell short: why its last claim
+	// sent nothing, or else its latest attempt's error; masked and cut
+	// to maxLastErrorShown. Its page has the whole text.
+	LastError string
+}
+
+// maxLastErrorShown bounds the error a list shows per row, so one
+// plugin's long message does not widen the whole table.
+const maxLastErrorShown = 160
+
+// lastError is the text of a delivery's last-error column: the unsent
+// reason when there is one (an attempt would have cleared it, so it is
+// the newer), or else the latest attempt's error, masked and bounded.
+func lastError(unsent string, latest storage.Attempt) string {
+	msg := unsent
+	if msg == "" {
+		msg = latest.Error
+	}
+	return boundtext.Bound(redact.Text(msg), maxLastErrorShown)
 }
 
 type endpointOption struct {
@@ -318,6 +337,9 @@ func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResul
 			ClaimExpiresAt: d.ClaimExpiresAt,
 		})
 	}
+	if err := h.fillLastErrors(ctx, data.Rows, ds); err != nil {
+		return err
+	}
 	if cursor != "" {
 		data.FirstURL = withLimit(deliveriesURL(form, ""), limit)
 	}
@@ -375,6 +397,26 @@ func shownPayload(p []byte, limit int) (string, int) {
 		n--
 	}
 	return string(p[:n]), len(p) - n
+}
+
+// fillLastErrors sets each row's LastError from ds, the deliveries the
+// rows show (and perhaps one more), reading the latest attempts of the
+// page in one read.
+func (h *handler) fillLastErrors(ctx context.Context, rows []deliveryRow, ds []storage.Delivery) error {
+	var tried []string
+	for _, d := range ds[:len(rows)] {
+		if d.Attempts > 0 && d.UnsentReason == "" {
+			tried = append(tried, d.ID)
+		}
+	}
+	latest, err := h.store.AttemptLatest(ctx, tried)
+	if err != nil {
+		return storeError(err, "the deliveries' latest attempts")
+	}
+	for i := range rows {
+		rows[i].LastError = lastError(ds[i].UnsentReason, latest[ds[i].ID])
+	}
+	return nil
 }
 
 // GET /console/deliveries/{id}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hymical/hymical/server/event"
+	"github.com/hymical/hymical/storage"
 )
 
 // TestDeliveryPageShowsTheBodySent shows a delivery's signed body on its
@@ -63,4 +64,35 @@ func TestDeliveryPageShowsTheBodySent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDeliveriesListShowsTheLastError gives each row of the deliveries
+// list why it last fell short: the latest attempt's error, or why its
+// last claim sent nothing; escaped, URL secrets masked, long text cut.
+func TestDeliveriesListShowsTheLastError(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.endpoint("contact", "CRM")
+	ids := f.submit("contact", 4)
+	failed, long, delivered, unsent := ids[0], ids[1], ids[2], ids[3]
+	f.settle(map[string]outcome{
+		failed:    {kind: storage.OutcomePermanent, status: 422, err: `receiver said <b>no</b> at https://hooks.example.com/?token=hunter2`},
+		long:      {kind: storage.OutcomePermanent, status: 500, err: "boom " + strings.Repeat("x", 400) + " TAIL"},
+		delivered: {kind: storage.OutcomeDelivered, status: 200},
+	})
+	claims, err := f.store.DeliveryClaim(t.Context(), storage.DeliveryClaimParams{Limit: 10, Lease: time.Minute})
+	if err != nil || len(claims) != 1 || claims[0].Delivery.ID != unsent {
+		t.Fatalf("claim of the undelivered one: %v, %v", claims, err)
+	}
+	if _, err := f.store.DeliveryRelease(t.Context(), storage.DeliveryReleaseParams{DeliveryID: unsent, Token: claims[0].Token,
+		Reason: `transport plugin "http" is not running`}); err != nil {
+		t.Fatal(err)
+	}
+	p := f.get(f.login("alice"), "/console/deliveries").must(t, http.StatusOK)
+	p.contains(t, `<th scope="col">Last error</th>`,
+		`receiver said &lt;b&gt;no&lt;/b&gt; at https://hooks.example.com/?token=`,
+		"boom xxx",
+		`transport plugin &#34;http&#34; is not running`,
+		`<td class="err">—</td>`,
+	).lacks(t, "hunter2", "<b>no</b>", "x TAIL")
 }
