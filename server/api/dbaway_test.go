@@ -151,10 +151,12 @@ func TestADatabaseAwayAnswers503AndLosesNothing(t *testing.T) {
 			{method: "POST", path: "/v1/endpoints/" + endpointID + "/disable", token: adminToken},
 			{method: "POST", path: "/v1/endpoints/" + endpointID + "/enable", token: adminToken},
 			{method: "POST", path: "/v1/endpoints/" + endpointID + "/rotate-secret", token: adminToken},
+			{method: "POST", path: "/v1/endpoints/" + endpointID + "/test", token: adminToken},
 			{method: "GET", path: "/v1/deliveries", token: adminToken},
 			{method: "POST", path: "/v1/deliveries/replay", token: adminToken, body: map[string]any{"state": "failed"}},
 			{method: "GET", path: dlv, token: adminToken},
 			{method: "GET", path: dlv + "/attempts", token: adminToken},
+			{method: "GET", path: dlv + "/payload", token: adminToken},
 			{method: "POST", path: dlv + "/replay", token: adminToken},
 			{method: "GET", path: dlv + "/replays", token: adminToken},
 		} {
