@@ -350,6 +350,9 @@ func (e Endpoint) Validate() error {
 			return fmt.Errorf("%w: endpoint retry delay %d is %s, want at least 1ms", ErrInvalid, i+1, d)
 		}
 	}
+	if err := validateHeaders(e.Headers); err != nil {
+		return err
+	}
 	if e.DisabledAt != nil && e.DisabledReason != "" && !e.DisabledReason.Valid() {
 		return fmt.Errorf("%w: endpoint disabled reason %q is not %s, %s or %s", ErrInvalid, e.DisabledReason,
 			DisabledByOperator, DisabledGone, DisabledFailing)

@@ -44,3 +44,27 @@ func TestSecretNeverPrintsItsValue(t *testing.T) {
 		})
 	}
 }
+
+func TestHeaderNeverPrintsItsValue(t *testing.T) {
+	t.Parallel()
+	const value = "Bearer tok-9d2e1f"
+	h := storage.NewHeader("Authorization", value)
+	js, err := json.Marshal(struct{ H []storage.Header }{[]storage.Header{h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged, text bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("x", "header", h, "headers", []storage.Header{h})
+	slog.New(slog.NewTextHandler(&text, nil)).Info("x", "header", h, "headers", []storage.Header{h})
+	for _, out := range []string{h.String(), fmt.Sprintf("%v %+v %s %q %#v", h, h, h, h, h), string(js), logged.String(), text.String()} {
+		if strings.Contains(out, "tok-9d2e1f") {
+			t.Errorf("%q holds the header's value", out)
+		}
+		if !strings.Contains(out, "Authorization") {
+			t.Errorf("%q does not name the header", out)
+		}
+	}
+	if h.Reveal() != value {
+		t.Errorf("Reveal = %q, want the value", h.Reveal())
+	}
+}

@@ -189,8 +189,11 @@ type Endpoint struct {
 	// server's; its length plus one is the retry allowance. Empty means the
 	// server's schedule.
 	RetrySchedule []time.Duration
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// Headers are sent with every attempt, after the signature headers,
+	// in this order. Their values are sealed at rest like Secrets.
+	Headers   []Header
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// DeletedAt, when set, is when the endpoint was deleted (EndpointDelete).
 	// Only EndpointGet returns a deleted endpoint; writes of the field
 	// through EndpointCreate or EndpointUpdate are ignored.

@@ -22,21 +22,38 @@ func (s *Store) insertEndpoint(ctx context.Context, q queryRower, e storage.Endp
 		e.ID = storage.NewID("ep")
 	}
 	e = normalizeEndpoint(e)
-	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
+	sealed, err := s.seal(e)
 	if err != nil {
-		return storage.Endpoint{}, fmt.Errorf("encode secrets: %w", err)
+		return storage.Endpoint{}, err
 	}
 	return scanEndpoint(q.QueryRow(ctx, `
 		INSERT INTO webhook_endpoints (id, transport, url, config, event_types, form_ids, secrets,
 			description, disabled_at, created_at, updated_at, disabled_reason, rate_limit, rate_burst,
-			max_in_flight, ordered, retry_schedule)
+			max_in_flight, ordered, retry_schedule, headers)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
 			coalesce($10::timestamptz, now()), coalesce($11::timestamptz, $10::timestamptz, now()),
-			$12, $13, $14, $15, $16, $17)
+			$12, $13, $14, $15, $16, $17, $18)
 		RETURNING `+endpointColumns,
-		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
+		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, sealed.secrets,
 		e.Description, e.DisabledAt, dbNow(e.CreatedAt), dbNow(e.UpdatedAt), e.DisabledReason,
-		e.RateLimit, e.RateBurst, e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule)), s.secrets)
+		e.RateLimit, e.RateBurst, e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule),
+		sealed.headers), s.secrets)
+}
+
+// sealedColumns are an endpoint's columns that hold credentials, in their
+// column encoding: sealed when the store has a box.
+type sealedColumns struct{ secrets, headers string }
+
+func (s *Store) seal(e storage.Endpoint) (sealedColumns, error) {
+	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
+	if err != nil {
+		return sealedColumns{}, fmt.Errorf("encode secrets: %w", err)
+	}
+	headers, err := s.secrets.EncodeHeaders(e.ID, e.Headers)
+	if err != nil {
+		return sealedColumns{}, fmt.Errorf("encode custom headers: %w", err)
+	}
+	return sealedColumns{secrets: secrets, headers: headers}, nil
 }
 
 // errKeyTaken rolls back a keyed create that found its key already held.
@@ -113,9 +130,9 @@ func (s *Store) EndpointRotate(ctx context.Context, p storage.EndpointRotatePara
 		return storage.EndpointRotateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	e := normalizeEndpoint(p.Endpoint)
-	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
+	secrets, err := s.seal(e)
 	if err != nil {
-		return storage.EndpointRotateResult{}, fmt.Errorf("postgres: %s: encode secrets: %w", op, err)
+		return storage.EndpointRotateResult{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	var readAt *time.Time
 	if !e.UpdatedAt.IsZero() {
@@ -346,9 +363,9 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	e = normalizeEndpoint(e)
-	secrets, err := s.secrets.Encode(e.ID, e.Secrets)
+	secrets, err := s.seal(e)
 	if err != nil {
-		return storage.Endpoint{}, fmt.Errorf("postgres: %s: encode secrets: %w", op, err)
+		return storage.Endpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	var readAt *time.Time
 	if !e.UpdatedAt.IsZero() {
@@ -374,7 +391,7 @@ func (s *Store) EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage
 // secrets encoded, on the condition that the endpoint is still at readAt
 // when that is set (else pgx.ErrNoRows). It reports whether holds were let
 // go.
-func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoint, secrets string, readAt *time.Time) (storage.Endpoint, bool, error) {
+func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoint, sealed sealedColumns, readAt *time.Time) (storage.Endpoint, bool, error) {
 	// Whether a new or replayed delivery is held follows the endpoint's
 	// controls, read by the transaction that makes it pending under the
 	// fan-out lock, held shared. Held exclusive here, so no such
@@ -419,12 +436,12 @@ func (s *Store) updateEndpoint(ctx context.Context, tx pgx.Tx, e storage.Endpoin
 			description = $8, disabled_at = $9,
 			updated_at = greatest(now(), updated_at + interval '1 microsecond'),
 			disabled_reason = $11, rate_limit = $12, rate_burst = $13, max_in_flight = $14,
-			ordered = $15, retry_schedule = $16
+			ordered = $15, retry_schedule = $16, headers = $17
 		WHERE id = $1 AND ($10::timestamptz IS NULL OR updated_at = $10)
 		RETURNING `+endpointColumns,
-		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, secrets,
+		e.ID, e.Transport, e.URL, e.Config, e.EventTypes, e.FormIDs, sealed.secrets,
 		e.Description, e.DisabledAt, readAt, e.DisabledReason, e.RateLimit, e.RateBurst,
-		e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule)), s.secrets)
+		e.MaxInFlight, e.Ordered, storage.EncodeRetrySchedule(e.RetrySchedule), sealed.headers), s.secrets)
 	if err != nil {
 		return storage.Endpoint{}, false, err
 	}
@@ -463,26 +480,26 @@ func (s *Store) updateError(ctx context.Context, op string, err error, id string
 
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
 	disabled_at, created_at, updated_at, disabled_reason, failing_since, rate_limit, rate_burst,
-	max_in_flight, ordered, retry_schedule, deleted_at`
+	max_in_flight, ordered, retry_schedule, deleted_at, headers`
 
 // epEndpointColumns is endpointColumns read through the alias ep, for
 // queries that read an endpoint beside other tables.
 const epEndpointColumns = `ep.id, ep.transport, ep.url, ep.config, ep.event_types, ep.form_ids,
 	ep.secrets, ep.description, ep.disabled_at, ep.created_at, ep.updated_at, ep.disabled_reason,
 	ep.failing_since, ep.rate_limit, ep.rate_burst, ep.max_in_flight, ep.ordered, ep.retry_schedule,
-	ep.deleted_at`
+	ep.deleted_at, ep.headers`
 
 // endpointScan holds the columns that need converting after the scan.
 type endpointScan struct {
-	e                      storage.Endpoint
-	secrets, retrySchedule string
+	e                               storage.Endpoint
+	secrets, retrySchedule, headers string
 }
 
 func (s *endpointScan) dest() []any {
 	e := &s.e
 	return []any{&e.ID, &e.Transport, &e.URL, &e.Config, &e.EventTypes, &e.FormIDs, &s.secrets,
 		&e.Description, &e.DisabledAt, &e.CreatedAt, &e.UpdatedAt, &e.DisabledReason, &e.FailingSince,
-		&e.RateLimit, &e.RateBurst, &e.MaxInFlight, &e.Ordered, &s.retrySchedule, &e.DeletedAt}
+		&e.RateLimit, &e.RateBurst, &e.MaxInFlight, &e.Ordered, &s.retrySchedule, &e.DeletedAt, &s.headers}
 }
 
 // endpoint is the scanned endpoint, its secrets opened by codec.
@@ -491,6 +508,9 @@ func (s *endpointScan) endpoint(codec storage.SecretsCodec) (storage.Endpoint, e
 	var err error
 	// The codec's errors name the endpoint and never carry a secret.
 	if e.Secrets, err = codec.Decode(e.ID, s.secrets); err != nil {
+		return storage.Endpoint{}, err
+	}
+	if e.Headers, err = codec.DecodeHeaders(e.ID, s.headers); err != nil {
 		return storage.Endpoint{}, err
 	}
 	if e.RetrySchedule, err = storage.DecodeRetrySchedule(s.retrySchedule); err != nil {

@@ -69,14 +69,14 @@ func (s *Store) SecretsEncrypt(ctx context.Context, to *secretbox.Box) (storage.
 			ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id, changed_at = excluded.changed_at`, to.KeyID()); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id, secrets FROM webhook_endpoints ORDER BY id`)
+		rows, err := tx.Query(ctx, `SELECT id, secrets, headers FROM webhook_endpoints ORDER BY id`)
 		if err != nil {
 			return err
 		}
-		type row struct{ id, secrets string }
+		type row struct{ id, secrets, headers string }
 		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row
-			err := r.Scan(&x.id, &x.secrets)
+			err := r.Scan(&x.id, &x.secrets, &x.headers)
 			return x, err
 		})
 		if err != nil {
@@ -87,7 +87,13 @@ func (s *Store) SecretsEncrypt(ctx context.Context, to *secretbox.Box) (storage.
 			if err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET secrets = $1 WHERE id = $2`, sealed, r.id); err != nil {
+			// Custom headers may be credentials too: they move to the
+			// new key with the secrets, in the same transaction.
+			headers, err := from.ResealHeaders(r.id, r.headers, to)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET secrets = $1, headers = $2 WHERE id = $3`, sealed, headers, r.id); err != nil {
 				return err
 			}
 		}

@@ -13,11 +13,11 @@ import (
 
 const endpointColumns = `id, transport, url, config, event_types, form_ids, secrets, description,
 	disabled_at, created_at, updated_at, disabled_reason, failing_since, rate_limit, rate_burst,
-	max_in_flight, ordered, retry_schedule, deleted_at`
+	max_in_flight, ordered, retry_schedule, deleted_at, headers`
 
 // endpointRow is an endpoint in its column encoding.
 type endpointRow struct {
-	config, eventTypes, formIDs, secrets, retrySchedule string
+	config, eventTypes, formIDs, secrets, retrySchedule, headers string
 }
 
 // EndpointCreate inserts the endpoint. ID defaults to a new "ep" id,
@@ -354,8 +354,12 @@ func encodeEndpoint(e storage.Endpoint, codec storage.SecretsCodec) (endpointRow
 	if err != nil {
 		return endpointRow{}, fmt.Errorf("encode endpoint secrets: %w", err)
 	}
+	headers, err := codec.EncodeHeaders(e.ID, e.Headers)
+	if err != nil {
+		return endpointRow{}, fmt.Errorf("encode endpoint custom headers: %w", err)
+	}
 	return endpointRow{config: string(cfg), eventTypes: jsonList(types), formIDs: jsonList(forms), secrets: enc,
-		retrySchedule: storage.EncodeRetrySchedule(e.RetrySchedule)}, nil
+		retrySchedule: storage.EncodeRetrySchedule(e.RetrySchedule), headers: headers}, nil
 }
 
 func normTime(t *time.Time) *time.Time {
@@ -369,11 +373,11 @@ func normTime(t *time.Time) *time.Time {
 func (s *Store) insertEndpoint(ctx context.Context, tx *sql.Tx, e storage.Endpoint, row endpointRow) (storage.Endpoint, error) {
 	return scanEndpoint(tx.QueryRowContext(ctx, `
 		INSERT INTO webhook_endpoints (`+endpointColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, NULL, ?)
 		RETURNING `+endpointColumns,
 		e.ID, e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets, e.Description,
 		nullMicros(e.DisabledAt), micros(e.CreatedAt), micros(e.UpdatedAt), e.DisabledReason,
-		e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule), s.secrets)
+		e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule, row.headers), s.secrets)
 }
 
 // scanEndpoint reads one endpoint, its secrets opened by codec.
@@ -388,7 +392,7 @@ func scanEndpoint(r rowScanner, codec storage.SecretsCodec) (storage.Endpoint, e
 	)
 	if err := r.Scan(&e.ID, &e.Transport, &e.URL, &row.config, &row.eventTypes, &row.formIDs, &row.secrets,
 		&e.Description, &disabled, &created, &updated, &e.DisabledReason, &failing, &e.RateLimit, &e.RateBurst,
-		&e.MaxInFlight, &ordered, &row.retrySchedule, &deleted); err != nil {
+		&e.MaxInFlight, &ordered, &row.retrySchedule, &deleted, &row.headers); err != nil {
 		return storage.Endpoint{}, err
 	}
 	e.Ordered = ordered != 0
@@ -416,6 +420,9 @@ func scanEndpoint(r rowScanner, codec storage.SecretsCodec) (storage.Endpoint, e
 		secrets[i] = storage.NewSecret(sec.Reveal(), normTime(sec.ExpiresAt))
 	}
 	e.Secrets = secrets
+	if e.Headers, err = codec.DecodeHeaders(e.ID, row.headers); err != nil {
+		return storage.Endpoint{}, err
+	}
 	// JSON null (or a hand-edited row) must not hand callers a nil.
 	if e.Config == nil {
 		e.Config = map[string]string{}
@@ -448,13 +455,13 @@ func (s *Store) updateEndpoint(ctx context.Context, tx *sql.Tx, e storage.Endpoi
 		SET transport = ?, url = ?, config = ?, event_types = ?, form_ids = ?, secrets = ?,
 			description = ?, disabled_at = ?, updated_at = max(?, updated_at + 1),
 			disabled_reason = ?, rate_limit = ?, rate_burst = ?, max_in_flight = ?, ordered = ?,
-			retry_schedule = ?
+			retry_schedule = ?, headers = ?
 		WHERE id = ? AND deleted_at IS NULL AND (? IS NULL OR updated_at = ?)
 		RETURNING `+endpointColumns,
 		e.Transport, e.URL, row.config, row.eventTypes, row.formIDs, row.secrets,
 		e.Description, nullMicros(e.DisabledAt), micros(s.now(time.Time{})),
 		e.DisabledReason, e.RateLimit, e.RateBurst, e.MaxInFlight, boolInt(e.Ordered), row.retrySchedule,
-		e.ID, readAt, readAt), s.secrets)
+		row.headers, e.ID, readAt, readAt), s.secrets)
 	if err == nil {
 		was := before[e.ID]
 		after := endpointControl{disabled: out.DisabledAt != nil, ordered: out.Ordered}

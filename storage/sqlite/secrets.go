@@ -53,15 +53,15 @@ func (s *Store) SecretsEncrypt(ctx context.Context, to *secretbox.Box) (storage.
 		if err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, secrets FROM webhook_endpoints ORDER BY id`)
+		rows, err := tx.QueryContext(ctx, `SELECT id, secrets, headers FROM webhook_endpoints ORDER BY id`)
 		if err != nil {
 			return err
 		}
-		type row struct{ id, secrets string }
+		type row struct{ id, secrets, headers string }
 		var all []row
 		for rows.Next() {
 			var r row
-			if err := rows.Scan(&r.id, &r.secrets); err != nil {
+			if err := rows.Scan(&r.id, &r.secrets, &r.headers); err != nil {
 				rows.Close()
 				return err
 			}
@@ -83,7 +83,13 @@ func (s *Store) SecretsEncrypt(ctx context.Context, to *secretbox.Box) (storage.
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET secrets = ? WHERE id = ?`, sealed, r.id); err != nil {
+			// Custom headers may be credentials too: they move to the
+			// new key with the secrets, in the same transaction.
+			headers, err := from.ResealHeaders(r.id, r.headers, to)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET secrets = ?, headers = ? WHERE id = ?`, sealed, headers, r.id); err != nil {
 				return err
 			}
 		}

@@ -35,6 +35,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ShareRule", func(t *testing.T) { t.Parallel(); testShareRule(t, b) })
 	t.Run("QueueHeads", func(t *testing.T) { t.Parallel(); testQueueHeads(t, b) })
 	t.Run("Secrets", func(t *testing.T) { t.Parallel(); testSecrets(t, b) })
+	t.Run("Headers", func(t *testing.T) { t.Parallel(); testHeaders(t, b) })
 	t.Run("Wakeups", func(t *testing.T) { t.Parallel(); testWakeups(t, b) })
 	t.Run("EndpointDelete", func(t *testing.T) { t.Parallel(); testEndpointDelete(t, b) })
 	t.Run("KeyedEndpointCreate", func(t *testing.T) { t.Parallel(); testKeyedEndpointCreate(t, b) })
