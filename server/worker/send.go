@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hymical/hymical/sdk/redact"
@@ -78,7 +81,7 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 		// A plugin's words are recorded in the history, logged and traced,
 		// and may quote the endpoint's URL (Go's *url.Error does) or one of
 		// its secrets: whatever the plugin, they are masked first.
-		out.Error = redact.TextFor(out.Error, redact.SecretsOf(ep.URL, ep.Config))
+		out.Error = redact.TextFor(out.Error, slices.Concat(redact.SecretsOf(ep.URL, ep.Config), headerSecrets(ep.Headers)))
 	}
 	p.share.sent(c.Delivery.EndpointID, start, p.now().Sub(start), !out.NoRequest)
 	if kind, ok := unsentOf(out); ok {
@@ -89,6 +92,25 @@ func (p *Pool) process(run, record context.Context, c storage.Claim, claimed tim
 		return
 	}
 	finish(out)
+}
+
+// headerSecrets lists what TextFor must hide of an endpoint's custom
+// header values: each value, and each long word of it, since a receiver's
+// or a library's error may quote the token of "Bearer <token>" alone.
+func headerSecrets(hs []storage.Header) []string {
+	var out []string
+	for _, h := range hs {
+		v := h.Reveal()
+		out = append(out, v)
+		for _, w := range strings.Fields(v) {
+			if len(w) >= 8 && w != v {
+				out = append(out, w)
+			}
+		}
+	}
+	// Longest first, so a value is hidden whole before a word of it.
+	slices.SortFunc(out, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	return out
 }
 
 // message builds the signed message for one attempt. The secret is used
@@ -110,6 +132,17 @@ func message(c storage.Claim, ep storage.Endpoint, now time.Time) (transport.Mes
 	headers := make([]transport.Header, 0, len(h))
 	for _, name := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
 		headers = append(headers, transport.Header{Name: name, Value: h.Get(name)})
+	}
+	// The endpoint's own headers go after the signature. The API refuses
+	// reserved names (server/endpoint), but a row written another way must
+	// still not add a second webhook-signature beside the server's: a
+	// webhook-* header is left out rather than sent. (The worker may not
+	// import server/endpoint, whose list of reserved names the API
+	// enforces; the signature is what must never be overridden.)
+	for _, ch := range ep.Headers {
+		if !strings.HasPrefix(strings.ToLower(ch.Name), "webhook-") {
+			headers = append(headers, transport.Header{Name: ch.Name, Value: ch.Reveal()})
+		}
 	}
 	return transport.Message{
 		DeliveryID: c.Delivery.ID,

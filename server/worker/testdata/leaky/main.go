@@ -5,7 +5,9 @@
 // URL whole, as Go's *url.Error does, and its token on its own.
 //
 // An endpoint config "mode" of "refuse" answers that no request went out;
-// anything else is a retryable attempt.
+// "echo-headers" is a retryable attempt whose error quotes every header
+// value it was given, alone, as a receiver's answer might; anything else
+// is a retryable attempt.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 
 	"github.com/hymical/hymical/sdk/transport"
 )
@@ -33,6 +36,16 @@ func (leaky) Send(_ context.Context, msg transport.Message) transport.Outcome {
 	fmt.Fprintf(os.Stderr, "leaky: sending %s to %s\n", msg.DeliveryID, target)
 	line, _ := json.Marshal(map[string]string{"@level": "info", "@message": "leaky sends to " + target, "url": target})
 	fmt.Fprintf(os.Stderr, "%s\n", line)
+	if msg.Endpoint.Config["mode"] == "echo-headers" {
+		words := ""
+		for _, h := range msg.Headers {
+			words += " " + h.Value
+			if _, token, ok := strings.Cut(h.Value, " "); ok {
+				words += " (" + token + ")"
+			}
+		}
+		return transport.Retryable(0, "the receiver said: bad credentials"+words)
+	}
 	if msg.Endpoint.Config["mode"] == "refuse" {
 		return transport.Refused(fmt.Sprintf("refused %s (token %s)", target, token))
 	}
