@@ -179,6 +179,9 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := applyControls(req.EndpointControls, &ep, h.retryBounds); err != nil {
 		return err
 	}
+	if ep.Headers, err = applyHeaders(req.Headers, nil); err != nil {
+		return err
+	}
 	if err := h.checkTarget(r.Context(), ep); err != nil {
 		return err
 	}
@@ -376,6 +379,13 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 		if err := applyControls(p.EndpointControls, e, h.retryBounds); err != nil {
 			return false, err
 		}
+		if p.Headers != nil {
+			hs, err := applyHeaders(*p.Headers, e.Headers)
+			if err != nil {
+				return false, err
+			}
+			e.Headers = hs
+		}
 		// Only a change to where or how it sends needs the plugin's word;
 		// renaming an endpoint must not fail because a plugin is down.
 		if target {
@@ -384,7 +394,7 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 		return p.URL != nil || p.Transport != nil || p.Config != nil || p.EventTypes != nil ||
-			p.FormIDs != nil || p.Description != nil || controlsSet(p.EndpointControls), nil
+			p.FormIDs != nil || p.Description != nil || p.Headers != nil || controlsSet(p.EndpointControls), nil
 	})
 	if err != nil {
 		return err

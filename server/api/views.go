@@ -30,6 +30,7 @@ func viewEndpoint(e storage.Endpoint, now time.Time) apiwire.Endpoint {
 		RateLimit: e.RateLimit, RateBurst: e.RateBurst, MaxInFlight: e.MaxInFlight, Ordered: e.Ordered,
 		RetrySchedule: durations(e.RetrySchedule),
 		Secrets:       []apiwire.SecretInfo{},
+		Headers:       viewHeaders(e.Headers),
 		CreatedAt:     e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(),
 	}
 	if v.Config == nil {

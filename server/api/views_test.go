@@ -35,7 +35,7 @@ func goldenFixtures(t *testing.T) map[string]any {
 	full := storage.Endpoint{ID: "ep_2", Transport: "nats", Config: map[string]string{"subject": "a", "password": "p"},
 		EventTypes: []string{"t"}, FormIDs: []string{"f"}, Description: "d", DisabledAt: &now, DisabledReason: "gone",
 		FailingSince: &later, RateLimit: 2.5, RateBurst: 3, MaxInFlight: 4, Ordered: true, RetrySchedule: []time.Duration{time.Second, time.Hour},
-		CreatedAt: now, UpdatedAt: later,
+		CreatedAt: now, UpdatedAt: later, Headers: []storage.Header{storage.NewHeader("Authorization", "Bearer golden-value")},
 		Secrets: []storage.Secret{ // A v1a signing key made for this test, so its public key is fixed.
 			storage.NewSecret("whsk_kSu/I30dLoCPBi3RJF+uTVo+NczK0/hGwCVjED2R6PYu7rWC5/c4sd3meepa8ZXptVZ/vKQt6QHkFyXV+q1c+g==", nil), storage.NewSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &later)}}
 	// Credentials and a token in the URL, and a plugin's error quoting it.

@@ -68,6 +68,7 @@ const (
 	CodeInvalidRateLimit     Code = "invalid_rate_limit"
 	CodeInvalidMaxInFlight   Code = "invalid_max_in_flight"
 	CodeInvalidRetrySchedule Code = "invalid_retry_schedule"
+	CodeInvalidHeader        Code = "invalid_header"
 
 	CodeTooManyFailedAuthentications Code = "too_many_failed_authentications"
 	CodeInternal                     Code = "internal"
@@ -114,7 +115,7 @@ func (c Code) Status() int {
 		return http.StatusMisdirectedRequest
 	case CodeInvalidBody, CodeInvalidRequest, CodeInvalidURL, CodeInvalidFormID, CodeInvalidEventType,
 		CodeUnknownTransport, CodeTransportRefused, CodeIdempotencyKeyReused, CodeInvalidRateLimit,
-		CodeInvalidMaxInFlight, CodeInvalidRetrySchedule:
+		CodeInvalidMaxInFlight, CodeInvalidRetrySchedule, CodeInvalidHeader:
 		return http.StatusUnprocessableEntity
 	case CodeTooManyFailedAuthentications:
 		return http.StatusTooManyRequests
@@ -139,7 +140,7 @@ func Codes() []Code {
 		CodeEndpointDeleted, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeMisdirectedRequest,
 		CodeInvalidBody, CodeInvalidRequest, CodeInvalidURL, CodeInvalidFormID, CodeInvalidEventType,
 		CodeUnknownTransport, CodeTransportRefused, CodeIdempotencyKeyReused, CodeInvalidRateLimit,
-		CodeInvalidMaxInFlight, CodeInvalidRetrySchedule,
+		CodeInvalidMaxInFlight, CodeInvalidRetrySchedule, CodeInvalidHeader,
 		CodeTooManyFailedAuthentications, CodeInternal,
 		CodeNotReady, CodeStorageFull, CodeStorageBusy, CodeStorageUnavailable, CodeTimeout, CodeTransportUnavailable,
 	}

@@ -40,6 +40,10 @@ type Endpoint struct {
 	SignatureScheme string `json:"signature_scheme"`
 	// Secrets says how many secrets sign and until when, never their values.
 	Secrets []SecretInfo `json:"secrets"`
+	// Headers are the endpoint's custom headers, in the order they are
+	// sent, each with its value replaced by HeaderValueMask: values are
+	// often credentials, and no answer carries them.
+	Headers []HeaderInfo `json:"headers"`
 	// PublicKeys, for a v1a endpoint, is the whpk_ public key of every
 	// active key, in the order of Secrets: what receivers verify with. A
 	// public key is no secret, so every view shows them. Left out when
@@ -57,6 +61,25 @@ type SecretInfo struct {
 	ExpiresAt *time.Time `json:"expires_at"`
 	// PublicKey is the whpk_ key of a v1a secret; left out for v1.
 	PublicKey string `json:"public_key,omitempty"`
+}
+
+// HeaderValueMask stands for a custom header's value in every answer. A
+// PATCH that sends it back as a value keeps the stored value.
+const HeaderValueMask = "[redacted]"
+
+// HeaderInfo is what an answer shows of a custom header: its name, and
+// HeaderValueMask for its value.
+type HeaderInfo struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// EndpointHeader is a custom header in a create or a PATCH. On a PATCH, a
+// Value left out, null or HeaderValueMask keeps the value the endpoint
+// has for that name (ignoring case); on a create it must be given.
+type EndpointHeader struct {
+	Name  string  `json:"name"`
+	Value *string `json:"value,omitempty"`
 }
 
 // EndpointCreated answers POST /v1/endpoints and
@@ -121,6 +144,8 @@ type EndpointCreate struct {
 	Description string            `json:"description,omitempty"`
 	// SignatureScheme is "v1" (HMAC-SHA256, the default) or "v1a" (Ed25519).
 	SignatureScheme string `json:"signature_scheme,omitempty"`
+	// Headers are sent with every attempt, after the signature headers.
+	Headers []EndpointHeader `json:"headers,omitempty"`
 	EndpointControls
 }
 
@@ -133,5 +158,8 @@ type EndpointPatch struct {
 	FormIDs     *[]string          `json:"form_ids,omitempty"`
 	Config      *map[string]string `json:"config,omitempty"`
 	Description *string            `json:"description,omitempty"`
+	// Headers replaces the whole set of custom headers; [] removes them
+	// all. See EndpointHeader for keeping a value unchanged.
+	Headers *[]EndpointHeader `json:"headers,omitempty"`
 	EndpointControls
 }
