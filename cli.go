@@ -461,7 +461,7 @@ func runEndpoints(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return runGroup(ctx, "endpoints", []subcommand{
 		{"add", "register an endpoint; prints its signing secret once", runEndpointsAdd},
 		{"list", "every endpoint, one line each, newest first (--wide: every column, -o json)", runEndpointsList},
-		{"set", "change an endpoint's controls: rate limit, in-flight cap, order, retries", runEndpointsSet},
+		{"set", "change an endpoint's controls (rate limit, in-flight cap, order, retries) or custom headers", runEndpointsSet},
 		{"disable", "pause an endpoint: its deliveries are held, not failed", runEndpointsSwitch("disable")},
 		{"enable", "resume a disabled endpoint", runEndpointsSwitch("enable")},
 		{"rotate-secret", "give an endpoint a new signing secret; prints it once", runEndpointsRotateSecret},
@@ -490,6 +490,8 @@ func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.Var(&forms, "form", "a form id to subscribe to (repeat; none means every form)")
 	fs.Var(&types, "event-type", "an event type to subscribe to (repeat; none means every type)")
 	fs.Var(&settings, "endpoint-config", "KEY=VALUE for the transport, e.g. subject=forms.new for nats (repeat)")
+	var headers listFlag
+	fs.Var(&headers, "header", "'Name: value', a custom header sent with every attempt (repeat); values are never shown again")
 	key := fs.String("idempotency-key", "", "send the same key again with the same flags and the server returns the first endpoint")
 	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
@@ -517,9 +519,13 @@ func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
+	hs, err := headerFlags(headers)
+	if err != nil {
+		return err
+	}
 	body := apiwire.EndpointCreate{
 		URL: *target, Transport: *transportName, FormIDs: forms, EventTypes: types, Description: *description,
-		Config: epConfig, SignatureScheme: *scheme, EndpointControls: ctl,
+		Config: epConfig, SignatureScheme: *scheme, EndpointControls: ctl, Headers: hs,
 	}
 	var extra http.Header
 	if *key != "" {
@@ -548,12 +554,22 @@ func runEndpointsAdd(ctx context.Context, args []string, stdout, stderr io.Write
 
 const endpointsSetUsage = `usage: hymical endpoints set ENDPOINT_ID [flags]
 
-Changes an endpoint's controls; a control not given keeps its value.`
+Changes an endpoint's controls; a control not given keeps its value.
+
+--header replaces the endpoint's whole set of custom headers with the ones
+given: repeat it for each header to keep. 'Name: value' sets a value;
+'Name' alone keeps the value the endpoint has for that name, which is never
+shown. --no-headers removes them all. A value given on the command line is
+seen by other users of this machine while the command runs (ps) and may be
+kept in the shell's history.`
 
 func runEndpointsSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("endpoints set", endpointsSetUsage)
 	client := clientFlags(fs, stderr)
 	controls := controlFlags(fs)
+	var headers listFlag
+	fs.Var(&headers, "header", "'Name: value' or 'Name' (keep its value): the endpoint's whole set of custom headers (repeat)")
+	noHeaders := fs.Bool("no-headers", false, "remove every custom header")
 	id, err := fs.parseWithID(args, stdout, stderr, "endpoint")
 	if err != nil {
 		return err
@@ -566,15 +582,28 @@ func runEndpointsSet(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	if ctl == (apiwire.EndpointControls{}) {
+	patch := apiwire.EndpointPatch{EndpointControls: ctl}
+	switch {
+	case *noHeaders && len(headers) > 0:
+		return errors.New("give --header or --no-headers, not both")
+	case *noHeaders:
+		patch.Headers = &[]apiwire.EndpointHeader{}
+	case len(headers) > 0:
+		hs, err := headerFlags(headers)
+		if err != nil {
+			return err
+		}
+		patch.Headers = &hs
+	}
+	if ctl == (apiwire.EndpointControls{}) && patch.Headers == nil {
 		fs.printUsage(stderr)
-		return fmt.Errorf("endpoints set %s changes nothing: give at least one control", id)
+		return fmt.Errorf("endpoints set %s changes nothing: give at least one control or --header", id)
 	}
 	var e apiwire.Endpoint
-	if err := c.do(ctx, http.MethodPatch, "/v1/endpoints/"+url.PathEscape(id), apiwire.EndpointPatch{EndpointControls: ctl}, &e); err != nil {
+	if err := c.do(ctx, http.MethodPatch, "/v1/endpoints/"+url.PathEscape(id), patch, &e); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "endpoint %s: %s; %s\n", e.ID, endpointStatus(e), endpointLimits(e))
+	fmt.Fprintf(stdout, "endpoint %s: %s; %s; headers %s\n", e.ID, endpointStatus(e), endpointLimits(e), headerNames(e))
 	return nil
 }
 
@@ -795,10 +824,10 @@ func writeEndpoints(w io.Writer, eps []apiwire.Endpoint, width int) error {
 // writeEndpointsWide writes every column in full, as wide as it takes.
 func writeEndpointsWide(w io.Writer, eps []apiwire.Endpoint) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tCONFIG\tFORMS\tEVENT TYPES\tSTATUS\tCONTROLS\tSCHEME\tSECRETS\tPUBLIC KEYS\tDESCRIPTION")
+	fmt.Fprintln(tw, "ID\tTRANSPORT\tURL\tCONFIG\tFORMS\tEVENT TYPES\tSTATUS\tCONTROLS\tHEADERS\tSCHEME\tSECRETS\tPUBLIC KEYS\tDESCRIPTION")
 	for _, e := range eps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", safeText(e.ID), safeText(e.Transport), dash(safeText(redact.URL(e.URL))), dash(configText(e.Config)),
-			dash(safeText(strings.Join(e.FormIDs, ","))), dash(safeText(strings.Join(e.EventTypes, ","))), endpointStatus(e), endpointLimits(e),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", safeText(e.ID), safeText(e.Transport), dash(safeText(redact.URL(e.URL))), dash(configText(e.Config)),
+			dash(safeText(strings.Join(e.FormIDs, ","))), dash(safeText(strings.Join(e.EventTypes, ","))), endpointStatus(e), endpointLimits(e), headerNames(e),
 			dash(safeText(e.SignatureScheme)), len(e.Secrets), dash(safeText(strings.Join(e.PublicKeys, " "))), dash(safeText(oneLine(e.Description))))
 	}
 	return tw.Flush()
@@ -952,6 +981,40 @@ func pad(s string, width int) string {
 // oneLine keeps a table row on one line.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// headerFlags reads --header values: "Name: value", or "Name" alone for
+// a value the server keeps. The error never repeats a value.
+func headerFlags(flags []string) ([]apiwire.EndpointHeader, error) {
+	out := make([]apiwire.EndpointHeader, 0, len(flags))
+	for i, f := range flags {
+		name, value, hasValue := strings.Cut(f, ":")
+		name = strings.TrimSpace(name)
+		if name == "" {
+			return nil, fmt.Errorf("--header %d has no name: write it as 'Name: value'", i+1)
+		}
+		h := apiwire.EndpointHeader{Name: name}
+		if hasValue {
+			v := strings.TrimSpace(value)
+			h.Value = &v
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// headerNames lists an endpoint's custom headers by name, each value
+// masked; "none" when it has none. The server sends no value, and none
+// would be printed if an older one did.
+func headerNames(e apiwire.Endpoint) string {
+	if len(e.Headers) == 0 {
+		return "none"
+	}
+	names := make([]string, len(e.Headers))
+	for i, h := range e.Headers {
+		names[i] = safeText(h.Name) + ": " + apiwire.HeaderValueMask
+	}
+	return strings.Join(names, ", ")
 }
 
 // controlFlags declares the endpoint control flags and returns a function

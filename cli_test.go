@@ -58,11 +58,11 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		{args: []string{"endpoints", "rotate-secret"}, usage: "usage: hymical endpoints rotate-secret", flags: cat(client, []string{"idempotency-key"}),
 			notFlags: cat(controls, []string{"url", "wide", "yes"})},
 		{args: []string{"endpoints", "add"}, usage: "usage: hymical endpoints add",
-			flags:    cat(client, controls, []string{"url", "transport", "description", "signature-scheme", "form", "event-type", "endpoint-config", "idempotency-key"}),
+			flags:    cat(client, controls, []string{"url", "transport", "description", "signature-scheme", "form", "event-type", "endpoint-config", "header", "idempotency-key"}),
 			notFlags: []string{"wide", "o", "state", "cursor", "yes", "force"}},
 		{args: []string{"endpoints", "list"}, usage: "usage: hymical endpoints list", flags: cat(client, []string{"wide", "o", "page-size"}),
 			notFlags: cat(controls, []string{"url", "transport", "description", "form", "state", "yes"})},
-		{args: []string{"endpoints", "set"}, usage: "usage: hymical endpoints set", flags: cat(client, controls),
+		{args: []string{"endpoints", "set"}, usage: "usage: hymical endpoints set", flags: cat(client, controls, []string{"header", "no-headers"}),
 			notFlags: []string{"url", "transport", "form", "wide", "signature-scheme"}},
 		{args: []string{"endpoints", "disable"}, usage: "usage: hymical endpoints disable", flags: client, notFlags: cat(controls, []string{"url", "wide"})},
 		{args: []string{"endpoints", "enable"}, usage: "usage: hymical endpoints enable", flags: client, notFlags: cat(controls, []string{"url", "wide"})},
@@ -245,8 +245,13 @@ func TestEndpointsListOnARealServer(t *testing.T) {
 		"http://127.0.0.1:9/forms/" + strings.Repeat("x", 200),
 	}
 	var ids []string
+	const headerToken = "cli-hdr-token-83ab1f"
 	for i, u := range urls {
-		out := hymical("endpoints", "add", "--url", u, "--form", fmt.Sprintf("form_%d", i), "--description", "endpoint number "+fmt.Sprint(i))
+		args := []string{"endpoints", "add", "--url", u, "--form", fmt.Sprintf("form_%d", i), "--description", "endpoint number " + fmt.Sprint(i)}
+		if i == 2 {
+			args = append(args, "--header", "Authorization: Bearer "+headerToken, "--header", "X-Tenant:acme-tenant-77")
+		}
+		out := hymical(args...)
 		id := regexp.MustCompile(`ep_[0-9a-f]{32}`).FindString(out)
 		if id == "" {
 			t.Fatalf("endpoints add printed no id: %s", out)
@@ -255,6 +260,10 @@ func TestEndpointsListOnARealServer(t *testing.T) {
 	}
 	hymical("endpoints", "disable", ids[0])
 	hymical("endpoints", "set", ids[1], "--rate-limit", "5", "--ordered=true")
+	// 'Name' alone keeps the value; the answer names the headers only.
+	if out := hymical("endpoints", "set", ids[2], "--header", "X-Tenant", "--header", "Authorization"); !strings.Contains(out, "headers X-Tenant: [redacted], Authorization: [redacted]") {
+		t.Errorf("endpoints set --header printed %q", out)
+	}
 
 	list := hymical("endpoints", "list")
 	lines := strings.Split(strings.TrimSuffix(list, "\n"), "\n")
@@ -280,7 +289,7 @@ func TestEndpointsListOnARealServer(t *testing.T) {
 	shown := slices.Clone(urls)
 	shown[1] = "http://127.0.0.1:9/in?token=[redacted]"
 	wide := hymical("endpoints", "list", "--wide")
-	for _, want := range append(shown, "5/s, ordered", "form_3", "endpoint number 2", "disabled (operator, ") {
+	for _, want := range append(shown, "5/s, ordered", "form_3", "endpoint number 2", "disabled (operator, ", "X-Tenant: [redacted], Authorization: [redacted]") {
 		if !strings.Contains(wide, want) {
 			t.Errorf("endpoints list --wide does not show %q:\n%s", want, wide)
 		}
@@ -307,6 +316,14 @@ func TestEndpointsListOnARealServer(t *testing.T) {
 	}
 	if e := byID[ids[1]]; e.RateLimit != 5 || !e.Ordered || !byID[ids[0]].Disabled {
 		t.Errorf("-o json lost the controls or the disabling: %+v", got.Endpoints)
+	}
+	if hs := byID[ids[2]].Headers; len(hs) != 2 || hs[0].Name != "X-Tenant" || hs[0].Value != "[redacted]" {
+		t.Errorf("-o json shows the headers as %+v, want X-Tenant then Authorization, masked", hs)
+	}
+	for what, out := range map[string]string{"list": list, "list --wide": wide, "list -o json": hymical("endpoints", "list", "-o", "json")} {
+		if strings.Contains(out, headerToken) || strings.Contains(out, "acme-tenant-77") {
+			t.Errorf("endpoints %s shows a header value:\n%s", what, out)
+		}
 	}
 }
 
