@@ -479,6 +479,9 @@ type endpointRow struct {
 	// Controls is the endpoint's limits, ordering and retry schedule in
 	// words; empty when it has none.
 	Controls []string
+	// HeaderNames are the names of the endpoint's custom headers, in the
+	// order they are sent. Their values are credentials and never shown.
+	HeaderNames []string
 	// Secrets is how many secrets sign now; RotatedUntil, when set, is
 	// when the last rotated-out one stops.
 	Secrets      int
@@ -509,6 +512,9 @@ func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
 			at := *s.ExpiresAt
 			row.RotatedUntil = &at
 		}
+	}
+	for _, h := range e.Headers {
+		row.HeaderNames = append(row.HeaderNames, h.Name)
 	}
 	row.Scheme = endpoint.Scheme(e)
 	row.PublicKeys = endpoint.PublicKeys(e, now)

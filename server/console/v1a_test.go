@@ -53,3 +53,25 @@ func TestV1aEndpointShowsSchemeAndPublicKeys(t *testing.T) {
 		t.Fatalf("the endpoints page does not show both public keys:\n%s", after.body)
 	}
 }
+
+// TestEndpointHeadersShowNamesOnly: the endpoints page lists an endpoint's
+// custom headers by name, and never their values.
+func TestEndpointHeadersShowNamesOnly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.EndpointCreate(t.Context(), storage.EndpointCreateParams{Endpoint: storage.Endpoint{
+		Transport: "http", URL: "https://hooks.example.com/h", Config: map[string]string{},
+		Secrets: []storage.Secret{storage.NewSecret(secret, nil)},
+		Headers: []storage.Header{storage.NewHeader("Authorization", "Bearer console-hdr-41c7"), storage.NewHeader("X-Tenant", "tenant-console-9")},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	s := f.login("alice")
+	f.get(s, "/console/endpoints").must(t, http.StatusOK).
+		contains(t, "header <code>Authorization</code>: [redacted]", "header <code>X-Tenant</code>: [redacted]").
+		lacks(t, "console-hdr-41c7", "tenant-console-9")
+}
