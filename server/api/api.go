@@ -65,6 +65,9 @@ type Store interface {
 	storage.Events
 	storage.Deliveries
 	storage.Replays
+	// Access holds the scoped tokens and portal links: the API makes,
+	// lists and revokes them, and looks a presented token up.
+	storage.Access
 	SchemaVersion(ctx context.Context) (int, error)
 }
 
@@ -74,7 +77,9 @@ type Options struct {
 	Store Store
 	// Transports validates endpoints before they are written; required.
 	Transports Transports
-	// AdminToken authorises every route. Required unless Insecure.
+	// AdminToken authorises every route. Required unless Insecure. Scoped
+	// tokens, made with POST /v1/tokens and kept in the store, authorise
+	// the endpoint and delivery routes for their forms (scope.go).
 	AdminToken string
 	// IngestKeys authorise only the ingest routes (submissions and events).
 	IngestKeys []string
@@ -147,7 +152,7 @@ type handler struct {
 	ready       func(ctx context.Context) error
 	tracer      trace.Tracer
 	metrics     http.Handler
-	metricsWho  access
+	metricsWho  reach
 	mux         *http.ServeMux
 	// patterns are the routes registered, in order, for the test that
 	// holds server/api/openapi.json to them.
@@ -255,13 +260,16 @@ func cmpOr[T int64 | time.Duration](v, def T) T {
 	return def
 }
 
-// access says who may call a route.
-type access int
+// reach says who may call a route.
+type reach int
 
 const (
-	public access = iota // no token
-	ingest               // an ingest key or the admin token
-	admin                // the admin token
+	public reach = iota // no token
+	ingest              // an ingest key or the admin token
+	admin               // the admin token
+	// scopedRoute is the admin token or a scoped token: the route answers a
+	// scoped token with only what its scope reaches (see scope.go).
+	scopedRoute
 )
 
 func (h *handler) routes() {
@@ -272,32 +280,37 @@ func (h *handler) routes() {
 
 	h.handle("POST /v1/forms/{form_id}/submissions", ingest, h.createSubmission)
 	h.handle("POST /v1/events", ingest, h.createEvent)
-	h.handle("GET /v1/event-types", admin, h.eventTypes)
+	h.handle("GET /v1/event-types", scopedRoute, h.eventTypes)
 
-	h.handle("POST /v1/endpoints", admin, h.createEndpoint)
-	h.handle("GET /v1/endpoints", admin, h.listEndpoints)
-	h.handle("GET /v1/endpoints/{id}", admin, h.getEndpoint)
-	h.handle("PATCH /v1/endpoints/{id}", admin, h.updateEndpoint)
-	h.handle("DELETE /v1/endpoints/{id}", admin, h.deleteEndpoint)
-	h.handle("POST /v1/endpoints/{id}/disable", admin, h.disableEndpoint)
-	h.handle("POST /v1/endpoints/{id}/enable", admin, h.enableEndpoint)
-	h.handle("POST /v1/endpoints/{id}/rotate-secret", admin, h.rotateSecret)
-	h.handle("POST /v1/endpoints/{id}/test", admin, h.testEndpoint)
+	h.handle("POST /v1/endpoints", scopedRoute, h.createEndpoint)
+	h.handle("GET /v1/endpoints", scopedRoute, h.listEndpoints)
+	h.handle("GET /v1/endpoints/{id}", scopedRoute, h.getEndpoint)
+	h.handle("PATCH /v1/endpoints/{id}", scopedRoute, h.updateEndpoint)
+	h.handle("DELETE /v1/endpoints/{id}", scopedRoute, h.deleteEndpoint)
+	h.handle("POST /v1/endpoints/{id}/disable", scopedRoute, h.disableEndpoint)
+	h.handle("POST /v1/endpoints/{id}/enable", scopedRoute, h.enableEndpoint)
+	h.handle("POST /v1/endpoints/{id}/rotate-secret", scopedRoute, h.rotateSecret)
+	h.handle("POST /v1/endpoints/{id}/test", scopedRoute, h.testEndpoint)
 
-	h.handle("GET /v1/deliveries", admin, h.listDeliveries)
-	h.handle("POST /v1/deliveries/replay", admin, h.replayDeliveries)
-	h.handle("GET /v1/deliveries/{id}", admin, h.getDelivery)
-	h.handle("GET /v1/deliveries/{id}/attempts", admin, h.listAttempts)
-	h.handle("GET /v1/deliveries/{id}/payload", admin, h.deliveryPayload)
-	h.handle("POST /v1/deliveries/{id}/replay", admin, h.replayDelivery)
-	h.handle("GET /v1/deliveries/{id}/replays", admin, h.listReplays)
+	h.handle("GET /v1/deliveries", scopedRoute, h.listDeliveries)
+	h.handle("POST /v1/deliveries/replay", scopedRoute, h.replayDeliveries)
+	h.handle("GET /v1/deliveries/{id}", scopedRoute, h.getDelivery)
+	h.handle("GET /v1/deliveries/{id}/attempts", scopedRoute, h.listAttempts)
+	h.handle("GET /v1/deliveries/{id}/payload", scopedRoute, h.deliveryPayload)
+	h.handle("POST /v1/deliveries/{id}/replay", scopedRoute, h.replayDelivery)
+	h.handle("GET /v1/deliveries/{id}/replays", scopedRoute, h.listReplays)
+
+	h.handle("POST /v1/tokens", admin, h.createToken)
+	h.handle("GET /v1/tokens", admin, h.listTokens)
+	h.handle("DELETE /v1/tokens/{id}", admin, h.revokeToken)
+	h.handle("POST /v1/portal/sessions", admin, h.createPortalSession)
 }
 
 // handlerFunc is a route: it returns the error to answer with, or nil once
 // it has written its response.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-func (h *handler) handle(pattern string, who access, fn handlerFunc) {
+func (h *handler) handle(pattern string, who reach, fn handlerFunc) {
 	h.patterns = append(h.patterns, pattern)
 	traced := strings.Contains(pattern, " /v1/")
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -307,7 +320,8 @@ func (h *handler) handle(pattern string, who access, fn handlerFunc) {
 			defer end()
 		}
 		if who != public {
-			if err := h.authorize(w, r, who); err != nil {
+			var err error
+			if r, err = h.authorize(w, r, who); err != nil {
 				h.fail(w, r, err)
 				return
 			}

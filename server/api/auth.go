@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/hymical/hymical/server/access"
 	"github.com/hymical/hymical/server/api/apiwire"
 	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/storage"
 )
 
 // minTokenLen is the admin token length below which New warns.
@@ -84,50 +86,109 @@ func (a authenticator) identify(token string) role {
 // check authorises r for a route open to who, and says what the limiter
 // is to make of it: a token that is none of ours is a failure; a valid
 // ingest key on an admin route is refused but no guess; a request without
-// a bearer token guessed nothing.
-func (a authenticator) check(r *http.Request, who access) (authlimit.Outcome, error) {
+// a bearer token guessed nothing. scopedToken is what the store said of a
+// token that is neither configured one (see handler.lookupScoped); it is
+// only read when the token is neither.
+func (a authenticator) check(r *http.Request, who reach, scopedToken scopedLookup) (authlimit.Outcome, *caller, error) {
 	if a.insecure {
-		return authlimit.Absent, nil
+		return authlimit.Absent, nil, nil
 	}
 	token, err := bearer(r)
 	if err != nil {
-		return authlimit.Absent, err
+		return authlimit.Absent, nil, err
 	}
 	switch a.identify(token) {
 	case roleAdmin:
-		return authlimit.Passed, nil
+		return authlimit.Passed, nil, nil
 	case roleIngest:
 		if who == ingest {
-			return authlimit.Passed, nil
+			return authlimit.Passed, nil, nil
 		}
-		return authlimit.Passed, &apiError{Code: apiwire.CodeForbidden,
+		return authlimit.Passed, nil, &apiError{Code: apiwire.CodeForbidden,
 			Message: "an ingest key may only submit forms and events; this route needs the admin token"}
 	}
-	return authlimit.Failed, &apiError{Code: apiwire.CodeUnauthorized,
+	switch {
+	case errors.Is(scopedToken.err, access.ErrUnauthenticated):
+	case scopedToken.err != nil:
+		// The store could not say: no guess was judged, so none is counted.
+		return authlimit.Absent, nil, storeError(scopedToken.err, "the scoped token")
+	default:
+		t := scopedToken.token
+		switch {
+		case who == ingest:
+			return authlimit.Passed, nil, &apiError{Code: apiwire.CodeForbidden,
+				Message: "a scoped token cannot submit forms or events; ingest takes an ingest key or the admin token"}
+		case who != scopedRoute:
+			return authlimit.Passed, nil, &apiError{Code: apiwire.CodeForbidden,
+				Message: "a scoped token opens only the endpoint and delivery routes of its forms; this route needs the admin token"}
+		case t.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead:
+			return authlimit.Passed, nil, &apiError{Code: apiwire.CodeReadOnlyToken,
+				Message: fmt.Sprintf("this scoped token is read-only, so it may only GET; %s needs a token made without read_only", r.Method)}
+		}
+		return authlimit.Passed, &caller{tokenID: t.ID, scope: access.ScopeOf(t)}, nil
+	}
+	return authlimit.Failed, nil, errWrongToken()
+}
+
+// errWrongToken answers a token that opens nothing here. A scoped token
+// that is unknown, expired or revoked gets the same answer as a mistyped
+// admin token, so nobody learns which of those it is.
+func errWrongToken() *apiError {
+	return &apiError{Code: apiwire.CodeUnauthorized,
 		Message: "the bearer token is not valid for this server; check the token you configured for this client"}
+}
+
+// scopedLookup is what the store said of a presented token: the scoped
+// token it is, or access.ErrUnauthenticated, or the store's own error.
+type scopedLookup struct {
+	token storage.AccessToken
+	err   error
+}
+
+// lookupScoped asks the store about a token that is neither configured
+// one. It runs before the limiter's judgement, not inside it: the judge
+// runs under the limiter's lock, which a database round trip must not
+// hold. Every request looks the token up afresh (no cache), so a revoked
+// token is refused at once by every process sharing the database; a
+// token without access.TokenPrefix costs no lookup.
+func (h *handler) lookupScoped(r *http.Request) scopedLookup {
+	token, err := bearer(r)
+	if err != nil || h.auth.identify(token) != roleNone {
+		return scopedLookup{err: access.ErrUnauthenticated}
+	}
+	t, err := access.Authenticate(r.Context(), h.store, token, h.now())
+	return scopedLookup{token: t, err: err}
 }
 
 // authorize checks r's credentials for a route open to who, unless its
 // client address has had too many failures: then it sets Retry-After
-// and refuses with 429 without looking at the token, so a guess that
-// happens to be right cannot be told from a wrong one.
-func (h *handler) authorize(w http.ResponseWriter, r *http.Request, who access) error {
+// and refuses with 429 whatever the token, so a guess that happens to be
+// right cannot be told from a wrong one. It returns r carrying its
+// caller (see callerOf).
+func (h *handler) authorize(w http.ResponseWriter, r *http.Request, who reach) (*http.Request, error) {
 	if h.insecure {
-		return nil
+		return r, nil
 	}
-	var err error
+	looked := h.lookupScoped(r)
+	var (
+		err error
+		c   *caller
+	)
 	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
 		var out authlimit.Outcome
-		out, err = h.auth.check(r, who)
+		out, c, err = h.auth.check(r, who, looked)
 		return out
 	})
 	if wait > 0 {
 		retry := authlimit.RetryAfter(wait)
 		w.Header().Set("Retry-After", retry)
-		return &apiError{Code: apiwire.CodeTooManyFailedAuthentications,
+		return r, &apiError{Code: apiwire.CodeTooManyFailedAuthentications,
 			Message: fmt.Sprintf("too many requests from your address had a wrong token (or, for a second at most, from many addresses the limiter has no room for); every request that needs a token is refused for the next %s seconds (Retry-After), even with the right one: wait, then send the token configured for this client", retry)}
 	}
-	return err
+	if err != nil || c == nil {
+		return r, err
+	}
+	return r.WithContext(withCaller(r.Context(), c)), nil
 }
 
 // bearer reads the token from "Authorization: Bearer <token>".

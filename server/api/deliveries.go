@@ -69,6 +69,9 @@ func (h *handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := h.scopeFilter(r, &f); err != nil {
+		return err
+	}
 	limit, err := parseLimit("limit", q.Get("limit"), defaultPageSize, maxPageSize)
 	if err != nil {
 		return err
@@ -99,13 +102,9 @@ func (h *handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 // GET /v1/deliveries/{id}
 func (h *handler) getDelivery(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	d, err := h.store.DeliveryGet(r.Context(), id)
+	d, ev, err := h.reachDelivery(r, id)
 	if err != nil {
-		return storeError(err, deliveryName(id))
-	}
-	ev, err := h.store.EventGet(r.Context(), d.EventID)
-	if err != nil {
-		return storeError(err, "the event of "+deliveryName(id))
+		return err
 	}
 	as, err := h.store.AttemptList(r.Context(), id)
 	if err != nil {
@@ -118,6 +117,9 @@ func (h *handler) getDelivery(w http.ResponseWriter, r *http.Request) error {
 // GET /v1/deliveries/{id}/attempts
 func (h *handler) listAttempts(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
+	if err := h.guardDelivery(r, id); err != nil {
+		return err
+	}
 	as, err := h.store.AttemptList(r.Context(), id)
 	if err != nil {
 		return storeError(err, deliveryName(id))
@@ -129,6 +131,9 @@ func (h *handler) listAttempts(w http.ResponseWriter, r *http.Request) error {
 // GET /v1/deliveries/{id}/replays
 func (h *handler) listReplays(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
+	if err := h.guardDelivery(r, id); err != nil {
+		return err
+	}
 	rs, err := h.store.ReplayList(r.Context(), id)
 	if err != nil {
 		return storeError(err, deliveryName(id))
@@ -151,8 +156,11 @@ func (h *handler) replayDelivery(w http.ResponseWriter, r *http.Request) error {
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
-	p := storage.DeliveryReplayParams{DeliveryID: id, Actor: operatorActor(r.Header.Get(HeaderOperator))}
-	if p.Idempotency, err = h.idempotency(scoped(key, replayScope), map[string]string{"delivery_id": id}); err != nil {
+	if err := h.guardDelivery(r, id); err != nil {
+		return err
+	}
+	p := storage.DeliveryReplayParams{DeliveryID: id, Actor: actor(r)}
+	if p.Idempotency, err = h.idempotency(r, scoped(key, replayScope), map[string]string{"delivery_id": id}); err != nil {
 		return err
 	}
 	res, err := h.store.DeliveryReplay(r.Context(), p)
@@ -212,16 +220,21 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 		}
 		return err
 	}
+	// A scoped caller replays only its forms' deliveries, and a filter
+	// naming anything outside them writes nothing.
+	if err := h.scopeFilter(r, &f); err != nil {
+		return err
+	}
 	if req.Limit < 0 || req.Limit > maxReplayBatch {
 		return refuse(apiwire.CodeInvalidRequest, "limit %d is outside 1 to %d; leave it out for %d", req.Limit, maxReplayBatch, maxReplayBatch)
 	}
 	if req.Limit == 0 {
 		req.Limit = maxReplayBatch
 	}
-	p := storage.DeliveryReplayManyParams{Filter: f, Actor: operatorActor(r.Header.Get(HeaderOperator)), Limit: req.Limit}
+	p := storage.DeliveryReplayManyParams{Filter: f, Actor: actor(r), Limit: req.Limit}
 	// The request as filled in: leaving out a default and naming it are
 	// the same request.
-	if p.Idempotency, err = h.idempotency(scoped(key, replayManyScope), req); err != nil {
+	if p.Idempotency, err = h.idempotency(r, scoped(key, replayManyScope), req); err != nil {
 		return err
 	}
 	res, err := h.store.DeliveryReplayMany(r.Context(), p)

@@ -127,8 +127,9 @@ func requestHash(req any) (string, error) {
 
 // idempotency is the storage.Idempotency of a request: nil without a key;
 // with one, the key as scoped to its route, the fingerprint of req, and
-// the API's window.
-func (h *handler) idempotency(scopedKey string, req any) (*storage.Idempotency, error) {
+// the API's window. A scoped caller's keys are its own (ownKey).
+func (h *handler) idempotency(r *http.Request, scopedKey string, req any) (*storage.Idempotency, error) {
+	scopedKey = ownKey(r, scopedKey)
 	if scopedKey == "" {
 		return nil, nil
 	}
@@ -176,6 +177,9 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := checkFields(&ep); err != nil {
 		return err
 	}
+	if err := checkFormsInScope(callerOf(r), ep.FormIDs); err != nil {
+		return err
+	}
 	if err := applyControls(req.EndpointControls, &ep, h.retryBounds); err != nil {
 		return err
 	}
@@ -191,7 +195,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	}
 	ep.Secrets = []storage.Secret{storage.NewSecret(secret, nil)}
 	status := http.StatusCreated
-	idem, err := h.idempotency(scoped(key, endpointScope), req)
+	idem, err := h.idempotency(r, scoped(key, endpointScope), req)
 	if err != nil {
 		return err
 	}
@@ -200,6 +204,10 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if idem != nil && errors.Is(err, storage.ErrDeleted) {
 		return &apiError{Code: apiwire.CodeEndpointDeleted, cause: err,
 			Message: fmt.Sprintf("the endpoint this %s created was deleted since; send a new key to create another", HeaderIdempotencyKey)}
+	}
+	if err == nil && res.Duplicate && !h.reaches(callerOf(r), created) {
+		// An admin moved it out of the token's scope since.
+		return notFound(endpointName(created.ID))
 	}
 	if err == nil && res.Duplicate {
 		status = http.StatusOK
@@ -232,9 +240,21 @@ func (h *handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 		return refuse(apiwire.CodeInvalidParameter, "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
 	}
 	// One more than the page tells whether there is a next page.
-	eps, err := h.store.EndpointListPage(r.Context(), storage.EndpointListParams{Before: cursor, Limit: limit + 1})
+	p := storage.EndpointListParams{Before: cursor, Limit: limit + 1}
+	c := callerOf(r)
+	if c != nil {
+		p.Forms = c.scope.Forms
+		// The operator endpoint may match the scope's forms but is in no
+		// scope: one more makes up for it, so a page is still full.
+		p.Limit++
+	}
+	eps, err := h.store.EndpointListPage(r.Context(), p)
 	if err != nil {
 		return storeError(err, "the endpoints")
+	}
+	if c != nil {
+		eps = slices.DeleteFunc(eps, func(e storage.Endpoint) bool { return !h.reaches(c, e) })
+		eps = eps[:min(len(eps), limit+1)]
 	}
 	now := h.now()
 	out := apiwire.EndpointList{Endpoints: make([]apiwire.Endpoint, 0, min(len(eps), limit))}
@@ -256,9 +276,9 @@ func (h *handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 // deliveries can still be read.
 func (h *handler) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	e, err := h.store.EndpointGet(r.Context(), id)
+	e, err := h.reachEndpoint(r, id)
 	if err != nil {
-		return storeError(err, endpointName(id))
+		return err
 	}
 	if e.DeletedAt != nil {
 		return deletedError(e)
@@ -295,6 +315,12 @@ func (h *handler) deleteEndpoint(w http.ResponseWriter, r *http.Request) error {
 		return refuse(apiwire.CodeInvalidParameter, "force %q is not true or false; give force=true to delete an endpoint that still has pending or processing deliveries", clip(v))
 	}
 	if err := h.emptyBody(w, r); err != nil {
+		return err
+	}
+	// A scoped caller's check is made before the change, not with it: an
+	// admin moving the endpoint out of the scope at that very moment
+	// races with the token, which could reach it a moment before.
+	if err := h.guardEndpoint(r, id); err != nil {
 		return err
 	}
 	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint)
@@ -347,7 +373,16 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeObject(body, &p, false); err != nil {
 		return err
 	}
+	c := callerOf(r)
+	// Checked first so that a deleted endpoint outside the scope answers
+	// 404, not 410, and again in the change, against the row written.
+	if err := h.guardEndpoint(r, id); err != nil {
+		return err
+	}
 	e, err := h.modifyEndpoint(r.Context(), id, func(e *storage.Endpoint) (bool, error) {
+		if !h.reaches(c, *e) {
+			return false, notFound(endpointName(id))
+		}
 		target := p.URL != nil || p.Transport != nil || p.Config != nil
 		// The URL as this API shows it, sent back unchanged (a client
 		// that PATCHes the whole object it read), keeps the stored URL:
@@ -374,6 +409,9 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 			e.Description = *p.Description
 		}
 		if err := checkFields(e); err != nil {
+			return false, err
+		}
+		if err := checkFormsInScope(c, e.FormIDs); err != nil {
 			return false, err
 		}
 		if err := applyControls(p.EndpointControls, e, h.retryBounds); err != nil {
@@ -426,6 +464,9 @@ func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bo
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
+	if err := h.guardEndpoint(r, id); err != nil {
+		return err
+	}
 	e, err := endpoint.SetDisabled(r.Context(), h.store, id, disable, h.now())
 	if err != nil {
 		return h.endpointError(err, id)
@@ -463,8 +504,11 @@ func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
+	if err := h.guardEndpoint(r, id); err != nil {
+		return err
+	}
 	now := h.now()
-	idem, err := h.idempotency(scoped(key, rotateScope), map[string]string{"endpoint_id": id})
+	idem, err := h.idempotency(r, scoped(key, rotateScope), map[string]string{"endpoint_id": id})
 	if err != nil {
 		return err
 	}

@@ -38,9 +38,9 @@ func (h *handler) testEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
-	e, err := h.store.EndpointGet(r.Context(), id)
+	e, err := h.reachEndpoint(r, id)
 	if err != nil {
-		return storeError(err, endpointName(id))
+		return err
 	}
 	if e.DeletedAt != nil {
 		return deletedError(e)
@@ -49,7 +49,7 @@ func (h *handler) testEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ev.IdempotencyKey = scoped(key, testScope(e.ID))
+	ev.IdempotencyKey = ownKey(r, scoped(key, testScope(e.ID)))
 	res, err := h.fanout(r, ev)
 	if errors.Is(err, storage.ErrInvalid) {
 		// The store refuses an event addressed to an endpoint deleted
@@ -83,13 +83,9 @@ func (h *handler) testEndpoint(w http.ResponseWriter, r *http.Request) error {
 // stored, so there is no route for it.
 func (h *handler) deliveryPayload(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	d, err := h.store.DeliveryGet(r.Context(), id)
+	_, ev, err := h.reachDelivery(r, id)
 	if err != nil {
-		return storeError(err, deliveryName(id))
-	}
-	ev, err := h.store.EventGet(r.Context(), d.EventID)
-	if err != nil {
-		return storeError(err, "the event of "+deliveryName(id))
+		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)

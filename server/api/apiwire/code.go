@@ -37,6 +37,12 @@ const (
 	// of another site or origin.
 	CodeCrossSiteRequest   Code = "cross_site_request"
 	CodeCrossOriginRequest Code = "cross_origin_request"
+	// CodeReadOnlyToken is a scoped token made read-only, on a route that
+	// changes something.
+	CodeReadOnlyToken Code = "read_only_token"
+	// CodeFormOutOfScope is a scoped token naming a form outside its scope
+	// in an endpoint it creates or changes, or an endpoint of no form.
+	CodeFormOutOfScope Code = "form_out_of_scope"
 
 	CodeNotFound         Code = "not_found"
 	CodeMetricsOff       Code = "metrics_off"
@@ -97,7 +103,7 @@ func (c Code) Status() int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
-	case CodeForbidden, CodeCrossSiteRequest, CodeCrossOriginRequest:
+	case CodeForbidden, CodeCrossSiteRequest, CodeCrossOriginRequest, CodeReadOnlyToken, CodeFormOutOfScope:
 		return http.StatusForbidden
 	case CodeNotFound, CodeMetricsOff:
 		return http.StatusNotFound
@@ -134,7 +140,7 @@ func Codes() []Code {
 		CodeUnreadableBody, CodeEmptyBody, CodeInvalidJSON, CodeTrailingData, CodeWrongType, CodeUnknownField,
 		CodeInvalidUTF8, CodeLoneSurrogate, CodeNULCharacter, CodeNumberOutOfRange, CodeTooDeep, CodeDuplicateKey,
 		CodeInvalidParameter, CodeInvalidIdempotencyKey, CodeInvalidSignatureScheme,
-		CodeUnauthorized, CodeForbidden, CodeCrossSiteRequest, CodeCrossOriginRequest,
+		CodeUnauthorized, CodeForbidden, CodeCrossSiteRequest, CodeCrossOriginRequest, CodeReadOnlyToken, CodeFormOutOfScope,
 		CodeNotFound, CodeMetricsOff, CodeMethodNotAllowed,
 		CodeNotTerminal, CodeConflict, CodeEndpointBusy, CodeOperatorEndpoint, CodeSecretRotated,
 		CodeEndpointDeleted, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeMisdirectedRequest,
