@@ -69,6 +69,8 @@ Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADM
   endpoints    add | list | set | disable | enable | rotate-secret | delete
   deliveries   list [--state …] | show DELIVERY_ID (with its attempt history)
   replay       DELIVERY_ID | --state failed [--endpoint ID] [--form ID]
+  tokens       create --form ID --expires-in 720h | list | revoke TOKEN_ID (scoped tokens)
+  portal       link --form ID --ttl 1h (a single-use portal link)
 
 Run 'hymical COMMAND --help' (or 'hymical help COMMAND') for a command's flags.
 `
@@ -83,6 +85,8 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"endpoints":  runEndpoints,
 	"deliveries": runDeliveries,
 	"replay":     runReplay,
+	"tokens":     runTokens,
+	"portal":     runPortal,
 	"version":    runVersion,
 	"secrets":    runSecrets,
 }
