@@ -22,7 +22,7 @@ import (
 func Open(ctx context.Context, url string, opts ...storage.OpenOption) (storage.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:"):
-		path, _ := sqlitePath(url)
+		path, _ := SQLitePath(url)
 		s, err := sqlite.Open(ctx, path, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open SQLite database %q: %w", path, err)

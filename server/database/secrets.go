@@ -49,7 +49,7 @@ func (k SecretsKey) Options() []storage.OpenOption {
 // separate file, so a copy or a backup of the database alone does not
 // carry it.
 func DefaultKeyFile(url string) (string, bool) {
-	path, ok := sqlitePath(url)
+	path, ok := SQLitePath(url)
 	if !ok {
 		return "", false
 	}
@@ -203,8 +203,8 @@ func PrepareSecrets(ctx context.Context, store storage.Store, key SecretsKey, lo
 	return nil
 }
 
-// sqlitePath is the file of a sqlite: URL.
-func sqlitePath(url string) (string, bool) {
+// SQLitePath is the file a sqlite: URL names; false for any other URL.
+func SQLitePath(url string) (string, bool) {
 	if !strings.HasPrefix(url, "sqlite:") {
 		return "", false
 	}
