@@ -81,6 +81,7 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		{args: []string{"portal"}, usage: "usage: hymical portal COMMAND", lines: []string{"  link "}},
 		{args: []string{"portal", "link"}, usage: "usage: hymical portal link", flags: cat(client, []string{"form", "ttl", "read-only"}), notFlags: []string{"expires-in", "o"}},
 		{args: []string{"version"}, usage: "usage: hymical version", notFlags: client},
+		{args: []string{"backup"}, usage: "usage: hymical backup --to FILE", lines: []string{"VACUUM INTO", "must not exist", "pg_dump", "hands out every endpoint's signing secret"}},
 		{args: []string{"secrets"}, usage: "usage: hymical secrets COMMAND", lines: []string{"  rotate-key "}},
 		{args: []string{"secrets", "rotate-key"}, usage: "usage: hymical secrets rotate-key", flags: []string{"database", "key-file", "new-key-file", "generate", "force"},
 			notFlags: cat(client, []string{"key", "new-key"}), lines: []string{"process list", "in one\ntransaction"}},

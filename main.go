@@ -6,6 +6,7 @@
 //	hymical plugins list                        the transport plugins it would run
 //	hymical migrate [--database URL] [--to N]   apply pending schema migrations
 //	hymical secrets rotate-key --new-key-file F re-encrypt endpoint secrets under a new key
+//	hymical backup  --to FILE [--config FILE]   copy a SQLite database while serve runs
 //	hymical demo    [--database URL]            deliver a sample submission end to end
 //	hymical version                             print the build and schema version
 //
@@ -62,6 +63,8 @@ Commands:
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
   secrets      rotate-key: encrypt the endpoints' signing secrets under a new key
+  backup       --to FILE: a consistent copy of the SQLite database, taken while
+               serve runs (PostgreSQL: use pg_dump)
   version      print the build (version, revision, time) and the schema version it needs
 
 Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADMIN_TOKEN):
@@ -89,6 +92,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"portal":     runPortal,
 	"version":    runVersion,
 	"secrets":    runSecrets,
+	"backup":     runBackup,
 }
 
 // run is the whole command line. Asked for help, at any level, a command
