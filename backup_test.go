@@ -22,6 +22,8 @@ import (
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
+	"github.com/hymical/hymical/server/database"
+	"github.com/hymical/hymical/storage"
 )
 
 func TestTakeTo(t *testing.T) {
@@ -49,6 +51,41 @@ func TestTakeTo(t *testing.T) {
 		case err != nil || to != tc.to || !slices.Equal(rest, tc.rest):
 			t.Errorf("takeTo(%q) = %q, %q, %v; want %q, %q", tc.args, to, rest, err, tc.to, tc.rest)
 		}
+	}
+}
+
+// TestBackupReadsServesConfiguration: hymical backup finds the database
+// in the config file serve is given, and needs no admin token, which only
+// serving does.
+func TestBackupReadsServesConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "hymical.db")
+	s, err := database.Open(t.Context(), "sqlite:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Migrate(t.Context(), storage.MigrateParams{}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	cfg := filepath.Join(dir, "hymical.yaml")
+	if err := os.WriteFile(cfg, []byte("database:\n  url: sqlite:"+db+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"FORMS_SERVER_ADMIN_TOKEN", "FORMS_DATABASE_URL"} {
+		t.Setenv(name, "") // restored after the test
+		os.Unsetenv(name)
+	}
+	to := filepath.Join(dir, "backup.db")
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"backup", "--config", cfg, "--to", to}, &out, &out); err != nil {
+		t.Fatalf("hymical backup --config: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "copied "+db) {
+		t.Errorf("hymical backup does not say it copied %s:\n%s", db, out.String())
+	}
+	if _, err := os.Stat(to); err != nil {
+		t.Error(err)
 	}
 }
 
