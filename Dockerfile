@@ -20,8 +20,8 @@ COPY go.mod go.sum go.work go.work.sum ./
 COPY sdk/go.mod sdk/go.sum ./sdk/
 RUN go mod download
 COPY . .
-# The same script builds the release archives: static binaries, hymical and
-# every plugin side by side, where serve finds the plugins.
+# The same script builds the release archives: one static binary, hymical,
+# which runs every shipped transport as a child process of itself.
 RUN .ci/build.sh /out
 # The state directory, created here because the runtime image has no shell;
 # owned by distroless's nonroot user (65532), which runs the server.

@@ -58,9 +58,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if _, err := cfg.Validate(); err != nil {
 		return fmt.Errorf("demo configuration: %w", err)
 	}
-	srv, err := server.New(ctx, cfg, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	builtIn, err := builtInTransports()
 	if err != nil {
-		return fmt.Errorf("start the server (build the http plugin with: go build -o bin/hymical-plugin-http ./plugins/http): %w", err)
+		return err
+	}
+	srv, err := server.New(ctx, cfg, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), server.WithBuiltInTransports(builtIn))
+	if err != nil {
+		return fmt.Errorf("start the server: %w", err)
 	}
 	srv.Describe(stdout)
 	runCtx, stop := context.WithCancel(ctx)

@@ -3,9 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,8 +38,10 @@ func importRules() []importRule {
 	room := func(sideways ...string) []string { return append([]string{"server=", "harness"}, sideways...) }
 	const roomWhy = "; no room under server/ imports the assembly (package server) or a harness"
 	return []importRule{
-		{pattern: ".", forbidden: []string{"harness", "plugins", "examples", "internal/testwait"},
-			why: "the hymical binary is the product: it links no harness (benchmarks and test drivers are commands of their own under harness/), no test helper (internal/testwait fails tests) and no transport in-process (plugins run as processes of their own)"},
+		{pattern: ".", forbidden: []string{"harness", "examples", "internal/testwait"},
+			why: "the hymical binary is the product: it links no harness (benchmarks and test drivers are commands of their own under harness/) and no test helper (internal/testwait fails tests)"},
+		{pattern: "./server/...", forbidden: []string{"plugins"},
+			why: "the server runs every transport as a process of its own through the plugin host, never in-process: a transport that crashes or hangs must not take the server with it. The hymical command carries the shipped transports only for `hymical plugin NAME` (plugin.go), which the host starts as a child"},
 		{pattern: "./sdk/...", forbidden: []string{"server", "storage", "plugins", "harness", "internal"},
 			why: "plugin authors and receivers import sdk/, so it must not drag the server in"},
 		{pattern: "./sdk/webhook/...", forbidden: []string{"sdk/transport", "modernc.org/sqlite", "github.com/jackc/pgx", "github.com/lib/pq", "github.com/mattn/go-sqlite3"},
@@ -196,7 +202,7 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 		want    string // in the one violation; "" for none
 	}{
 		{".", mod + "harness/bench false true\n" + mod + " false false", "depends on " + mod + "harness/bench, which it must not: the hymical binary is the product"},
-		{".", mod + "plugins/http/httptransport false true\n" + mod + " false false", "no transport in-process"},
+		{"./server/...", mod + "plugins/http/httptransport false true\n" + mod + "server/worker false false", "never in-process"},
 		{".", mod + "internal/testwait false true\n" + mod + " false false", "no test helper"},
 		{".", "fmt true true\n" + mod + "server false true\n" + mod + " false false", ""},
 		{"./server/api/...", mod + "server/worker false true\n" + mod + "server/api false false", "server/api/... depends on " + mod + "server/worker"},
@@ -230,6 +236,68 @@ func TestImportRulesCatchTheirBreaks(t *testing.T) {
 	}
 	if _, err := parseListed("one two"); err == nil {
 		t.Error("parseListed took a line without the three fields")
+	}
+}
+
+// transportImportViolations are the imports, of the hymical command's files
+// (file name to import paths), that link a transport anywhere but through
+// plugins/shipped in plugin.go: the command carries the shipped transports
+// for `hymical plugin NAME` alone, which the plugin host runs as a child
+// process, so that no other command path can start calling a transport
+// in-process.
+func transportImportViolations(imports map[string][]string) []string {
+	const plugins, door = "github.com/hymical/hymical/plugins", "github.com/hymical/hymical/plugins/shipped"
+	var out []string
+	for file, paths := range imports {
+		for _, p := range paths {
+			if p != plugins && !strings.HasPrefix(p, plugins+"/") {
+				continue
+			}
+			if p != door || file != "plugin.go" {
+				out = append(out, fmt.Sprintf("%s imports %s: only plugin.go may reach the transports, and only through %s, for hymical plugin NAME; the server runs them as child processes", file, p, door))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestTransportsLinkedOnlyForThePluginCommand(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	imports := map[string][]string{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		parsed, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range parsed.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			imports[f] = append(imports[f], path)
+		}
+	}
+	if !slices.Contains(imports["plugin.go"], "github.com/hymical/hymical/plugins/shipped") {
+		t.Errorf("plugin.go does not import plugins/shipped: the rule guards nothing; point it at where hymical plugin NAME is now")
+	}
+	for _, v := range transportImportViolations(imports) {
+		t.Error(v)
+	}
+	breaks := []map[string][]string{
+		{"serve.go": {"github.com/hymical/hymical/plugins/shipped"}},
+		{"plugin.go": {"github.com/hymical/hymical/plugins/http/httptransport"}},
+		{"demo.go": {"github.com/hymical/hymical/plugins"}},
+	}
+	for _, b := range breaks {
+		if v := transportImportViolations(b); len(v) != 1 {
+			t.Errorf("%v: %q, want one violation", b, v)
+		}
 	}
 }
 

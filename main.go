@@ -4,6 +4,7 @@
 //
 //	hymical serve   [--config FILE] [--KEY=VALUE…]   run the delivery server
 //	hymical plugins list                        the transport plugins it would run
+//	hymical plugin NAME                         a shipped transport, as serve runs it
 //	hymical migrate [--database URL] [--to N]   apply pending schema migrations
 //	hymical secrets rotate-key --new-key-file F re-encrypt endpoint secrets under a new key
 //	hymical backup  --to FILE [--config FILE]   copy a SQLite database while serve runs
@@ -39,9 +40,21 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == pluginCommand {
+		// A built-in transport keeps the signals' default actions, as a
+		// standalone hymical-plugin-NAME does: go-plugin ignores
+		// interrupts itself, and the host stops it over gRPC or kills
+		// its process group. Caught here, a SIGTERM would stop nothing.
+		exit(runPlugin(context.Background(), os.Args[2:], os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	exit(err)
+}
+
+// exit ends the process with the status a command's error calls for.
+func exit(err error) {
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -49,6 +62,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "hymical:", err)
 		os.Exit(1)
 	}
+	os.Exit(0)
 }
 
 const usage = `usage: hymical COMMAND [flags]
@@ -59,6 +73,8 @@ Commands:
   serve        run the server: HTTP API, delivery workers, transport plugins
                (with no configuration: SQLite hymical.db here, on 127.0.0.1:8080)
   plugins      list: the transport plugins found, started, with their SHA-256
+  plugin       NAME: serve a shipped transport as a plugin process (serve runs
+               these as child processes of itself; not meant to be run by hand)
   migrate      apply pending schema migrations and report what was done
   demo         run the server on a SQLite file and deliver a sample submission
                to a receiver on loopback that verifies its signature
@@ -83,6 +99,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"serve":      runServe,
 	"migrate":    runMigrate,
 	"plugins":    runPlugins,
+	"plugin":     runPlugin,
 	"demo":       runDemo,
 	"submit":     runSubmit,
 	"endpoints":  runEndpoints,

@@ -18,11 +18,29 @@ import (
 // newcomer does: the real http plugin binary, through the server serve
 // runs. The demo keeps its database in a temporary directory of its own,
 // removes it, and leaves nothing in the working directory.
+//
+// With no plugin file the http transport is the one built into the
+// executable (here the test binary, which TestMain makes answer `plugin
+// NAME` as hymical does); a hymical-plugin-http beside it overrides that.
 func TestDemoDeliversASampleSubmission(t *testing.T) {
-	dir := t.TempDir()
-	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+	withFile := t.TempDir()
+	if err := e2etest.BuildPlugins(withFile, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
 		t.Fatal(err)
 	}
+	tests := []struct {
+		name, dir, transports string
+	}{
+		{"the built-in http transport", t.TempDir(), "transports amqp, http, kafka, mqtt, nats, redis built in ("},
+		{"a hymical-plugin-http file", withFile, "http from " + withFile},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			demoDelivers(t, tt.dir, tt.transports)
+		})
+	}
+}
+
+func demoDelivers(t *testing.T, dir, transports string) {
 	cwd := t.TempDir()
 	t.Chdir(cwd)
 	var stdout, stderr bytes.Buffer
@@ -30,7 +48,7 @@ func TestDemoDeliversASampleSubmission(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"listening on http://127.0.0.1:", "attempt 1: delivered, HTTP 204", "receiver verified the signature", "delivered: attempts=1 cycle_attempts=1"} {
+	for _, want := range []string{"listening on http://127.0.0.1:", transports, "attempt 1: delivered, HTTP 204", "receiver verified the signature", "delivered: attempts=1 cycle_attempts=1"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout.String())
 		}

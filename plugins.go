@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/hymical/hymical/server/config"
@@ -29,24 +30,34 @@ func runPluginsList(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	host, err := pluginhost.New(ctx, cfg.PluginHost(), cfg.Log.NewLogger(stderr))
+	hostCfg := cfg.PluginHost()
+	if hostCfg.BuiltIn, err = builtInTransports(); err != nil {
+		return err
+	}
+	host, err := pluginhost.New(ctx, hostCfg, cfg.Log.NewLogger(stderr))
 	if err != nil {
 		return err
 	}
 	defer host.Close()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPINNED\tSHA-256 OF THE FILE NOW\tPATH")
+	fmt.Fprintln(tw, "NAME\tFROM\tPINNED\tSHA-256 OF THE FILE NOW\tRUNS")
 	for _, p := range host.Plugins() {
 		sum, err := pluginhost.FileSHA256(p.Path)
 		if err != nil {
 			sum = "unreadable: " + err.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", p.Name, p.Pinned, sum, p.Path)
+		// A file in plugins.dir or a configured path overrides the
+		// built-in of its name: FROM says which one runs.
+		from := "file"
+		if p.BuiltIn {
+			from = "built-in"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", p.Name, from, p.Pinned, sum, strings.Join(append([]string{p.Path}, p.Args...), " "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "To pin a plugin, put the SHA-256 you trust (from your build, not from this listing of the installed file) in plugins.list[].sha256.")
+	fmt.Fprintln(stdout, "To pin a plugin, put the SHA-256 you trust (from your build, not from this listing of the installed file) in plugins.list[].sha256; a built-in's is the hymical executable's.")
 	// A plugin whose Configure hung or crashed does not stop the host
 	// (serve starts without it), but this listing exists to prove each
 	// plugin answers, so it says which did not and fails.

@@ -38,7 +38,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Warn(w)
 	}
 	gc := gctarget.Apply(os.Getenv)
-	srv, err := server.New(ctx, cfg, log)
+	builtIn, err := builtInTransports()
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(ctx, cfg, log, server.WithBuiltInTransports(builtIn))
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds the binaries a release ships into OUT_DIR: hymical and every
-# transport plugin under plugins/ as hymical-plugin-NAME, side by side, which
-# is where `hymical serve` looks for them when plugins.dir is empty. The
-# release archives (.ci/release.sh) and the container image (Dockerfile) are
-# both built by this one script, so they cannot drift apart.
+# Builds the binary a release ships into OUT_DIR: hymical, one file that
+# carries every transport under plugins/ and runs each as a child process of
+# itself (`hymical plugin NAME`). The standalone hymical-plugin-NAME builds
+# are no longer shipped: a user who wants one (a newer or patched transport)
+# builds it with go build ./plugins/NAME and puts it in plugins.dir, where it
+# overrides the built-in. The release archives (.ci/release.sh) and the
+# container image (Dockerfile) are both built by this one script, so they
+# cannot drift apart.
 #
 #   GOOS=linux GOARCH=arm64 .ci/build.sh OUT_DIR
 #
@@ -32,7 +35,3 @@ export CGO_ENABLED=0
 flags=(-trimpath -buildvcs=true -ldflags=-s\ -w)
 
 go build "${flags[@]}" -o "$out/hymical" .
-for main in plugins/*/main.go; do
-	dir=$(dirname "$main")
-	go build "${flags[@]}" -o "$out/hymical-plugin-$(basename "$dir")" "./$dir"
-done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the release archives of one commit: for each platform a
-# hymical-VERSION-OS-ARCH.tar.gz holding the static binaries (hymical and
-# every transport plugin, as .ci/build.sh builds them), LICENSE, README.md,
-# docs/ and configs/, and a SHA256SUMS over the archives.
+# hymical-VERSION-OS-ARCH.tar.gz holding the one static binary hymical (as
+# .ci/build.sh builds it, every shipped transport inside), LICENSE,
+# README.md, CHANGELOG.md, docs/ and configs/, and a SHA256SUMS over the
+# archives.
 #
 #   .ci/release.sh [-o DIR] [REF]      e.g. .ci/release.sh v1.2.0
 #
@@ -16,7 +17,8 @@
 # worktree). The version is therefore the one the toolchain derives, the
 # one `hymical version` prints: a commit tagged v1.2.0 is v1.2.0, any other
 # commit a pseudo-version such as v0.0.0-20260102030405-0123456789ab. To cut
-# a release, tag first (git tag -a v1.2.0), then run this with the tag.
+# a release, tag first (sdk/v1.2.0, then v1.2.0: docs/packaging.md), then
+# run this with the tag.
 set -euo pipefail
 
 log() { echo "release.sh: $*" >&2; }
@@ -72,7 +74,7 @@ for platform in $platforms; do
 	stage="$work/stage/$name"
 	mkdir -p "$stage"
 	cp "$bin"/* "$stage/"
-	cp -R "$work/src/LICENSE" "$work/src/README.md" "$work/src/configs" "$work/src/docs" "$stage/"
+	cp -R "$work/src/LICENSE" "$work/src/README.md" "$work/src/CHANGELOG.md" "$work/src/configs" "$work/src/docs" "$stage/"
 	# Owner, group and times fixed, entries sorted, gzip without a name or
 	# time: the same commit gives the same archive bytes on any machine.
 	mtime=$(git -C "$work/src" log -1 --format=%cI)

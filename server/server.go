@@ -92,9 +92,13 @@ type Server struct {
 // plugins, builds the API, the console and the worker pool, and binds
 // server.listen, so every start-up error is New's and Run only serves.
 // On an error, what New had started is stopped again.
-func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, err error) {
+func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Option) (s *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	s = &Server{cfg: cfg, log: log}
 	// Not s, which every error return sets to nil before this runs.
@@ -112,6 +116,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (s *Server, e
 	}
 
 	hostCfg := cfg.PluginHost()
+	hostCfg.BuiltIn = o.builtIn
 	hostCfg.TracerProvider, hostCfg.PluginEnv = s.tel.TracerProvider(), s.tel.PluginEnv
 	hostCfg.SpanOutput = s.tel.SpanOutput()
 	if s.host, err = pluginhost.New(ctx, hostCfg, log); err != nil {
@@ -367,6 +372,22 @@ func (s *Server) handler() (http.Handler, error) {
 // Addr is where the API listens.
 func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 
+// Option changes what New assembles beyond its configuration.
+type Option func(*options)
+
+type options struct {
+	builtIn pluginhost.BuiltIn
+}
+
+// WithBuiltInTransports has the plugin host run the transports the
+// server's own executable serves (hymical plugin NAME) wherever no plugin
+// executable of that name is installed. It is an option, not
+// configuration: which transports an executable carries is a fact of the
+// build, which only the command that is that build knows.
+func WithBuiltInTransports(b pluginhost.BuiltIn) Option {
+	return func(o *options) { o.builtIn = b }
+}
+
 // Describe writes what is running, for the start-up banner, in one write:
 // where it listens, the database (its password masked) and schema, the
 // transports, telemetry and the console.
@@ -375,8 +396,8 @@ func (s *Server) Describe(w io.Writer) {
 	// Built whole and written once, so that a reader of w (a log
 	// collector, a test waiting for the banner) never sees half of it.
 	var b strings.Builder
-	fmt.Fprintf(&b, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s from %s\n",
-		buildinfo.String(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, strings.Join(s.host.Names(), ", "), cfg.Plugins.Dir)
+	fmt.Fprintf(&b, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s\n",
+		buildinfo.String(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, DescribeTransports(s.host.Plugins()))
 	fmt.Fprintf(&b, "  connections at most %d, %d per client address (open-file limit %s)\n", s.maxConns, s.maxConnsPerAddr, fdLimitShown(s.fdLimit))
 	if s.tel.Tracing() || s.tel.MetricsHandler() != nil {
 		fmt.Fprintf(&b, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
@@ -584,4 +605,26 @@ func revealAll(keys []config.Secret) []string {
 		out[i] = k.Reveal()
 	}
 	return out
+}
+
+// DescribeTransports says which transports run and from where, in one
+// line: the built-in ones together, then each other one with its file, so
+// that an executable in plugins.dir overriding a built-in is plain to see.
+func DescribeTransports(plugins []pluginhost.PluginInfo) string {
+	var builtIn, parts []string
+	exe := ""
+	for _, p := range plugins {
+		if p.BuiltIn {
+			builtIn, exe = append(builtIn, p.Name), p.Path
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s from %s", p.Name, p.Path))
+	}
+	if len(builtIn) > 0 {
+		parts = append([]string{fmt.Sprintf("%s built in (%s)", strings.Join(builtIn, ", "), exe)}, parts...)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
 }

@@ -8,19 +8,8 @@
 // logic lives in package amqptransport.
 package main
 
-import (
-	"log/slog"
-	"os"
-
-	"github.com/hymical/hymical/plugins/amqp/amqptransport"
-	"github.com/hymical/hymical/sdk/transport"
-)
+import "github.com/hymical/hymical/plugins/amqp/amqptransport"
 
 func main() {
-	// The host reads the plugin's standard error line by line and logs it
-	// under the plugin's name.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	t := amqptransport.New(amqptransport.Options{Logger: logger})
-	defer t.Close()
-	transport.Serve(t)
+	amqptransport.ServePlugin()
 }

@@ -3,14 +3,12 @@
 // reports the outcome. The host starts it; run by hand it only says so.
 //
 // Install it as hymical-plugin-http in the server's plugin directory. The
-// logic lives in package httptransport so it can also run in-process.
+// logic lives in package httptransport, which hymical itself also runs as
+// `hymical plugin http`.
 package main
 
-import (
-	"github.com/hymical/hymical/plugins/http/httptransport"
-	"github.com/hymical/hymical/sdk/transport"
-)
+import "github.com/hymical/hymical/plugins/http/httptransport"
 
 func main() {
-	transport.Serve(httptransport.New(httptransport.Options{}))
+	httptransport.ServePlugin()
 }

@@ -8,19 +8,8 @@
 // logic lives in package kafkatransport.
 package main
 
-import (
-	"log/slog"
-	"os"
-
-	"github.com/hymical/hymical/plugins/kafka/kafkatransport"
-	"github.com/hymical/hymical/sdk/transport"
-)
+import "github.com/hymical/hymical/plugins/kafka/kafkatransport"
 
 func main() {
-	// The host reads the plugin's standard error line by line and logs it
-	// under the plugin's name.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	t := kafkatransport.New(kafkatransport.Options{Logger: logger})
-	defer t.Close()
-	transport.Serve(t)
+	kafkatransport.ServePlugin()
 }

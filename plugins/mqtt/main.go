@@ -8,19 +8,8 @@
 // logic lives in package mqtttransport.
 package main
 
-import (
-	"log/slog"
-	"os"
-
-	"github.com/hymical/hymical/plugins/mqtt/mqtttransport"
-	"github.com/hymical/hymical/sdk/transport"
-)
+import "github.com/hymical/hymical/plugins/mqtt/mqtttransport"
 
 func main() {
-	// The host reads the plugin's standard error line by line and logs it
-	// under the plugin's name.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	t := mqtttransport.New(mqtttransport.Options{Logger: logger})
-	defer t.Close()
-	transport.Serve(t)
+	mqtttransport.ServePlugin()
 }

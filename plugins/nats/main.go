@@ -8,19 +8,8 @@
 // logic lives in package natstransport.
 package main
 
-import (
-	"log/slog"
-	"os"
-
-	"github.com/hymical/hymical/plugins/nats/natstransport"
-	"github.com/hymical/hymical/sdk/transport"
-)
+import "github.com/hymical/hymical/plugins/nats/natstransport"
 
 func main() {
-	// The host reads the plugin's standard error line by line and logs it
-	// under the plugin's name.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	t := natstransport.New(natstransport.Options{Logger: logger})
-	defer t.Close()
-	transport.Serve(t)
+	natstransport.ServePlugin()
 }

@@ -7,19 +7,8 @@
 // logic lives in package redistransport.
 package main
 
-import (
-	"log/slog"
-	"os"
-
-	"github.com/hymical/hymical/plugins/redis/redistransport"
-	"github.com/hymical/hymical/sdk/transport"
-)
+import "github.com/hymical/hymical/plugins/redis/redistransport"
 
 func main() {
-	// The host reads the plugin's standard error line by line and logs it
-	// under the plugin's name.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	t := redistransport.New(redistransport.Options{Logger: logger})
-	defer t.Close()
-	transport.Serve(t)
+	redistransport.ServePlugin()
 }

@@ -132,18 +132,18 @@ type WebhookConfig struct {
 
 // PluginsConfig is the plugin host's.
 type PluginsConfig struct {
-	Dir             string         `koanf:"dir" doc:"Directory of hymical-plugin-NAME executables; every one is run. Empty means the directory of the running hymical executable."`
+	Dir             string         `koanf:"dir" doc:"Directory of hymical-plugin-NAME executables; every one is run. Empty means the directory of the running hymical executable. The transports hymical ships (amqp, http, kafka, mqtt, nats, redis) are built into it and run as child processes of it (hymical plugin NAME); an executable of the same name here overrides the built-in, to run a newer or patched transport. hymical plugins list says which runs and from where."`
 	SendGrace       time.Duration  `koanf:"send_grace" doc:"How long past a send's deadline the host waits for a plugin's answer before it counts the plugin as hung and restarts it."`
 	StartTimeout    time.Duration  `koanf:"start_timeout" doc:"Time allowed to start and configure one plugin process."`
 	ValidateTimeout time.Duration  `koanf:"validate_timeout" doc:"Time a plugin has to say whether it can send to an endpoint being created or changed; a plugin that takes longer counts as hung, is restarted, and the request is answered 503."`
-	List            []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts, networks and proxy from the webhook section."`
+	List            []PluginConfig `koanf:"list" doc:"Plugins to configure, in the config file only: each has a name (what endpoints name as their transport), an optional path (default: plugins.dir/hymical-plugin-NAME, or the built-in transport of that name when there is no such file), an optional sha256 pin (64 hex digits from a trusted source; a binary that does not match is not run; a built-in transport's pin is the hymical executable's) and settings (a map of strings for the plugin). The http plugin always runs and gets its timeouts, networks and proxy from the webhook section."`
 }
 
 // PluginConfig configures one plugin.
 type PluginConfig struct {
 	Name     string   `koanf:"name" doc:"What endpoints name as their transport, e.g. http."`
-	Path     string   `koanf:"path" doc:"The executable; empty means plugins.dir/hymical-plugin-NAME."`
-	SHA256   string   `koanf:"sha256" doc:"Hex SHA-256 the executable must have."`
+	Path     string   `koanf:"path" doc:"The executable; empty means plugins.dir/hymical-plugin-NAME, or the built-in transport of that name when there is no such file."`
+	SHA256   string   `koanf:"sha256" doc:"Hex SHA-256 the executable must have; for a built-in transport, the hymical executable's."`
 	Settings Settings `koanf:"settings" doc:"Handed to the plugin's Configure after every launch."`
 }
 

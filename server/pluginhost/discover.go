@@ -26,18 +26,50 @@ var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 type spec struct {
 	name string
 	path string
+	// args are what path is run with: a built-in transport's, or none.
+	args []string
+	// builtIn says path is the server's own executable serving the
+	// transport (Config.BuiltIn).
+	builtIn bool
 	// sum is the SHA-256 pin from the config; nil when unpinned.
 	sum      []byte
 	settings map[string]string
 }
 
 // discover resolves the config into the plugins to launch, sorted by name:
-// every configured plugin, found by its Path or in Dir, and every other
-// executable in Dir named BinaryPrefix + name.
+// every configured plugin, found by its Path, in Dir or built in, every
+// other executable in Dir named BinaryPrefix + name, and every other
+// built-in transport. An executable in Dir wins over the built-in of its
+// name (see BuiltIn), and the log says so.
 func discover(cfg Config, logger *slog.Logger) ([]spec, error) {
 	inDir, err := scanDir(cfg.Dir, logger)
 	if err != nil {
 		return nil, err
+	}
+	builtIn := map[string]bool{}
+	if cfg.BuiltIn.Executable != "" {
+		exe, err := checkExecutable(cfg.BuiltIn.Executable)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the executable that serves the built-in transports: %w", ErrPluginNotFound, err)
+		}
+		cfg.BuiltIn.Executable = exe
+		for _, name := range cfg.BuiltIn.Names {
+			if !validName.MatchString(name) {
+				return nil, fmt.Errorf("built-in transport %q is not a plugin name", name)
+			}
+			builtIn[name] = true
+		}
+	}
+	fromBuiltIn := func(s *spec) {
+		s.path, s.builtIn = cfg.BuiltIn.Executable, true
+		if cfg.BuiltIn.Args != nil {
+			s.args = cfg.BuiltIn.Args(s.name)
+		}
+	}
+	overrides := func(name, path string) {
+		if builtIn[name] {
+			logger.Info("transport plugin overrides the built-in of the same name", "plugin", name, "path", path, "built_in", cfg.BuiltIn.Executable)
+		}
 	}
 	var specs []spec
 	seen := map[string]bool{}
@@ -64,8 +96,12 @@ func discover(cfg Config, logger *slog.Logger) ([]spec, error) {
 				return nil, fmt.Errorf("%w: plugin %q: %w", ErrPluginNotFound, pc.Name, err)
 			}
 			s.path = path
+			overrides(pc.Name, path)
 		case inDir[pc.Name] != "":
 			s.path = inDir[pc.Name]
+			overrides(pc.Name, s.path)
+		case builtIn[pc.Name]:
+			fromBuiltIn(&s)
 		case cfg.Dir == "":
 			return nil, fmt.Errorf("%w: plugin %q has no path and no plugin directory is set; set its path or the plugin directory", ErrPluginNotFound, pc.Name)
 		default:
@@ -76,7 +112,16 @@ func discover(cfg Config, logger *slog.Logger) ([]spec, error) {
 	}
 	for name, path := range inDir {
 		if !seen[name] {
+			seen[name] = true
 			specs = append(specs, spec{name: name, path: path})
+			overrides(name, path)
+		}
+	}
+	for name := range builtIn {
+		if !seen[name] {
+			s := spec{name: name}
+			fromBuiltIn(&s)
+			specs = append(specs, s)
 		}
 	}
 	slices.SortFunc(specs, func(a, b spec) int { return strings.Compare(a.name, b.name) })

@@ -88,6 +88,10 @@ type Config struct {
 	// Plugins configures plugins by name: where one is (when not in Dir),
 	// its SHA-256 pin, and its settings.
 	Plugins []PluginConfig
+	// BuiltIn is the transports the server's own executable serves; each
+	// one no executable in Dir is named for runs from it, as a child
+	// process like any other plugin. The zero value means none.
+	BuiltIn BuiltIn
 	// SendGrace is how long past a send's deadline the host waits before
 	// it counts the plugin as hung; zero means DefaultSendGrace.
 	SendGrace time.Duration
@@ -116,11 +120,30 @@ type Config struct {
 	SpanOutput io.Writer
 }
 
+// BuiltIn is the transports an executable carries besides being the
+// server (hymical's `hymical plugin NAME`). The host runs one as it runs
+// any plugin, a process of its own that speaks go-plugin's handshake, so a
+// crash of a built-in transport costs the server no more than that of an
+// external one. A configured Path, or an executable of the same name in
+// Dir, wins over the built-in: that is how a user runs a newer or patched
+// transport without replacing the server. A SHA-256 pin of a built-in is
+// the pin of Executable, the file that runs.
+type BuiltIn struct {
+	// Executable is the file to run, made absolute; empty means none.
+	Executable string
+	// Names are the transports it serves.
+	Names []string
+	// Args are the arguments that make Executable serve the transport
+	// name, e.g. plugin http.
+	Args func(name string) []string
+}
+
 // PluginConfig is one configured plugin.
 type PluginConfig struct {
 	// Name is what endpoints name as their transport, e.g. "http".
 	Name string
-	// Path is the executable; empty means Dir/hymical-plugin-<Name>.
+	// Path is the executable; empty means Dir/hymical-plugin-<Name>, or the
+	// built-in transport of that name when Dir has no such executable.
 	Path string
 	// SHA256, when set, is the hex SHA-256 the executable must have; a
 	// plugin that does not match is not run. It must come from a trusted
@@ -224,9 +247,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Host, error) {
 		}
 		s.cur = inst
 		if sp.sum == nil {
-			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path, "protocol", inst.protocol)
+			logger.Info("transport plugin started without a SHA-256 pin", "plugin", sp.name, "path", sp.path, "built_in", sp.builtIn, "protocol", inst.protocol)
 		} else {
-			logger.Info("transport plugin started", "plugin", sp.name, "path", sp.path, "protocol", inst.protocol)
+			logger.Info("transport plugin started", "plugin", sp.name, "path", sp.path, "built_in", sp.builtIn, "protocol", inst.protocol)
 		}
 	}
 	return h, nil
@@ -245,7 +268,13 @@ func (h *Host) Names() []string { return slices.Clone(h.names) }
 // PluginInfo describes one plugin the host runs.
 type PluginInfo struct {
 	Name string
+	// Path is the executable that runs; for a built-in transport, the
+	// server's own, run with Args.
 	Path string
+	Args []string
+	// BuiltIn says it is a transport of the server's own executable, not
+	// a hymical-plugin-NAME or a configured path.
+	BuiltIn bool
 	// Pinned says whether the config pins the binary's SHA-256.
 	Pinned   bool
 	Restarts int
@@ -262,7 +291,7 @@ func (h *Host) Plugins() []PluginInfo {
 		s.mu.Lock()
 		running := s.cur != nil && !s.closed && !s.cur.exited()
 		s.mu.Unlock()
-		out = append(out, PluginInfo{Name: name, Path: s.spec.path, Pinned: s.spec.sum != nil, Restarts: h.Restarts(name), Running: running})
+		out = append(out, PluginInfo{Name: name, Path: s.spec.path, Args: slices.Clone(s.spec.args), BuiltIn: s.spec.builtIn, Pinned: s.spec.sum != nil, Restarts: h.Restarts(name), Running: running})
 	}
 	return out
 }

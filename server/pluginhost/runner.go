@@ -46,6 +46,7 @@ const (
 // process itself, and hands go-plugin pipes it can end (boundedPipe).
 type procRunner struct {
 	path string
+	args []string
 	// env is what the plugin inherits from the host (pluginEnv); go-plugin
 	// adds its handshake variables in attach.
 	env []string
@@ -67,14 +68,14 @@ type procRunner struct {
 var _ runner.Runner = (*procRunner)(nil)
 
 func newProcRunner(sp spec, env []string, spawn *spawner) *procRunner {
-	return &procRunner{path: sp.path, env: env, sum: sp.sum, spawn: spawn, exited: make(chan struct{})}
+	return &procRunner{path: sp.path, args: sp.args, env: env, sum: sp.sum, spawn: spawn, exited: make(chan struct{})}
 }
 
 // attach is the ClientConfig.RunnerFunc: go-plugin passes a command
 // carrying the handshake's environment and the directory the plugin's
 // socket goes in.
 func (r *procRunner) attach(_ hclog.Logger, cmd *exec.Cmd, socketDir string) (runner.Runner, error) {
-	r.cmd = exec.Command(r.path)
+	r.cmd = exec.Command(r.path, r.args...)
 	r.cmd.Env = append(append([]string(nil), r.env...), cmd.Env...)
 	// No stdin: go-plugin would hand the plugin the server's own.
 	r.cmd.Stdin = nil

@@ -101,7 +101,7 @@ func (m *misbehave) Validate(_ context.Context, e transport.Endpoint) error {
 	if e.Config["validate"] == "hang" {
 		select {}
 	}
-	modes := []string{"ok", "configured", "deadline", "env", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic", "refuse", "defer", "plain_fail", "spawn", "spew"}
+	modes := []string{"ok", "configured", "deadline", "env", "args", "log", "late", "slow_ok", "slow", "hang", "log_hang", "exit", "sigkill", "panic", "refuse", "defer", "plain_fail", "spawn", "spew"}
 	for _, mode := range modes {
 		if e.Config["mode"] == mode {
 			return nil
@@ -127,6 +127,9 @@ func (m *misbehave) Send(ctx context.Context, msg transport.Message) transport.O
 			Error: msg.Deadline.UTC().Format(time.RFC3339Nano) + " " + d.UTC().Format(time.RFC3339Nano)}
 	case "env":
 		return transport.Outcome{Kind: transport.OutcomeDelivered, StatusCode: 200, Error: strings.Join(os.Environ(), "\n")}
+	case "args":
+		// What it was started with: a built-in transport's arguments.
+		return transport.Outcome{Kind: transport.OutcomeDelivered, StatusCode: 200, Error: strings.Join(os.Args[1:], " ")}
 	case "log":
 		fmt.Fprintln(os.Stderr, "misbehave says hello for", msg.DeliveryID)
 		return transport.Delivered(200)
