@@ -346,6 +346,7 @@ func (s *Server) handler() (http.Handler, error) {
 		// limiter of failed authentications and the same rotation grace.
 		portal, err := console.NewPortal(console.PortalOptions{
 			Store:               s.store,
+			Transports:          s.host,
 			FrameAncestors:      cfg.Portal.FrameAncestors,
 			BrandName:           cfg.Portal.BrandName,
 			AccentColor:         cfg.Portal.AccentColor,

@@ -99,6 +99,8 @@ type rotatedData struct {
 	base
 	Endpoint endpointRow
 	Secret   string
+	// Created: the endpoint was just added, not rotated.
+	Created bool
 	// PreviousExpireAt is when the secrets active before stop signing.
 	PreviousExpireAt *time.Time
 }

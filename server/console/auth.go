@@ -290,9 +290,7 @@ func (h *handler) action(fn pageFunc) http.HandlerFunc {
 		// Before the CSRF check: a read-only session's pages carry no
 		// forms, so no token either, and the refusal should say why.
 		if a.scope != nil && a.scope.ReadOnly {
-			h.renderError(w, r, a, &pageError{Status: http.StatusForbidden, Title: "This session can only look",
-				Message: "Your portal link was made read-only, so nothing can be changed with it. Nothing was changed.",
-				Advice:  "Ask the product that gave you the link for one that can make changes."})
+			h.renderError(w, r, a, errReadOnly())
 			return
 		}
 		if err := r.ParseForm(); err != nil {

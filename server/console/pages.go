@@ -590,6 +590,8 @@ func (h *handler) endpoints(w http.ResponseWriter, r *http.Request, a authResult
 			data.Flash = "Disabled " + id + ": new events no longer fan out to it. Deliveries already made still go out."
 		case "enabled":
 			data.Flash = "Enabled " + id + ": new events fan out to it again."
+		case "edited":
+			data.Flash = "Saved " + id + "."
 		case "deleted":
 			data.Flash = "Deleted " + id + ": it gets no new deliveries; its deliveries and their attempts stay readable."
 		}

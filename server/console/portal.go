@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -35,12 +36,16 @@ const DefaultBrandName = "Webhooks"
 type PortalStore interface {
 	Store
 	access.Store
+	EndpointCreate(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error)
 }
 
 // PortalOptions configure the handler NewPortal builds.
 type PortalOptions struct {
 	// Store holds the delivery state and the portal's sessions; required.
 	Store PortalStore
+	// Transports checks a new or changed endpoint with its plugin, as the
+	// API does; required.
+	Transports Transports
 	// FrameAncestors is the CSP frame-ancestors source list: the origins
 	// that may embed the portal in a frame. Empty means 'none'. Check it
 	// with faceopts.CheckFrameAncestors.
@@ -62,6 +67,7 @@ type PortalOptions struct {
 // portalFace is what makes a handler the portal.
 type portalFace struct {
 	store          PortalStore
+	transports     Transports
 	frameAncestors string
 	base           portalBase
 	brandCSS       []byte
@@ -79,8 +85,8 @@ type portalBase struct {
 // same pages, each showing and changing only what the session's scope
 // holds.
 func NewPortal(opts PortalOptions) (http.Handler, error) {
-	if opts.Store == nil {
-		return nil, errors.New("portal: PortalOptions.Store is required")
+	if opts.Store == nil || opts.Transports == nil {
+		return nil, errors.New("portal: PortalOptions.Store and PortalOptions.Transports are required")
 	}
 	if err := faceopts.CheckFrameAncestors(opts.FrameAncestors); err != nil {
 		return nil, fmt.Errorf("portal: frame ancestors: %w", err)
@@ -108,7 +114,7 @@ func NewPortal(opts PortalOptions) (http.Handler, error) {
 	if brand == "" {
 		brand = DefaultBrandName
 	}
-	face := &portalFace{store: opts.Store, frameAncestors: strings.Join(opts.FrameAncestors, " "), base: portalBase{Brand: brand}}
+	face := &portalFace{store: opts.Store, transports: opts.Transports, frameAncestors: strings.Join(opts.FrameAncestors, " "), base: portalBase{Brand: brand}}
 	if opts.AccentColor != "" {
 		face.base.BrandCSS = true
 		face.brandCSS = fmt.Appendf(nil, ":root { --accent: %s; --busy: %s; }\n", opts.AccentColor, opts.AccentColor)
@@ -133,6 +139,10 @@ func (h *handler) portalRoutes() {
 	h.mux.HandleFunc("GET "+p+"/deliveries/{id}", h.page(h.delivery))
 	h.mux.HandleFunc("POST "+p+"/deliveries/{id}/replay", h.action(h.replay))
 	h.mux.HandleFunc("GET "+p+"/endpoints", h.page(h.endpoints))
+	h.mux.HandleFunc("GET "+p+"/endpoints/new", h.page(h.newEndpointPage))
+	h.mux.HandleFunc("POST "+p+"/endpoints/new", h.action(h.createEndpoint))
+	h.mux.HandleFunc("GET "+p+"/endpoints/{id}/edit", h.page(h.editEndpointPage))
+	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/edit", h.action(h.updateEndpoint))
 	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/disable", h.action(h.disable))
 	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/enable", h.action(h.enable))
 	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/rotate-secret", h.action(h.rotate))

@@ -1,12 +1,17 @@
 package console_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,16 +20,36 @@ import (
 
 	"github.com/hymical/hymical/server/access"
 	"github.com/hymical/hymical/server/console"
+	"github.com/hymical/hymical/server/pluginhost"
 	"github.com/hymical/hymical/storage"
 )
+
+// pluginHost is a host of the real http plugin, built once for every
+// portal test of this binary, with the plugin's default guard: loopback
+// and private targets are refused, as they are in production.
+var pluginHost = sync.OnceValues(func() (*pluginhost.Host, error) {
+	dir, err := os.MkdirTemp("", "hymical-portal-plugins-")
+	if err != nil {
+		return nil, err
+	}
+	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
+		return nil, err
+	}
+	return pluginhost.New(context.Background(), pluginhost.Config{Dir: dir}, e2etest.Logger())
+})
 
 // newPortalFixture serves the portal over store on a loopback server.
 func newPortalFixture(t *testing.T, store storage.Store, edit func(*console.PortalOptions)) *fixture {
 	t.Helper()
+	host, err := pluginHost()
+	if err != nil {
+		t.Fatalf("start the http plugin: %v", err)
+	}
 	logs := &syncbuf.Buffer{}
 	opts := console.PortalOptions{
-		Store:  store,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Store:      store,
+		Transports: host,
+		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if edit != nil {
 		edit(&opts)
@@ -37,7 +62,7 @@ func newPortalFixture(t *testing.T, store storage.Store, edit func(*console.Port
 	mux.Handle(console.PortalPrefix+"/", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, store: store, srv: srv, logs: logs}
+	return &fixture{t: t, store: store, srv: srv, logs: logs, transports: host}
 }
 
 // link mints a portal link for forms, as POST /v1/portal/sessions does.
@@ -153,6 +178,8 @@ func TestPortalKeepsToItsScope(t *testing.T) {
 				{"enable", "POST", "/portal/endpoints/" + other.ID + "/enable", url.Values{}},
 				{"rotate the secret", "POST", "/portal/endpoints/" + other.ID + "/rotate-secret", url.Values{}},
 				{"delete, forced", "POST", "/portal/endpoints/" + other.ID + "/delete", url.Values{"force": {"yes"}}},
+				{"the endpoint's edit page", "GET", "/portal/endpoints/" + other.ID + "/edit", nil},
+				{"an edit", "POST", "/portal/endpoints/" + other.ID + "/edit", url.Values{"url": {"https://mine.example.com/"}, "form_ids": {"contact"}}},
 			}
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
@@ -338,10 +365,78 @@ func TestPortalFramingAndBrand(t *testing.T) {
 		func(o *console.PortalOptions) { o.AccentColor = "red;} body {display:none" },
 		func(o *console.PortalOptions) { o.FrameAncestors = []string{"https://a.example.com; script-src *"} },
 	} {
-		opts := console.PortalOptions{Store: store}
+		opts := console.PortalOptions{Store: store, Transports: open.transports}
 		bad(&opts)
 		if _, err := console.NewPortal(opts); err == nil {
 			t.Errorf("NewPortal(%+v) took a value that could inject into CSS or a header", opts)
 		}
+	}
+}
+
+// TestPortalAddsAndEditsEndpointsWithinItsScope: an endpoint is added
+// with the API's rules and the plugin's check, only for the scope's
+// forms, its secret shown once; an edit cannot move it out of the scope.
+func TestPortalAddsAndEditsEndpointsWithinItsScope(t *testing.T) {
+	t.Parallel()
+	f := newPortalFixture(t, e2etest.Backends()["sqlite"](t), nil)
+	f.endpoint("contact", "Contact CRM") // its forms carry the CSRF token
+	s := f.portalSession([]string{"contact", "signup"}, false)
+	f.portalGet(s, "/portal/endpoints/new").must(t, http.StatusOK).contains(t, `value="contact"`, `value="signup"`).lacks(t, "billing")
+
+	count := func() int {
+		eps, err := f.store.EndpointList(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(eps)
+	}
+	before := count()
+	for _, tt := range []struct {
+		name string
+		form url.Values
+		want string
+	}{
+		{"no URL", url.Values{"form_ids": {"contact"}}, "The URL is required"},
+		{"a URL with a password", url.Values{"url": {"https://u:p@hooks.example.com/"}, "form_ids": {"contact"}}, "user name or password"},
+		{"no form", url.Values{"url": {"https://hooks.example.com/a"}}, "hoose at least one of your forms"},
+		{"a form outside the scope", url.Values{"url": {"https://hooks.example.com/a"}, "form_ids": {"contact", "billing"}}, "hoose at least one of your forms"},
+		{"a bad event type", url.Values{"url": {"https://hooks.example.com/a"}, "form_ids": {"contact"}, "event_types": {"no spaces!"}}, "is not an event type"},
+		// The plugin's own guard, asked as the API asks it.
+		{"a loopback target", url.Values{"url": {"http://127.0.0.1:9/hook"}, "form_ids": {"contact"}}, "transport refused this URL"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f.portalPost(s, "/portal/endpoints/new", tt.form).must(t, http.StatusBadRequest).contains(t, tt.want, "Nothing was changed")
+		})
+	}
+	if n := count(); n != before {
+		t.Fatalf("refused forms added %d endpoints", n-before)
+	}
+
+	p := f.portalPost(s, "/portal/endpoints/new", url.Values{"url": {"https://hooks.example.com/new?token=s3cret"}, "form_ids": {"signup"},
+		"event_types": {"submission.received, form.published"}, "description": {"Signups"}}).must(t, http.StatusCreated)
+	secret := regexp.MustCompile(`id="new-secret" type="text" readonly value="(whsec_[^"]+)"`).FindStringSubmatch(p.body)
+	id := regexp.MustCompile(`<code>(ep_[0-9a-f]{32})</code> added`).FindStringSubmatch(p.body)
+	if secret == nil || id == nil {
+		t.Fatalf("the answer shows no new endpoint and secret:\n%s", p.body)
+	}
+	e, err := f.store.EndpointGet(t.Context(), id[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.URL != "https://hooks.example.com/new?token=s3cret" || !slices.Equal(e.FormIDs, []string{"signup"}) ||
+		!slices.Equal(e.EventTypes, []string{"submission.received", "form.published"}) || e.Description != "Signups" {
+		t.Errorf("stored %+v", e)
+	}
+	f.portalGet(s, "/portal/endpoints").must(t, http.StatusOK).contains(t, e.ID).lacks(t, secret[1], "s3cret")
+
+	// The edit form hides the URL's secret, and an empty URL keeps it.
+	f.portalGet(s, "/portal/endpoints/"+e.ID+"/edit").must(t, http.StatusOK).contains(t, "Signups").lacks(t, "s3cret")
+	f.portalPost(s, "/portal/endpoints/"+e.ID+"/edit", url.Values{"form_ids": {"signup", "contact"}, "description": {"Both"}}).must(t, http.StatusSeeOther)
+	if e, _ = f.store.EndpointGet(t.Context(), e.ID); e.URL != "https://hooks.example.com/new?token=s3cret" || e.Description != "Both" || len(e.FormIDs) != 2 || len(e.EventTypes) != 0 {
+		t.Errorf("after the edit: %+v", e)
+	}
+	f.portalPost(s, "/portal/endpoints/"+e.ID+"/edit", url.Values{"form_ids": {"billing"}}).must(t, http.StatusBadRequest).contains(t, "hoose at least one of your forms")
+	if e, _ = f.store.EndpointGet(t.Context(), e.ID); len(e.FormIDs) != 2 {
+		t.Errorf("an edit moved the endpoint out of the scope: %v", e.FormIDs)
 	}
 }
