@@ -244,6 +244,20 @@ func TestPortalEndpointOfManyFormsIsNotInAScopeOfOne(t *testing.T) {
 	f.portalGet(s, "/portal/deliveries/"+dlv).must(t, http.StatusOK).lacks(t, "shared.example.com")
 	f.portalPost(s, "/portal/endpoints/"+shared.Endpoint.ID+"/rotate-secret", nil).must(t, http.StatusNotFound)
 	f.portalGet(s, "/portal/endpoints").must(t, http.StatusOK).lacks(t, shared.Endpoint.ID)
+
+	// An event of no form addressed to one endpoint, as a test event is:
+	// the scope's when the endpoint is, not when it is another's.
+	own := f.endpoint("contact", "Own")
+	addressed := func(endpointID string) string {
+		res, err := f.store.EventCreate(t.Context(), storage.Event{ID: storage.NewID("evt"), Type: "hymical.test", EndpointID: endpointID,
+			Payload: []byte(`{"type":"hymical.test"}`), CreatedAt: time.Now()})
+		if err != nil || len(res.Deliveries) != 1 {
+			t.Fatalf("an addressed event: %v, %d deliveries", err, len(res.Deliveries))
+		}
+		return res.Deliveries[0].ID
+	}
+	f.portalGet(s, "/portal/deliveries/"+addressed(own.ID)).must(t, http.StatusOK)
+	f.portalGet(s, "/portal/deliveries/"+addressed(shared.Endpoint.ID)).must(t, http.StatusNotFound)
 }
 
 // TestPortalReadOnlySessionChangesNothing: no write controls are shown,
