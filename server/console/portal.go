@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -120,6 +121,11 @@ func NewPortal(opts PortalOptions) (http.Handler, error) {
 		face.brandCSS = fmt.Appendf(nil, ":root { --accent: %s; --busy: %s; }\n", opts.AccentColor, opts.AccentColor)
 	}
 	h.portal, h.prefix, h.log = face, PortalPrefix, h.log.With("face", "portal")
+	static, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, fmt.Errorf("portal: embedded assets: %w", err)
+	}
+	h.static = http.StripPrefix(PortalPrefix+"/static/", http.FileServerFS(static))
 	h.mux = http.NewServeMux()
 	h.routes()
 	return h, nil

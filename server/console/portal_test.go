@@ -370,6 +370,9 @@ func TestPortalFramingAndBrand(t *testing.T) {
 		t.Errorf("the configured origins may not frame the portal: CSP %q, X-Frame-Options %q", csp, p.header.Get("X-Frame-Options"))
 	}
 	p.contains(t, "Acme &lt;Forms&gt;", `href="/portal/static/brand.css"`)
+	if p := open.do(req{path: "/portal/static/console.css"}).must(t, http.StatusOK); !strings.Contains(p.body, "--accent:") {
+		t.Errorf("the portal's stylesheet is not the console's:\n%.200s", p.body)
+	}
 	css := open.do(req{path: "/portal/static/brand.css"}).must(t, http.StatusOK)
 	if !strings.Contains(css.body, "--accent: #7c3aed;") || !strings.HasPrefix(css.header.Get("Content-Type"), "text/css") {
 		t.Errorf("brand.css = %q (%s)", css.body, css.header.Get("Content-Type"))
