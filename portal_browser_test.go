@@ -228,6 +228,26 @@ func TestPortalInABrowser(t *testing.T) {
 	}
 	shot("03-delivery-failed")
 
+	// Send a test event: its delivery's page shows the attempt (the
+	// receiver's 400, as it refuses everything still).
+	navigate("endpoints", http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="/portal/endpoints"]`)))
+	navigate("send a test event", http.StatusOK, chromedp.Click(chromedp.CSS(`form[action$="/test"] button`)))
+	testDlv, err := chromedp.Run(bctx, chromedp.Location())
+	if err != nil || !strings.Contains(testDlv, "/portal/deliveries/dlv_") {
+		t.Fatalf("the test event leads to %q (%v), want its delivery's page", testDlv, err)
+	}
+	testwait.For(t, 20*time.Second, func() error {
+		if got := text("#delivery-state"); got != "failed" {
+			navigate("reload the test delivery", http.StatusOK, chromedp.Navigate(testDlv))
+			return fmt.Errorf("the test event's delivery never failed at the receiver's 400; it is %q", got)
+		}
+		return nil
+	})
+	if history := text("#attempts + .table-wrap tbody"); !strings.Contains(history, "400") {
+		t.Errorf("the test event's attempt is not shown:\n%s", history)
+	}
+	shot("04-test-event-attempt")
+
 	// Rotate the secret, shown once.
 	navigate("endpoints", http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="/portal/endpoints"]`)))
 	navigate("rotate the secret", http.StatusOK, chromedp.Click(chromedp.CSS(`form[action$="/rotate-secret"] button`)))
@@ -235,7 +255,7 @@ func TestPortalInABrowser(t *testing.T) {
 	if err != nil || !strings.HasPrefix(rotated, "whsec_") || rotated == first {
 		t.Errorf("the rotation shows no new secret: %q, %v", rotated, err)
 	}
-	shot("04-secret-rotated")
+	shot("05-secret-rotated")
 
 	// Fix the receiver and replay the failed delivery.
 	fixed.Store(true)
@@ -251,7 +271,7 @@ func TestPortalInABrowser(t *testing.T) {
 	if replays := text("#replays + .table-wrap tbody"); !strings.Contains(replays, "portal:") {
 		t.Errorf("the replay is not recorded as the portal session's: %q", replays)
 	}
-	shot("05-delivery-replayed")
+	shot("06-delivery-replayed")
 
 	// Keyboard: the first Tab reaches the skip link.
 	do("tab", chromedp.KeyEvent("\t"))
@@ -263,10 +283,10 @@ func TestPortalInABrowser(t *testing.T) {
 	// scroll inside their own region.
 	do("narrow the viewport", chromedp.EmulateViewport(375, 812))
 	for _, p := range []struct{ name, path string }{
-		{"06-endpoints-375px", "/portal/endpoints"},
-		{"07-add-endpoint-375px", "/portal/endpoints/new"},
-		{"08-deliveries-375px", "/portal/deliveries?state=delivered"},
-		{"09-delivery-375px", "/portal/deliveries/" + dlv},
+		{"07-endpoints-375px", "/portal/endpoints"},
+		{"08-add-endpoint-375px", "/portal/endpoints/new"},
+		{"09-deliveries-375px", "/portal/deliveries?state=delivered"},
+		{"10-delivery-375px", "/portal/deliveries/" + dlv},
 	} {
 		navigate(p.name, http.StatusOK, chromedp.Navigate(base+p.path))
 		width, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
@@ -290,7 +310,7 @@ func TestPortalInABrowser(t *testing.T) {
 	if v := violations(logged); len(v) > 0 {
 		t.Errorf("framing by an allowed origin was reported as a violation: %q", v)
 	}
-	shot("10-framed-allowed")
+	shot("11-framed-allowed")
 	// Framed by another origin: the browser refuses to show it.
 	frameSrc.Store(newLink())
 	// The browser says why, in the embedding page's log: the signal
@@ -302,7 +322,7 @@ func TestPortalInABrowser(t *testing.T) {
 	if v := violations(logged); len(v) != 1 || !strings.Contains(v[0], "frame-ancestors "+allowed.URL) {
 		t.Errorf("the refused frame was not reported as a frame-ancestors violation: %q", logged)
 	}
-	shot("11-framed-refused")
+	shot("12-framed-refused")
 
 	for _, secret := range []string{token, first, rotated} {
 		if strings.Contains(out.String()+logs.String(), secret) {

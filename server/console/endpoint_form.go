@@ -15,6 +15,7 @@ import (
 	"github.com/hymical/hymical/sdk/webhook"
 
 	"github.com/hymical/hymical/server/endpoint"
+	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -233,4 +234,36 @@ func errReadOnly() *pageError {
 	return &pageError{Status: http.StatusForbidden, Title: "This session can only look",
 		Message: "Your portal link was made read-only, so nothing can be changed with it. Nothing was changed.",
 		Advice:  "Ask the product that gave you the link for one that can make changes."}
+}
+
+// POST /portal/endpoints/{id}/test
+//
+// Sends a hymical.test event to this endpoint alone, as
+// POST /v1/endpoints/{id}/test does: event.Test, stored with its one
+// delivery, which the workers sign, send and record like any other. The
+// answer is that delivery's page, where its attempts appear.
+func (h *handler) sendTest(w http.ResponseWriter, r *http.Request, a authResult) error {
+	id := r.PathValue("id")
+	e, err := h.endpointFor(r, a, id)
+	if err == nil && e.DeletedAt != nil {
+		err = storage.ErrDeleted
+	}
+	if err != nil {
+		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
+	}
+	ev, err := event.Test(e.ID, h.now())
+	if err != nil {
+		return errInternal(err)
+	}
+	res, err := h.portal.store.EventCreate(r.Context(), ev)
+	if err != nil {
+		return withLink(storeError(err, "test event for "+endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
+	}
+	if len(res.Deliveries) != 1 {
+		return errInternal(fmt.Errorf("a test event for %s made %d deliveries, want 1", id, len(res.Deliveries)))
+	}
+	d := res.Deliveries[0]
+	h.log.Info("test event sent", "endpoint", id, "delivery", d.ID, "actor", h.actorFor(a))
+	http.Redirect(w, r, h.prefix+"/deliveries/"+url.PathEscape(d.ID)+"?done=test", http.StatusSeeOther)
+	return nil
 }

@@ -430,8 +430,11 @@ func (h *handler) delivery(w http.ResponseWriter, r *http.Request, a authResult)
 		return withLink(storeError(err, deliveryName(id)), h.prefix+"/deliveries", "Find it in the deliveries list")
 	}
 	data := deliveryData{base: h.base(a, "deliveries", "Delivery "+d.ID), D: d, Event: ev, Terminal: d.State.Terminal()}
-	if r.URL.Query().Get("done") == "replayed" {
+	switch r.URL.Query().Get("done") {
+	case "replayed":
 		data.Flash = "Replayed: the delivery is pending and due now. Reload to follow it."
+	case "test":
+		data.Flash = "Test event sent: this is its delivery. Reload to see its attempt."
 	}
 	data.Payload, data.PayloadCut = shownPayload(data.Event.Payload, maxPayloadShown)
 	// A delivery in the scope may have gone out through an endpoint that

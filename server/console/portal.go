@@ -38,6 +38,7 @@ type PortalStore interface {
 	Store
 	access.Store
 	EndpointCreate(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error)
+	EventCreate(ctx context.Context, e storage.Event) (storage.EventCreateResult, error)
 }
 
 // PortalOptions configure the handler NewPortal builds.
@@ -152,6 +153,7 @@ func (h *handler) portalRoutes() {
 	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/disable", h.action(h.disable))
 	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/enable", h.action(h.enable))
 	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/rotate-secret", h.action(h.rotate))
+	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/test", h.action(h.sendTest))
 	h.mux.HandleFunc("GET "+p+"/endpoints/{id}/delete", h.page(h.confirmDelete))
 	h.mux.HandleFunc("POST "+p+"/endpoints/{id}/delete", h.action(h.deleteEndpoint))
 }

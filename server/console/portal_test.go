@@ -142,8 +142,12 @@ func (f *fixture) snapshot(endpointID, deliveryID string) string {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return fmt.Sprintf("endpoint disabled=%v deleted=%v secrets=%d; delivery %s attempts=%d replays=%d",
-		e.DisabledAt != nil, e.DeletedAt != nil, len(e.Secrets), d.State, d.Attempts, len(rs))
+	ds, err := f.store.DeliveryList(ctx, storage.DeliveryListParams{Filter: storage.DeliveryFilter{EndpointID: endpointID}, Limit: 1000})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return fmt.Sprintf("endpoint %s disabled=%v deleted=%v secrets=%d deliveries=%d; delivery %s attempts=%d replays=%d",
+		e.URL, e.DisabledAt != nil, e.DeletedAt != nil, len(e.Secrets), len(ds), d.State, d.Attempts, len(rs))
 }
 
 // TestPortalKeepsToItsScope opens a session for form "contact" and, on
@@ -178,6 +182,7 @@ func TestPortalKeepsToItsScope(t *testing.T) {
 				{"enable", "POST", "/portal/endpoints/" + other.ID + "/enable", url.Values{}},
 				{"rotate the secret", "POST", "/portal/endpoints/" + other.ID + "/rotate-secret", url.Values{}},
 				{"delete, forced", "POST", "/portal/endpoints/" + other.ID + "/delete", url.Values{"force": {"yes"}}},
+				{"send a test event", "POST", "/portal/endpoints/" + other.ID + "/test", url.Values{}},
 				{"the endpoint's edit page", "GET", "/portal/endpoints/" + other.ID + "/edit", nil},
 				{"an edit", "POST", "/portal/endpoints/" + other.ID + "/edit", url.Values{"url": {"https://mine.example.com/"}, "form_ids": {"contact"}}},
 			}
@@ -214,7 +219,14 @@ func TestPortalKeepsToItsScope(t *testing.T) {
 			if after := f.snapshot(other.ID, otherDlv); after != before {
 				t.Errorf("the bulk replay reached another scope:\nbefore %s\nafter  %s", before, after)
 			}
-			// And within the scope the actions work.
+			// And within the scope the actions work: a test event's
+			// delivery is the session's to see.
+			p := f.portalPost(s, "/portal/endpoints/"+mine.ID+"/test", nil).must(t, http.StatusSeeOther)
+			loc := p.header.Get("Location")
+			if !regexp.MustCompile(`^/portal/deliveries/dlv_[0-9a-f]{32}\?done=test$`).MatchString(loc) {
+				t.Fatalf("a test event leads to %q, want its delivery's page", loc)
+			}
+			f.portalGet(s, loc).must(t, http.StatusOK).contains(t, "Test event sent", "hymical.test", mine.ID)
 			f.portalPost(s, "/portal/endpoints/"+mine.ID+"/disable", nil).must(t, http.StatusSeeOther)
 			if e, err := f.store.EndpointGet(t.Context(), mine.ID); err != nil || e.DisabledAt == nil {
 				t.Errorf("the scope's endpoint was not disabled: %v", err)
