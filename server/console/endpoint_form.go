@@ -43,6 +43,9 @@ type endpointFormData struct {
 	URL         string
 	Description string
 	EventTypes  string
+	// Headers is the custom headers field: a "Name: value" a line, the
+	// stored values shown as redact.Mask, which keeps them.
+	Headers string
 	// Forms are the forms the endpoint may name, each with whether it does.
 	Forms []formChoice
 	// Error says what to fix; Field names the input it is about.
@@ -97,20 +100,70 @@ func (h *handler) editEndpointPage(w http.ResponseWriter, r *http.Request, a aut
 	}
 	h.render(w, http.StatusOK, "endpoint_form", endpointFormData{
 		base: h.base(a, "endpoints", "Edit endpoint "+e.ID), ID: e.ID, URLShown: redact.URL(e.URL),
-		Description: e.Description, EventTypes: strings.Join(e.EventTypes, ", "), Forms: choices(a, e.FormIDs),
+		Description: e.Description, EventTypes: strings.Join(e.EventTypes, ", "), Headers: headerLines(e.Headers), Forms: choices(a, e.FormIDs),
 	})
 	return nil
 }
 
+// headerLines is the headers field for e: its names, values masked.
+func headerLines(hs []storage.Header) string {
+	lines := make([]string, len(hs))
+	for i, h := range hs {
+		lines[i] = h.Name + ": " + redact.Mask
+	}
+	return strings.Join(lines, "\n")
+}
+
+// readHeaders reads the headers field, a "Name: value" a line, as the
+// API reads a headers list: a line whose value is empty or the mask keeps
+// the value current has for that name, so an edit need not know the
+// values; a line left out removes that header. The set is then checked by
+// endpoint.CheckHeaders, whose words name the header and never a value.
+func readHeaders(field string, current []storage.Header) ([]storage.Header, error) {
+	var out []storage.Header
+	for i, line := range strings.Split(strings.ReplaceAll(field, "\r\n", "\n"), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" {
+			return nil, &endpoint.FieldError{Field: "headers", Message: fmt.Sprintf("line %d of the headers is not written as Name: value", i+1)}
+		}
+		if value != "" && value != redact.Mask {
+			out = append(out, storage.NewHeader(name, value))
+			continue
+		}
+		j := slices.IndexFunc(current, func(h storage.Header) bool { return strings.EqualFold(h.Name, name) })
+		if j < 0 {
+			return nil, &endpoint.FieldError{Field: "headers", Message: fmt.Sprintf("header %q has no value, and the endpoint has no header of that name whose value it could keep: give the value", clip(name))}
+		}
+		out = append(out, storage.NewHeader(name, current[j].Reveal()))
+	}
+	if err := endpoint.CheckHeaders(out); err != nil {
+		if errors.Is(err, endpoint.ErrInvalidHeader) {
+			return nil, &endpoint.FieldError{Field: "headers", Message: strings.TrimPrefix(err.Error(), endpoint.ErrInvalidHeader.Error()+": ")}
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
 // readEndpointForm reads the form's fields into e; an empty URL keeps the
 // stored one when editing.
-func readEndpointForm(v url.Values, e *storage.Endpoint, editing bool) {
+func readEndpointForm(v url.Values, e *storage.Endpoint, editing bool) error {
+	hs, err := readHeaders(v.Get("headers"), e.Headers)
+	if err != nil {
+		return err
+	}
+	e.Headers = hs
 	if u := strings.TrimSpace(v.Get("url")); u != "" || !editing {
 		e.URL = u
 	}
 	e.Description = strings.TrimSpace(v.Get("description"))
 	e.EventTypes = strings.FieldsFunc(v.Get("event_types"), func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
 	e.FormIDs = v["form_ids"]
+	return nil
 }
 
 // checkEndpoint applies the API's rules (package endpoint), the scope's,
@@ -175,10 +228,13 @@ func (h *handler) refuseForm(w http.ResponseWriter, data endpointFormData, err e
 // The new endpoint signs with a fresh v1 secret, shown on the answer once.
 func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request, a authResult) error {
 	e := storage.Endpoint{Transport: formTransport, Config: map[string]string{}}
-	readEndpointForm(r.PostForm, &e, false)
+	err := readEndpointForm(r.PostForm, &e, false)
 	data := endpointFormData{base: h.base(a, "endpoints", "Add an endpoint"), URL: e.URL, Description: e.Description,
-		EventTypes: r.PostForm.Get("event_types"), Forms: choices(a, e.FormIDs)}
-	if err := h.checkEndpoint(r.Context(), a, &e, true); err != nil {
+		EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers"), Forms: choices(a, e.FormIDs)}
+	if err == nil {
+		err = h.checkEndpoint(r.Context(), a, &e, true)
+	}
+	if err != nil {
 		return h.refuseForm(w, data, err)
 	}
 	secret, err := webhook.SchemeV1.NewKey()
@@ -210,13 +266,16 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request, a authR
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
 	data := endpointFormData{base: h.base(a, "endpoints", "Edit endpoint "+id), ID: id, URLShown: redact.URL(cur.URL),
-		Description: r.PostForm.Get("description"), EventTypes: r.PostForm.Get("event_types"), Forms: choices(a, r.PostForm["form_ids"])}
+		Description: r.PostForm.Get("description"), EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers"),
+		Forms: choices(a, r.PostForm["form_ids"])}
 	_, err = endpoint.Modify(r.Context(), h.store, id, func(e *storage.Endpoint) (bool, error) {
 		if !h.seesEndpoint(a, *e) {
 			return false, errOutOfScope
 		}
 		before := e.URL
-		readEndpointForm(r.PostForm, e, true)
+		if err := readEndpointForm(r.PostForm, e, true); err != nil {
+			return false, err
+		}
 		return true, h.checkEndpoint(r.Context(), a, e, e.URL != before)
 	})
 	if err != nil {

@@ -431,6 +431,8 @@ func TestPortalAddsAndEditsEndpointsWithinItsScope(t *testing.T) {
 		{"a form outside the scope", url.Values{"url": {"https://hooks.example.com/a"}, "form_ids": {"contact", "billing"}}, "hoose at least one of your forms"},
 		{"a bad event type", url.Values{"url": {"https://hooks.example.com/a"}, "form_ids": {"contact"}, "event_types": {"no spaces!"}}, "is not an event type"},
 		// The plugin's own guard, asked as the API asks it.
+		{"a reserved header", url.Values{"url": {"https://hooks.example.com/a"}, "form_ids": {"contact"}, "headers": {"Host: evil.example.com"}}, "the transport sets it"},
+		{"a header line without a colon", url.Values{"url": {"https://hooks.example.com/a"}, "form_ids": {"contact"}, "headers": {"X-Key k3y"}}, "Name: value"},
 		{"a loopback target", url.Values{"url": {"http://127.0.0.1:9/hook"}, "form_ids": {"contact"}}, "transport refused this URL"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -442,7 +444,7 @@ func TestPortalAddsAndEditsEndpointsWithinItsScope(t *testing.T) {
 	}
 
 	p := f.portalPost(s, "/portal/endpoints/new", url.Values{"url": {"https://hooks.example.com/new?token=s3cret"}, "form_ids": {"signup"},
-		"event_types": {"submission.received, form.published"}, "description": {"Signups"}}).must(t, http.StatusCreated)
+		"event_types": {"submission.received, form.published"}, "description": {"Signups"}, "headers": {"X-Api-Key: k3y-s3cret\r\nX-Team: forms"}}).must(t, http.StatusCreated)
 	secret := regexp.MustCompile(`id="new-secret" type="text" readonly value="(whsec_[^"]+)"`).FindStringSubmatch(p.body)
 	id := regexp.MustCompile(`<code>(ep_[0-9a-f]{32})</code> added`).FindStringSubmatch(p.body)
 	if secret == nil || id == nil {
@@ -453,16 +455,24 @@ func TestPortalAddsAndEditsEndpointsWithinItsScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	if e.URL != "https://hooks.example.com/new?token=s3cret" || !slices.Equal(e.FormIDs, []string{"signup"}) ||
-		!slices.Equal(e.EventTypes, []string{"submission.received", "form.published"}) || e.Description != "Signups" {
+		!slices.Equal(e.EventTypes, []string{"submission.received", "form.published"}) || e.Description != "Signups" ||
+		len(e.Headers) != 2 || e.Headers[0].Name != "X-Api-Key" || e.Headers[0].Reveal() != "k3y-s3cret" {
 		t.Errorf("stored %+v", e)
 	}
-	f.portalGet(s, "/portal/endpoints").must(t, http.StatusOK).contains(t, e.ID).lacks(t, secret[1], "s3cret")
+	f.portalGet(s, "/portal/endpoints").must(t, http.StatusOK).contains(t, e.ID, "X-Api-Key").lacks(t, secret[1], "s3cret")
 
-	// The edit form hides the URL's secret, and an empty URL keeps it.
-	f.portalGet(s, "/portal/endpoints/"+e.ID+"/edit").must(t, http.StatusOK).contains(t, "Signups").lacks(t, "s3cret")
-	f.portalPost(s, "/portal/endpoints/"+e.ID+"/edit", url.Values{"form_ids": {"signup", "contact"}, "description": {"Both"}}).must(t, http.StatusSeeOther)
-	if e, _ = f.store.EndpointGet(t.Context(), e.ID); e.URL != "https://hooks.example.com/new?token=s3cret" || e.Description != "Both" || len(e.FormIDs) != 2 || len(e.EventTypes) != 0 {
+	// The edit form hides the URL's secret and the headers' values; an
+	// empty URL and a masked value keep what is stored, and a header left
+	// out goes.
+	f.portalGet(s, "/portal/endpoints/"+e.ID+"/edit").must(t, http.StatusOK).contains(t, "Signups", "X-Api-Key: [redacted]").lacks(t, "s3cret")
+	f.portalPost(s, "/portal/endpoints/"+e.ID+"/edit", url.Values{"form_ids": {"signup", "contact"}, "description": {"Both"},
+		"headers": {"X-Api-Key: [redacted]"}}).must(t, http.StatusSeeOther)
+	if e, _ = f.store.EndpointGet(t.Context(), e.ID); e.URL != "https://hooks.example.com/new?token=s3cret" || e.Description != "Both" || len(e.FormIDs) != 2 || len(e.EventTypes) != 0 ||
+		len(e.Headers) != 1 || e.Headers[0].Reveal() != "k3y-s3cret" {
 		t.Errorf("after the edit: %+v", e)
+	}
+	if strings.Contains(f.logs.String(), "k3y-s3cret") {
+		t.Error("a header's value is in the log")
 	}
 	f.portalPost(s, "/portal/endpoints/"+e.ID+"/edit", url.Values{"form_ids": {"billing"}}).must(t, http.StatusBadRequest).contains(t, "hoose at least one of your forms")
 	if e, _ = f.store.EndpointGet(t.Context(), e.ID); len(e.FormIDs) != 2 {
