@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +24,6 @@ import (
 
 	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/testwait"
-	"github.com/hymical/hymical/server/access"
-	"github.com/hymical/hymical/storage/sqlite"
 )
 
 // TestPortalInABrowser runs `hymical serve` with the real http plugin and
@@ -99,25 +96,6 @@ func TestPortalInABrowser(t *testing.T) {
 		t.Errorf("serve does not say where the portal is:\n%s", out.String())
 	}
 
-	// A portal link for form "contact", as POST /v1/portal/sessions makes
-	// one, minted on the server's own database file.
-	newLink := func() string {
-		t.Helper()
-		store, err := sqlite.Open(ctx, filepath.Join(dir, "hymical.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close()
-		scope, err := access.NewScope([]string{"contact"}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := access.NewPortalLink(ctx, store, scope, time.Hour, time.Hour, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base + "/portal/start?link=" + url.QueryEscape(raw)
-	}
 	api := func(method, path, body string) map[string]any {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
@@ -136,6 +114,16 @@ func TestPortalInABrowser(t *testing.T) {
 			t.Fatalf("%s %s: %d %v %v", method, path, resp.StatusCode, v, err)
 		}
 		return v
+	}
+
+	// A portal link for form "contact", made as a forms product makes one.
+	newLink := func() string {
+		t.Helper()
+		link, _ := api("POST", "/v1/portal/sessions", `{"forms":["contact"],"ttl":"1h","read_only":false}`)["url"].(string)
+		if !strings.HasPrefix(link, base+"/portal/start?link=hympl_") {
+			t.Fatalf("POST /v1/portal/sessions made the link %q", link)
+		}
+		return link
 	}
 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
