@@ -337,13 +337,38 @@ func (s *Server) handler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.Console.Enabled {
+	if !cfg.Console.Enabled && !cfg.Portal.Enabled {
 		return apiHandler, nil
 	}
 	// Load has checked the template; this only converts it.
 	traceURL, err := telemetry.ParseTraceURLTemplate(cfg.Console.TraceURLTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("console.trace_url_template: %w", err)
+	}
+	mux := http.NewServeMux()
+	if cfg.Portal.Enabled {
+		// The console's pages for one scope of forms, with the same
+		// limiter of failed authentications and the same rotation grace.
+		portal, err := console.NewPortal(console.PortalOptions{
+			Store:               s.store,
+			Transports:          s.host,
+			FrameAncestors:      cfg.Portal.FrameAncestors,
+			BrandName:           cfg.Portal.BrandName,
+			AccentColor:         cfg.Portal.AccentColor,
+			AuthLimiter:         limiter,
+			TraceURL:            traceURL,
+			SecretRotationGrace: cfg.Server.SecretRotationGrace,
+			Logger:              s.log,
+			OperatorEndpoint:    cfg.Endpoints.OperatorEndpoint,
+		})
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle(console.PortalPrefix+"/", portal)
+	}
+	mux.Handle("/", apiHandler)
+	if !cfg.Console.Enabled {
+		return mux, nil
 	}
 	opts := console.Options{
 		Store:               s.store,
@@ -362,10 +387,8 @@ func (s *Server) handler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
 	// The mux itself sends /console on to /console/.
 	mux.Handle(console.Prefix+"/", consoleHandler)
-	mux.Handle("/", apiHandler)
 	return mux, nil
 }
 
@@ -404,6 +427,9 @@ func (s *Server) Describe(w io.Writer) {
 	}
 	if cfg.Console.Enabled {
 		fmt.Fprintf(&b, "  console http://%s%s/ (log in with the admin token)\n", s.Addr(), console.Prefix)
+	}
+	if cfg.Portal.Enabled {
+		fmt.Fprintf(&b, "  portal http://%s%s/ (opened with a link from POST /v1/portal/sessions)\n", s.Addr(), console.PortalPrefix)
 	}
 	if len(s.notDurable) > 0 {
 		settings := make([]string, len(s.notDurable))

@@ -127,6 +127,34 @@ func TestNewMountsTheConsoleBesideTheAPI(t *testing.T) {
 	}
 }
 
+// The portal is mounted whenever portal.enabled, with or without the
+// console; off, /portal/ is the API's own 404.
+func TestNewMountsThePortalBesideTheConsole(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ console, portal bool }{{true, true}, {false, true}, {true, false}} {
+		t.Run(fmt.Sprintf("console.enabled=%v,portal.enabled=%v", tt.console, tt.portal), func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig("sqlite:" + filepath.Join(t.TempDir(), "hymical.db"))
+			cfg.Console.Enabled, cfg.Portal.Enabled = tt.console, tt.portal
+			r := start(t, cfg)
+			// An unknown link: the portal's own page, or the API's 404.
+			code, got := r.get(t, "/portal/start?link=hympl_unknown")
+			switch {
+			case tt.portal && (code != http.StatusNotFound || !strings.HasPrefix(got, "text/html") || !strings.Contains(got, "does not open the portal")):
+				t.Errorf("/portal/start: %d %.200s, want the portal's page for a link that does not open it", code, got)
+			case !tt.portal && (code != http.StatusNotFound || !strings.Contains(got, `"code":"not_found"`)):
+				t.Errorf("/portal/start with the portal off: %d %.200s, want the API's 404", code, got)
+			}
+			if code, _ := r.get(t, "/console/login"); (code == http.StatusOK) != tt.console {
+				t.Errorf("/console/login: %d with console.enabled=%v", code, tt.console)
+			}
+			if code, got := r.get(t, "/v1/deliveries"); code != http.StatusOK || !strings.Contains(got, `"deliveries"`) {
+				t.Errorf("/v1/deliveries: %d %.200s, want the API's list", code, got)
+			}
+		})
+	}
+}
+
 // migratedPostgres makes a fresh PostgreSQL database, migrated, and opens
 // a store on it for the test's own reads and writes.
 func migratedPostgres(t *testing.T) (string, storage.Store) {

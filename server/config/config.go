@@ -67,6 +67,7 @@ type Config struct {
 	Endpoints EndpointsConfig `koanf:"endpoints" doc:"Endpoint health, off by default: disabling endpoints that are gone or keep failing, telling an operator endpoint when that happens; and the bounds of the retry schedule an endpoint may set for itself."`
 	Retention RetentionConfig `koanf:"retention" doc:"Removing delivered deliveries once they are old, so the tables do not grow without end. Off by default: nothing is ever removed unless delivered_max_age is set."`
 	Console   ConsoleConfig   `koanf:"console" doc:"The operator console: web pages at /console on the API's listener to find, inspect and replay deliveries and to manage endpoints, behind the admin token."`
+	Portal    PortalConfig    `koanf:"portal" doc:"The portal: the console's pages at /portal for the owners of a few forms, scoped to them, embeddable in another product's page."`
 	Telemetry TelemetryConfig `koanf:"telemetry" doc:"OpenTelemetry: a trace of every attempt, from the ingest request through the plugin to the receiver, and Prometheus metrics on /metrics. Both are off by default, at no cost. The standard OTEL_* variables (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and the rest) are honoured as well, and passed on to the plugins."`
 }
 
@@ -170,6 +171,15 @@ type ConsoleConfig struct {
 	Enabled          bool          `koanf:"enabled" doc:"Serve the operator console at /console. It needs the admin token to log in (or insecure dev mode), like the API's admin routes."`
 	TraceURLTemplate string        `koanf:"trace_url_template" doc:"Link from each attempt's trace id to your tracing UI: an http:// or https:// URL with {trace_id} where the id goes, e.g. https://jaeger.example.com/trace/{trace_id} or a Grafana Explore URL. Empty shows trace ids without a link."`
 	SessionTTL       time.Duration `koanf:"session_ttl" doc:"How long a console login lasts. Sessions live in the memory of the process that made them: a restart logs everyone out, and behind a load balancer over several processes the console needs sticky sessions."`
+}
+
+// PortalConfig is the portal's: the console's pages for one scope of forms,
+// opened with a single-use link the API makes.
+type PortalConfig struct {
+	Enabled        bool     `koanf:"enabled" doc:"Serve the portal at /portal: the endpoints and deliveries of a few forms, for the people who own them, opened with a single-use link from POST /v1/portal/sessions (admin only). Nothing opens it without such a link."`
+	FrameAncestors []string `koanf:"frame_ancestors" doc:"The origins that may show the portal in a frame, for the CSP frame-ancestors directive: each an http(s) origin such as https://forms.example.com (a leading *. and a port allowed), or 'self'. Empty or 'none' forbids framing. Comma-separated in the environment. A framed portal needs HTTPS: its cookie is SameSite=None; Secure."`
+	BrandName      string   `koanf:"brand_name" doc:"The name at the top of every portal page and in its titles, e.g. your product's. Empty shows \"Webhooks\"."`
+	AccentColor    string   `koanf:"accent_color" doc:"The colour of the portal's links and buttons, #rgb or #rrggbb (e.g. #7c3aed). Empty keeps the console's blue."`
 }
 
 // TelemetryConfig is the OpenTelemetry set-up's.
@@ -285,6 +295,7 @@ func Default() Config {
 		},
 		Retention: RetentionConfig{Interval: 10 * time.Minute},
 		Console:   ConsoleConfig{Enabled: true, SessionTTL: faceopts.DefaultSessionTTL},
+		Portal:    PortalConfig{Enabled: true},
 		Telemetry: TelemetryConfig{Exporter: string(telemetry.ExporterNone), ServiceName: telemetry.DefaultServiceName},
 	}
 }

@@ -40,6 +40,16 @@ func TestConsoleValuesAreChecked(t *testing.T) {
 		{"template without a host", []string{"FORMS_CONSOLE_TRACE_URL_TEMPLATE=https:///{trace_id}"},
 			"console.trace_url_template", []string{"no host"}},
 		{"zero session lifetime", []string{"FORMS_CONSOLE_SESSION_TTL=0s"}, "console.session_ttl", []string{"positive duration", "12h"}},
+		// The portal's colour and frame origins are written into a
+		// stylesheet and a CSP header: nothing that could end either.
+		{"accent colour that is not a hex colour", []string{"FORMS_PORTAL_ACCENT_COLOR=red;} body{display:none"},
+			"portal.accent_color", []string{"#rgb or #rrggbb"}},
+		{"frame origin with a path", []string{"FORMS_PORTAL_FRAME_ANCESTORS=https://forms.example.com/embed"},
+			"portal.frame_ancestors", []string{"scheme and host, no path"}},
+		{"frame origin that adds a directive", []string{"FORMS_PORTAL_FRAME_ANCESTORS=https://a.example.com; script-src *"},
+			"portal.frame_ancestors", []string{"not an origin"}},
+		{"none among origins", []string{"FORMS_PORTAL_FRAME_ANCESTORS='none',https://a.example.com"},
+			"portal.frame_ancestors", []string{"cannot be listed with other values"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

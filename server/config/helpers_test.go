@@ -97,6 +97,7 @@ var allKeys = []string{
 	"endpoints.retry_min_delay", "endpoints.retry_max_delay", "endpoints.retry_max_attempts",
 	"retention.delivered_max_age", "retention.interval",
 	"console.enabled", "console.trace_url_template", "console.session_ttl",
+	"portal.enabled", "portal.frame_ancestors", "portal.brand_name", "portal.accent_color",
 	"telemetry.exporter", "telemetry.endpoint", "telemetry.insecure", "telemetry.service_name",
 	"telemetry.resource_attributes", "telemetry.metrics", "telemetry.metrics_public",
 }

@@ -174,6 +174,12 @@ var samples = []struct {
 		return c.Console.TraceURLTemplate == "https://tempo.example.com/t/{trace_id}?x=1"
 	}},
 	{"console.session_ttl", "90m", func(c config.Config) bool { return c.Console.SessionTTL == 90*time.Minute }},
+	{"portal.enabled", "false", func(c config.Config) bool { return !c.Portal.Enabled }},
+	{"portal.frame_ancestors", "https://forms.example.com, https://*.example.net:8443", func(c config.Config) bool {
+		return slices.Equal(c.Portal.FrameAncestors, []string{"https://forms.example.com", "https://*.example.net:8443"})
+	}},
+	{"portal.brand_name", "Acme Forms", func(c config.Config) bool { return c.Portal.BrandName == "Acme Forms" }},
+	{"portal.accent_color", "#7c3aed", func(c config.Config) bool { return c.Portal.AccentColor == "#7c3aed" }},
 }
 
 // TestEveryKeyReadsAlikeFromFileEnvironmentAndFlag sets each key, one at a
@@ -357,6 +363,7 @@ func TestHelpListsEveryKey(t *testing.T) {
 		"endpoints.disable_on_gone": "false", "endpoints.disable_after_failing": "0s", "endpoints.health_interval": "1m", "endpoints.operator_endpoint": `""`,
 		"endpoints.retry_min_delay": "1s", "endpoints.retry_max_delay": "24h", "endpoints.retry_max_attempts": "20",
 		"console.enabled": "true", "console.trace_url_template": `""`, "console.session_ttl": "12h",
+		"portal.enabled": "true", "portal.brand_name": `""`, "portal.accent_color": `""`,
 	}
 	lines := strings.Split(help, "\n")
 	listed := 0

@@ -116,6 +116,7 @@ func (c *Config) check(r *report, src map[string]string) {
 	c.checkLease(v)
 	c.checkPlugins(v, d.Plugins)
 	c.checkConsole(v, d.Console)
+	c.checkPortal(v)
 	c.checkTelemetry(v)
 	c.checkRetention(v)
 	c.checkEndpoints(v, d.Endpoints)
@@ -424,6 +425,19 @@ func (c *Config) checkConsole(v checker, d ConsoleConfig) {
 		}
 	}
 	v.key("console.session_ttl").positive(c.Console.SessionTTL, d.SessionTTL)
+}
+
+func (c *Config) checkPortal(v checker) {
+	if k := v.key("portal.frame_ancestors"); k.ok() {
+		if err := faceopts.CheckFrameAncestors(c.Portal.FrameAncestors); err != nil {
+			k.invalid(": %v", err)
+		}
+	}
+	if k := v.key("portal.accent_color"); k.ok() {
+		if err := faceopts.CheckAccentColor(c.Portal.AccentColor); err != nil {
+			k.invalid(": %v", err)
+		}
+	}
 }
 
 // checkTelemetry checks the telemetry section, normalising the exporter's

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hymical/hymical/server/access"
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/storage"
 )
@@ -141,6 +142,9 @@ type authResult struct {
 	// stale: the request carried a session cookie of no live session (the
 	// server restarted, or the session ended), which should be cleared.
 	stale bool
+	// scope is a portal session's forms; nil for the operator, who sees
+	// everything.
+	scope *access.Scope
 }
 
 // authenticate says who made r: a bearer token wins over a cookie. A
@@ -173,6 +177,9 @@ func (h *handler) authenticate(r *http.Request) (authResult, *pageError) {
 // identify is authenticate without the limiter, saying what the limiter
 // is to make of it.
 func (h *handler) identify(r *http.Request) (authResult, *pageError, authlimit.Outcome) {
+	if h.portal != nil {
+		return h.identifyPortal(r)
+	}
 	if hdr := r.Header.Get("Authorization"); hdr != "" {
 		scheme, token, _ := strings.Cut(hdr, " ")
 		token = strings.TrimSpace(token)
@@ -236,6 +243,13 @@ func (h *handler) page(fn pageFunc) http.HandlerFunc {
 			return
 		}
 		if a.session == nil && !a.bearer {
+			if h.portal != nil {
+				if a.stale {
+					http.SetCookie(w, portalCookie("", time.Time{}))
+				}
+				h.renderError(w, r, a, errPortalSession(a.stale))
+				return
+			}
 			if a.stale {
 				http.SetCookie(w, h.cookie("", -1))
 			}
@@ -263,10 +277,20 @@ func (h *handler) action(fn pageFunc) http.HandlerFunc {
 			h.renderError(w, r, authResult{}, perr)
 			return
 		}
+		if a.session == nil && !a.bearer && h.portal != nil {
+			h.renderError(w, r, authResult{}, errPortalSession(a.stale))
+			return
+		}
 		if a.session == nil && !a.bearer {
 			h.renderError(w, r, authResult{}, &pageError{Status: http.StatusUnauthorized, Title: "Not logged in",
 				Message: "This action needs a login, and there is none: the session ended, the server restarted, or you logged out.",
 				Advice:  "Log in again, then repeat the action.", Link: Prefix + "/login", LinkText: "Log in"})
+			return
+		}
+		// Before the CSRF check: a read-only session's pages carry no
+		// forms, so no token either, and the refusal should say why.
+		if a.scope != nil && a.scope.ReadOnly {
+			h.renderError(w, r, a, errReadOnly())
 			return
 		}
 		if err := r.ParseForm(); err != nil {

@@ -114,6 +114,11 @@ type handler struct {
 	now      func() time.Time
 	// operatorEndpoint may not be deleted.
 	operatorEndpoint string
+	// prefix is where this face is mounted: Prefix for the console,
+	// PortalPrefix for the portal.
+	prefix string
+	// portal is set when this handler is the portal; nil for the console.
+	portal *portalFace
 }
 
 // New checks opts and returns the console's handler, to be mounted at
@@ -181,12 +186,17 @@ func newHandler(opts Options) (*handler, error) {
 		now:      time.Now,
 
 		operatorEndpoint: opts.OperatorEndpoint,
+		prefix:           Prefix,
 	}
 	h.routes()
 	return h, nil
 }
 
 func (h *handler) routes() {
+	if h.portal != nil {
+		h.portalRoutes()
+		return
+	}
 	h.mux.HandleFunc("GET "+Prefix+"/static/", h.serveStatic)
 	h.mux.HandleFunc("GET "+Prefix+"/login", h.loginPage)
 	h.mux.HandleFunc("POST "+Prefix+"/login", h.login)
@@ -217,10 +227,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Referrer-Policy", "no-referrer")
-	hdr.Set("X-Frame-Options", "DENY")
 	// No script at all, styles only from the console itself, forms only
-	// back to it, and never inside a frame (clickjacking of Replay).
-	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	// back to it, and never inside a frame (clickjacking of Replay)
+	// unless this is the portal and its config names the embedding
+	// product's origins.
+	ancestors := "'none'"
+	if h.portal != nil && h.portal.frameAncestors != "" {
+		ancestors = h.portal.frameAncestors
+	} else {
+		hdr.Set("X-Frame-Options", "DENY")
+	}
+	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors "+ancestors+"; base-uri 'none'")
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -252,8 +269,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // without its slash goes to the overview, a known path with the wrong
 // method is a 405, anything else a 404.
 func (h *handler) unrouted(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == Prefix {
-		http.Redirect(w, r, Prefix+"/", http.StatusMovedPermanently)
+	if r.URL.Path == h.prefix {
+		http.Redirect(w, r, h.prefix+"/", http.StatusMovedPermanently)
 		return
 	}
 	for _, m := range []string{http.MethodGet, http.MethodPost} {
@@ -267,9 +284,13 @@ func (h *handler) unrouted(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	face, start := "console", "Start from the overview"
+	if h.portal != nil {
+		face, start = "portal", "Start from the endpoints"
+	}
 	h.renderError(w, r, authResult{}, &pageError{Status: http.StatusNotFound, Title: "Page not found",
-		Message: fmt.Sprintf("The console has no page at %s.", r.URL.Path),
-		Advice:  "Start from the overview, or find a delivery in the deliveries list."})
+		Message: fmt.Sprintf("The %s has no page at %s.", face, r.URL.Path),
+		Advice:  start + ", or find a delivery in the deliveries list."})
 }
 
 func (h *handler) serveStatic(w http.ResponseWriter, r *http.Request) {
@@ -289,13 +310,24 @@ type base struct {
 	Insecure bool
 	// Flash is a one-line confirmation of what the last action did.
 	Flash string
+	// Prefix is where the face is mounted, for every link and form.
+	Prefix string
+	// Portal is set on the portal's pages: its brand, its navigation.
+	Portal *portalBase
+	// CanWrite shows the controls that change something: false for a
+	// read-only portal session.
+	CanWrite bool
 }
 
 // base fills the common page data for a request made by a (the zero
 // value when nobody is logged in). A bearer request gets the navigation but
 // no logout form: it has no session to end.
 func (h *handler) base(a authResult, nav, title string) base {
-	b := base{Title: title, Nav: nav, Insecure: h.insecure, LoggedIn: a.session != nil || a.bearer, Operator: a.operator}
+	b := base{Title: title, Nav: nav, Insecure: h.insecure, LoggedIn: a.session != nil || a.bearer, Operator: a.operator,
+		Prefix: h.prefix, CanWrite: a.scope == nil || !a.scope.ReadOnly}
+	if h.portal != nil {
+		b.Portal, b.Insecure, b.Operator = &h.portal.base, false, ""
+	}
 	if a.session != nil {
 		b.CSRF = a.session.csrf
 	}

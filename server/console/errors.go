@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/hymical/hymical/storage"
 )
@@ -126,7 +127,16 @@ type errorData struct {
 // renderError shows pe. a is who made the request, when the caller knows;
 // otherwise the navigation is shown if the request carries a valid login.
 func (h *handler) renderError(w http.ResponseWriter, r *http.Request, a authResult, pe *pageError) {
-	if pe.Status == http.StatusUnauthorized && pe.Link == "" {
+	if h.portal != nil {
+		// The shared errors link into the console; the portal has no
+		// login and no overview, and its pages live under its own prefix.
+		switch {
+		case pe.Link == Prefix+"/" || pe.Link == Prefix+"/login":
+			pe.Link, pe.LinkText = "", ""
+		case strings.HasPrefix(pe.Link, Prefix+"/"):
+			pe.Link = h.prefix + strings.TrimPrefix(pe.Link, Prefix)
+		}
+	} else if pe.Status == http.StatusUnauthorized && pe.Link == "" {
 		pe.Link, pe.LinkText = Prefix+"/login", "Log in"
 	}
 	if pe.retryAfter != "" {

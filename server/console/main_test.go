@@ -33,6 +33,8 @@ type fixture struct {
 	store storage.Store
 	srv   *httptest.Server
 	logs  *syncbuf.Buffer
+	// transports is the portal's plugin host; nil for the console.
+	transports console.Transports
 }
 
 func newFixture(t *testing.T, edit func(*console.Options)) *fixture {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -85,7 +86,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request, a authResult)
 	for _, s := range deliveryStates() {
 		n := st.ByState[s]
 		data.Total += n
-		data.States = append(data.States, stateCount{State: s, Count: n, Link: deliveriesURL(filterForm{State: string(s)}, "")})
+		data.States = append(data.States, stateCount{State: s, Count: n, Link: h.deliveriesURL(filterForm{State: string(s)}, "")})
 	}
 	// Whole minutes, so the count and the link (whose date field keeps
 	// minutes) mean the same window.
@@ -94,7 +95,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request, a authResult)
 	if err != nil {
 		return storeError(err, "failed deliveries")
 	}
-	data.Failed24hLink = deliveriesURL(filterForm{State: string(storage.StateFailed), CreatedAfter: formatInputTime(since)}, "")
+	data.Failed24hLink = h.deliveriesURL(filterForm{State: string(storage.StateFailed), CreatedAfter: formatInputTime(since)}, "")
 	eps, err := h.store.EndpointList(ctx)
 	if err != nil {
 		return storeError(err, "endpoints")
@@ -160,15 +161,15 @@ func (f filterForm) values() url.Values {
 }
 
 // deliveriesURL is the list filtered by f, from cursor on.
-func deliveriesURL(f filterForm, cursor string) string {
+func (h *handler) deliveriesURL(f filterForm, cursor string) string {
 	v := f.values()
 	if cursor != "" {
 		v.Set("cursor", cursor)
 	}
 	if len(v) == 0 {
-		return Prefix + "/deliveries"
+		return h.prefix + "/deliveries"
 	}
-	return Prefix + "/deliveries?" + v.Encode()
+	return h.prefix + "/deliveries?" + v.Encode()
 }
 
 // readFilter reads and checks a filter from form or query values. The
@@ -285,11 +286,12 @@ func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResul
 		n, _ := strconv.Atoi(q.Get("n"))
 		data.Flash = fmt.Sprintf("Replayed %d failed %s: pending and due now.", n, plural(n, "delivery", "deliveries"))
 	}
-	eps, err := h.store.EndpointList(ctx)
+	eps, err := h.visibleEndpoints(ctx, a)
 	if err != nil {
 		return storeError(err, "endpoints")
 	}
 	form, filter, perr := readFilter(q)
+	filter.Forms = scopeForms(a)
 	data.Filter = form
 	labels := map[string]string{}
 	for _, e := range eps {
@@ -328,7 +330,7 @@ func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResul
 	}
 	for i, d := range ds {
 		if i == limit {
-			data.NextURL = withLimit(deliveriesURL(form, ds[limit-1].ID), limit)
+			data.NextURL = withLimit(h.deliveriesURL(form, ds[limit-1].ID), limit)
 			break
 		}
 		data.Rows = append(data.Rows, deliveryRow{
@@ -341,7 +343,7 @@ func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResul
 		return err
 	}
 	if cursor != "" {
-		data.FirstURL = withLimit(deliveriesURL(form, ""), limit)
+		data.FirstURL = withLimit(h.deliveriesURL(form, ""), limit)
 	}
 	if filter.State == storage.StateFailed {
 		data.BulkReplay, data.BulkFields = true, form.values()
@@ -423,19 +425,22 @@ func (h *handler) fillLastErrors(ctx context.Context, rows []deliveryRow, ds []s
 func (h *handler) delivery(w http.ResponseWriter, r *http.Request, a authResult) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	d, err := h.store.DeliveryGet(ctx, id)
+	d, ev, err := h.deliveryFor(r, a, id)
 	if err != nil {
-		return withLink(storeError(err, deliveryName(id)), Prefix+"/deliveries", "Find it in the deliveries list")
+		return withLink(storeError(err, deliveryName(id)), h.prefix+"/deliveries", "Find it in the deliveries list")
 	}
-	data := deliveryData{base: h.base(a, "deliveries", "Delivery "+d.ID), D: d, Terminal: d.State.Terminal()}
-	if r.URL.Query().Get("done") == "replayed" {
+	data := deliveryData{base: h.base(a, "deliveries", "Delivery "+d.ID), D: d, Event: ev, Terminal: d.State.Terminal()}
+	switch r.URL.Query().Get("done") {
+	case "replayed":
 		data.Flash = "Replayed: the delivery is pending and due now. Reload to follow it."
-	}
-	if data.Event, err = h.store.EventGet(ctx, d.EventID); err != nil {
-		return storeError(err, "event of "+deliveryName(id))
+	case "test":
+		data.Flash = "Test event sent: this is its delivery. Reload to see its attempt."
 	}
 	data.Payload, data.PayloadCut = shownPayload(data.Event.Payload, maxPayloadShown)
+	// A delivery in the scope may have gone out through an endpoint that
+	// is not (one that also names other forms): its id shows, not its URL.
 	switch e, err := h.store.EndpointGet(ctx, d.EndpointID); {
+	case err == nil && !h.seesEndpoint(a, e):
 	case err == nil:
 		row := viewEndpoint(e, h.now())
 		data.Endpoint = &row
@@ -568,16 +573,16 @@ func (h *handler) endpoints(w http.ResponseWriter, r *http.Request, a authResult
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxPageSize {
 			return withLink(badInput("Bad page size", "Page size %q is not a number from 1 to %d.", clip(v), maxPageSize),
-				Prefix+"/endpoints", "The first page of endpoints")
+				h.prefix+"/endpoints", "The first page of endpoints")
 		}
 		limit = n
 	}
 	if cursor != "" && !endpointCursorPattern.MatchString(cursor) {
 		return withLink(badInput("Bad page link", "The page cursor %q is not one the console made.", clip(cursor)),
-			Prefix+"/endpoints", "The first page of endpoints")
+			h.prefix+"/endpoints", "The first page of endpoints")
 	}
 	// One more than the page tells whether there is a next page.
-	eps, err := h.store.EndpointListPage(r.Context(), storage.EndpointListParams{Before: cursor, Limit: limit + 1})
+	eps, err := h.store.EndpointListPage(r.Context(), storage.EndpointListParams{Before: cursor, Limit: limit + 1, Forms: scopeForms(a)})
 	if err != nil {
 		return storeError(err, "endpoints")
 	}
@@ -588,20 +593,25 @@ func (h *handler) endpoints(w http.ResponseWriter, r *http.Request, a authResult
 			data.Flash = "Disabled " + id + ": new events no longer fan out to it. Deliveries already made still go out."
 		case "enabled":
 			data.Flash = "Enabled " + id + ": new events fan out to it again."
+		case "edited":
+			data.Flash = "Saved " + id + "."
 		case "deleted":
 			data.Flash = "Deleted " + id + ": it gets no new deliveries; its deliveries and their attempts stay readable."
 		}
 	}
 	now := h.now()
+	// The store's scope filter has kept the other forms' endpoints out;
+	// this keeps out the operator endpoint too.
+	eps = slices.DeleteFunc(eps, func(e storage.Endpoint) bool { return !h.seesEndpoint(a, e) })
 	for i, e := range eps {
 		if i == limit {
-			data.NextURL = withLimit(Prefix+"/endpoints?cursor="+url.QueryEscape(eps[limit-1].ID), limit)
+			data.NextURL = withLimit(h.prefix+"/endpoints?cursor="+url.QueryEscape(eps[limit-1].ID), limit)
 			break
 		}
 		data.Endpoints = append(data.Endpoints, viewEndpoint(e, now))
 	}
 	if cursor != "" {
-		data.FirstURL = withLimit(Prefix+"/endpoints", limit)
+		data.FirstURL = withLimit(h.prefix+"/endpoints", limit)
 	}
 	h.render(w, http.StatusOK, "endpoints", data)
 	return nil
@@ -630,12 +640,12 @@ const maxOpenCount = 1000
 func (h *handler) confirmDelete(w http.ResponseWriter, r *http.Request, a authResult) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	e, err := h.store.EndpointGet(ctx, id)
+	e, err := h.endpointFor(r, a, id)
 	if err == nil && e.DeletedAt != nil {
 		err = storage.ErrDeleted
 	}
 	if err != nil {
-		return withLink(storeError(err, endpointName(id)), Prefix+"/endpoints", "Back to the endpoints")
+		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
 	data := deleteData{base: h.base(a, "endpoints", "Delete endpoint "+e.ID), Endpoint: viewEndpoint(e, h.now()),
 		OperatorEndpoint: h.operatorEndpoint != "" && e.ID == h.operatorEndpoint}
@@ -690,3 +700,18 @@ func plural(n int, one, many string) string {
 
 // clip shortens a value for quoting in a message.
 func clip(s string) string { return boundtext.Bound(s, 64) }
+
+// visibleEndpoints are the endpoints a may see, for the deliveries filter:
+// all of them for the operator; for a portal session, those of its scope,
+// up to the store's page (a scope names at most storage.MaxAccessForms
+// forms, so more endpoints than that is unusual).
+func (h *handler) visibleEndpoints(ctx context.Context, a authResult) ([]storage.Endpoint, error) {
+	if a.scope == nil {
+		return h.store.EndpointList(ctx)
+	}
+	eps, err := h.store.EndpointListPage(ctx, storage.EndpointListParams{Limit: failedPageSize, Forms: scopeForms(a)})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(eps, func(e storage.Endpoint) bool { return !h.seesEndpoint(a, e) }), nil
+}

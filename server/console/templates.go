@@ -15,7 +15,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"dur": formatDuration,
 	}
-	pages := []string{"login", "overview", "deliveries", "delivery", "endpoints", "endpoint_delete", "rotated", "error"}
+	pages := []string{"login", "overview", "deliveries", "delivery", "endpoints", "endpoint_delete", "rotated", "error", "endpoint_form"}
 	out := make(map[string]*template.Template, len(pages))
 	for _, name := range pages {
 		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
