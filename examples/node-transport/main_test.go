@@ -51,10 +51,12 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// prepare copies the plugin's files (not node_modules, not the Go tests)
-// to dir/app, runs `npm ci` there, and links the script into dir/plugins.
-// `npm ci` installs exactly package-lock.json, so a lock file that drifted
-// from package.json fails here, as it would for a user.
+// prepare copies the plugin's files and the Node SDK it installs from
+// (not node_modules, not the Go tests), keeping their places relative to
+// each other (the plugin names the SDK as file:../../sdk/node-plugin), runs
+// `npm ci` in the copy of the plugin, and links the script into
+// dir/plugins. `npm ci` installs exactly package-lock.json, so a lock file
+// that drifted from package.json fails here, as it would for a user.
 func prepare(dir string) {
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -62,10 +64,12 @@ func prepare(dir string) {
 			return
 		}
 	}
-	app := filepath.Join(dir, "app")
-	if err := copyPlugin(".", app); err != nil {
-		setup.err = fmt.Errorf("copying the plugin: %w", err)
-		return
+	app := filepath.Join(dir, "repo", "examples", "node-transport")
+	for src, dst := range map[string]string{".": app, "../../sdk/node-plugin": filepath.Join(dir, "repo", "sdk", "node-plugin")} {
+		if err := copyTree(src, dst); err != nil {
+			setup.err = fmt.Errorf("copying %s: %w", src, err)
+			return
+		}
 	}
 	start := time.Now()
 	cmd := exec.Command("npm", "ci", "--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund")
@@ -87,7 +91,9 @@ func prepare(dir string) {
 	setup.app, setup.pluginDir = app, plugins
 }
 
-func copyPlugin(src, dst string) error {
+// copyTree copies the files under src to dst, leaving out node_modules and
+// the Go tests and docs, which a plugin's installation does not have.
+func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -98,7 +104,11 @@ func copyPlugin(src, dst string) error {
 		if !d.IsDir() && (strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".md")) {
 			return nil
 		}
-		target := filepath.Join(dst, path)
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
 		if d.IsDir() {
 			return os.MkdirAll(target, 0o755)
 		}
@@ -132,38 +142,45 @@ func nodePlugin(t *testing.T) string {
 	return setup.pluginDir
 }
 
-// The plugin reads the service from its own copy of the SDK's proto file,
-// so it still runs when installed away from this repository. The copy must
-// be the SDK's, byte for byte.
+// The Node SDK reads the service from its own copy of the Go SDK's proto
+// file, so a plugin still runs when installed away from this repository.
+// The copy must be the Go SDK's, byte for byte.
 func TestProtoCopyMatchesTheSDK(t *testing.T) {
 	t.Parallel()
 	sdk, err := os.ReadFile("../../sdk/transport/proto/transport.proto")
 	if err != nil {
 		t.Fatal(err)
 	}
-	copied, err := os.ReadFile("proto/transport.proto")
+	copied, err := os.ReadFile("../../sdk/node-plugin/proto/transport.proto")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(sdk, copied) {
-		t.Fatal("examples/node-transport/proto/transport.proto differs from sdk/transport/proto/transport.proto; " +
-			"copy it again (cp sdk/transport/proto/transport.proto examples/node-transport/proto/) and make the plugin serve what changed")
+		t.Fatal("sdk/node-plugin/proto/transport.proto differs from sdk/transport/proto/transport.proto; " +
+			"copy it again (cp sdk/transport/proto/transport.proto sdk/node-plugin/proto/) and make sdk/node-plugin/lib/transport.js serve what changed")
 	}
 }
 
 // TestDependenciesAreLocked checks what `npm ci` installs from:
-// package-lock.json names every package with its integrity hash, and
-// node_modules is ignored, never committed.
+// package-lock.json names every package with its integrity hash (the SDK,
+// a directory in this repository, has none), the SDK is installed as a
+// copy, and node_modules is ignored, never committed.
 func TestDependenciesAreLocked(t *testing.T) {
 	t.Parallel()
 	lock, err := os.ReadFile("package-lock.json")
 	if err != nil {
 		t.Fatalf("package-lock.json: %v; run npm install in examples/node-transport and commit it", err)
 	}
-	for _, dep := range []string{`"node_modules/@grpc/grpc-js"`, `"node_modules/@grpc/proto-loader"`, `"integrity": "sha512-`} {
+	for _, dep := range []string{`"node_modules/@grpc/grpc-js"`, `"node_modules/@grpc/proto-loader"`, `"integrity": "sha512-`,
+		`"node_modules/@hymical/transport-plugin"`, `"resolved": "file:../../sdk/node-plugin"`} {
 		if !bytes.Contains(lock, []byte(dep)) {
 			t.Errorf("package-lock.json lacks %s", dep)
 		}
+	}
+	// A symlinked SDK would look for its dependencies beside its real path,
+	// in sdk/node-plugin/node_modules, which npm ci here does not fill.
+	if npmrc, err := os.ReadFile(".npmrc"); err != nil || !bytes.Contains(npmrc, []byte("install-links=true")) {
+		t.Errorf(".npmrc must set install-links=true (%v)", err)
 	}
 	ignore, err := os.ReadFile(".gitignore")
 	if err != nil || !bytes.Contains(ignore, []byte("node_modules/")) {

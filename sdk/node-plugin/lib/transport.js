@@ -3,11 +3,14 @@
 // The Hymical transport service (proto/transport.proto, a copy of
 // sdk/transport/proto/transport.proto) over an implementation written as
 // plain async functions, as sdk/transport's grpc.go and stream.go serve it
-// for Go plugins:
+// for Go plugins. Each gets { log } as its last argument, and send also
+// { signal }:
 //
-//   configure(settings)       throws to refuse the plugin-wide settings
-//   validate(endpoint)        throws to refuse an endpoint, saying why
-//   send(message, signal)     resolves to an outcome (see the helpers below);
+//   configure(settings)       throws to refuse the plugin-wide settings;
+//                             optional: without it, any setting is refused
+//   validate(endpoint)        throws to refuse an endpoint, saying why;
+//                             optional: without it, every endpoint passes
+//   send(message, {signal})   resolves to an outcome (see the helpers below);
 //                             signal aborts at the attempt's deadline, when
 //                             the host cancels it, or when its stream ends
 //
@@ -120,7 +123,7 @@ async function runSend(impl, req, trace, ac, log) {
     else timer = setTimeout(passed, left);
   }
   try {
-    return outcomeToProto(await impl.send(msg, ac.signal));
+    return outcomeToProto(await impl.send(msg, { signal: ac.signal, log }));
   } catch (err) {
     // A bug in the plugin: a request may have gone out, so it counts.
     log.error('send failed', { delivery_id: msg.deliveryId, attempt: msg.attempt, error: String(err && err.message) });
@@ -142,11 +145,17 @@ function metadataValue(md, key) {
 
 // register adds the Transport service for impl to server.
 function register(server, impl, log) {
+  // A plugin without settings refuses any it is given, naming them, rather
+  // than let an operator believe a mistyped one took effect.
+  const configure = impl.configure || ((settings) => {
+    const keys = Object.keys(settings);
+    if (keys.length > 0) throw new Error(`unknown settings ${keys.join(', ')}: this plugin takes none`);
+  });
   const { Transport } = loadProto('transport.proto').hymical.transport.v1;
   server.addService(Transport.service, {
     Configure: async (call, cb) => {
       try {
-        await impl.configure({ ...call.request.settings });
+        await configure({ ...call.request.settings }, { log });
         cb(null, { error: '' });
       } catch (err) {
         cb(null, { error: refusal(err) });
@@ -155,7 +164,7 @@ function register(server, impl, log) {
 
     Validate: async (call, cb) => {
       try {
-        await impl.validate(endpointFromProto(call.request.endpoint));
+        if (impl.validate) await impl.validate(endpointFromProto(call.request.endpoint), { log });
         cb(null, { error: '' });
       } catch (err) {
         cb(null, { error: refusal(err) });
