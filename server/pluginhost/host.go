@@ -281,6 +281,9 @@ type PluginInfo struct {
 	// Running says whether the plugin's process runs now. It only looks:
 	// unlike Up, it starts nothing, so a scrape cannot restart a plugin.
 	Running bool
+	// Protocol is the version negotiated with the running process; 0
+	// when none runs.
+	Protocol int
 }
 
 // Plugins describes the plugins the host runs, sorted by name.
@@ -290,8 +293,12 @@ func (h *Host) Plugins() []PluginInfo {
 		s := h.slots[name]
 		s.mu.Lock()
 		running := s.cur != nil && !s.closed && !s.cur.exited()
+		protocol := 0
+		if running {
+			protocol = s.cur.protocol
+		}
 		s.mu.Unlock()
-		out = append(out, PluginInfo{Name: name, Path: s.spec.path, Args: slices.Clone(s.spec.args), BuiltIn: s.spec.builtIn, Pinned: s.spec.sum != nil, Restarts: h.Restarts(name), Running: running})
+		out = append(out, PluginInfo{Name: name, Path: s.spec.path, Args: slices.Clone(s.spec.args), BuiltIn: s.spec.builtIn, Pinned: s.spec.sum != nil, Restarts: h.Restarts(name), Running: running, Protocol: protocol})
 	}
 	return out
 }
@@ -655,6 +662,46 @@ func (h *Host) supervise(s *slot) {
 		h.logger.Warn("transport plugin still could not be started; trying again", "plugin", name,
 			"reason", ShortReason(err), "error", err, "retry_in", wait)
 	}
+}
+
+// Stopped is how a plugin's process ended when Stop stopped it.
+type Stopped struct {
+	// Graceful says the process exited by itself once asked to, within
+	// go-plugin's grace, rather than being killed.
+	Graceful bool
+	// Exit is the process's exit error: nil for status 0.
+	Exit error
+	// Took is how long stopping it took.
+	Took time.Duration
+}
+
+// Stop stops the named plugin's running process as Close does (asked to
+// exit, given go-plugin's grace, then killed) and says how it ended. The
+// plugin is not closed: the next call that needs it starts it again. It
+// is for checking a plugin (`hymical plugins check`); serve stops plugins
+// with Close.
+func (h *Host) Stop(name string) (Stopped, error) {
+	s, ok := h.slots[name]
+	if !ok {
+		return Stopped{}, h.unknown(name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Stopped{}, ErrClosed
+	}
+	inst := s.cur
+	if inst == nil || inst.exited() {
+		return Stopped{}, fmt.Errorf("transport plugin %q is not running, so it cannot be stopped", name)
+	}
+	s.cur = nil
+	start := time.Now()
+	inst.kill(false)
+	took := time.Since(start)
+	if !inst.exited() {
+		return Stopped{Took: took}, fmt.Errorf("transport plugin %q still runs %s after it was killed", name, took.Round(time.Millisecond))
+	}
+	return Stopped{Graceful: !inst.runner.killedRunning.Load(), Exit: inst.runner.waitErr, Took: took}, nil
 }
 
 // Close stops every plugin, at once, and returns within KillBound: each is

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -63,6 +64,9 @@ type procRunner struct {
 	exited  chan struct{}
 	waitErr error
 	once    sync.Once
+	// killedRunning is set when Kill found the process still running: it
+	// did not exit by itself when asked to (see Host.Stop).
+	killedRunning atomic.Bool
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -159,6 +163,9 @@ func (r *procRunner) Kill(context.Context) error {
 		return nil
 	}
 	r.once.Do(func() {
+		if !r.hasExited() {
+			r.killedRunning.Store(true)
+		}
 		killGroup(r.cmd.Process)
 		time.AfterFunc(pipeDrain, r.closePipes)
 	})
