@@ -15,6 +15,7 @@ import (
 func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runGroup(ctx, "plugins", []subcommand{
 		{"list", "the transport plugins serve would run, started to prove they answer, with their SHA-256 (takes serve's flags)", runPluginsList},
+		{"check", "check a plugin you wrote against what the server needs of it, through the real host: a pass/fail table", runPluginsCheck},
 	}, args, stdout, stderr)
 }
 
