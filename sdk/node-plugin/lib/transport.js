@@ -122,8 +122,20 @@ async function runSend(impl, req, trace, ac, log) {
     if (left <= 0) passed();
     else timer = setTimeout(passed, left);
   }
+  // The answer goes when the signal aborts, whether or not the send
+  // function heeds it: the host counts a plugin that has not answered
+  // within its grace past the deadline as hung, and kills it with every
+  // send in flight. What the send does afterwards is not reported; it is
+  // an attempt either way, so a message that still goes out is a
+  // duplicate, which at-least-once delivery allows.
+  const stopped = new Promise((resolve) => {
+    const answer = () => resolve(retryable(0, `the send had not ended when ${ac.signal.reason && ac.signal.reason.message}`));
+    if (ac.signal.aborted) answer();
+    else ac.signal.addEventListener('abort', answer, { once: true });
+  });
   try {
-    return outcomeToProto(await impl.send(msg, { signal: ac.signal, log }));
+    const sent = Promise.resolve().then(() => impl.send(msg, { signal: ac.signal, log }));
+    return outcomeToProto(await Promise.race([sent, stopped]));
   } catch (err) {
     // A bug in the plugin: a request may have gone out, so it counts.
     log.error('send failed', { delivery_id: msg.deliveryId, attempt: msg.attempt, error: String(err && err.message) });
