@@ -5,7 +5,10 @@
 # missing; and npm, with which the Node.js plugin example's tests install
 # its dependencies (examples/node-transport) and TestOpenAPIGeneratedClient
 # installs the pinned TypeScript client generator of
-# server/api/testdata/tsclient, each with npm ci from the npm registry.
+# server/api/testdata/tsclient, each with npm ci from the npm registry; and
+# Debian's python3-grpcio, python3-protobuf, python3-cryptography and
+# python3-grpc-tools, on which the Python plugin example runs and its stubs
+# are generated (examples/python-transport).
 # Under CI=true those tests fail without them.
 #
 #   .ci/tools.sh
@@ -17,6 +20,10 @@ missing=()
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# The Python plugin runs on Debian's interpreter, where these install.
+if ! /usr/bin/python3 -c 'import grpc, google.protobuf, cryptography, grpc_tools' >/dev/null 2>&1; then
+	missing+=(python3 python3-grpcio python3-protobuf python3-cryptography python3-grpc-tools)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]} from Debian's packages"
@@ -28,4 +35,5 @@ fi
 for tool in openssl node npm; do
 	command -v "$tool" >/dev/null 2>&1 || { log "$tool is still missing after the install"; exit 1; }
 done
+/usr/bin/python3 -c 'import grpc, google.protobuf, cryptography, grpc_tools' || { log "python3-grpcio, python3-protobuf, python3-cryptography or python3-grpc-tools is still missing after the install"; exit 1; }
 log "$(openssl version), node $(node --version), npm $(npm --version)"

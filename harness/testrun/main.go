@@ -65,6 +65,7 @@ func resources() []resource {
 		{"chromium", "chromium"},
 		{"openssl", "openssl"},
 		{"node", "node"},
+		{"python3-grpcio", "python3-grpcio"},
 	}
 }
 
