@@ -74,6 +74,8 @@ func importRules() []importRule {
 			why: "config imports the HTTP faces' defaults and bounds from here, so this leaf must link neither face nor anything else"},
 		{pattern: "./server/backup/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/fleet", "server/endpoint"),
 			why: "backup copies a SQLite store while servers run on it: it serves no request, delivers nothing, and refuses PostgreSQL, whose own tools back it up" + roomWhy},
+		{pattern: "./server/plugincheck/...", forbidden: room("server/api", "server/console", "server/worker", "server/database", "server/fleet", "storage", "plugins"),
+			why: "plugincheck holds a plugin author's plugin to the host's rules through the plugin host alone: no store, no face, no delivery loop, no shipped transport" + roomWhy},
 		{pattern: "./server/secrets/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost"),
 			why: "rotating the key of secrets at rest is an operator's job on the store, run with the fleet stopped: it serves no request and delivers nothing" + roomWhy},
 		{pattern: "./server/fleet/...", forbidden: room("server/api", "server/console", "server/worker", "server/pluginhost", "server/database"),

@@ -73,6 +73,7 @@ Commands:
   serve        run the server: HTTP API, delivery workers, transport plugins
                (with no configuration: SQLite hymical.db here, on 127.0.0.1:8080)
   plugins      list: the transport plugins found, started, with their SHA-256
+               check PATH: hold a plugin you wrote to the host's rules, row by row
   plugin       NAME: serve a shipped transport as a plugin process (serve runs
                these as child processes of itself; not meant to be run by hand)
   migrate      apply pending schema migrations and report what was done
