@@ -312,6 +312,10 @@ func (s *Server) handler() (http.Handler, error) {
 		Window:   cfg.Server.AuthFailureWindow,
 		Clients:  cfg.Server.AuthFailureClients,
 		Logger:   s.log.With("component", "authlimit"),
+		// The connection limits (limitConnections) still count the TCP
+		// peer: they act when a connection is accepted, before any
+		// header has been read.
+		TrustedProxies: cfg.Server.TrustedProxies,
 	})
 	if err != nil {
 		return nil, err

@@ -174,7 +174,7 @@ func (h *handler) authorize(w http.ResponseWriter, r *http.Request, who reach) (
 		err error
 		c   *caller
 	)
-	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
+	wait := h.limiter.CheckRequest(r, func() authlimit.Outcome {
 		var out authlimit.Outcome
 		out, c, err = h.auth.check(r, who, looked)
 		return out

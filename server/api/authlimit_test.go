@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ func (f *fixture) fromAddress(r req) *http.Response {
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Authorization", "Bearer "+r.token)
+	for k, v := range r.header {
+		hr.Header.Set(k, v)
+	}
 	resp, err := client.Do(hr)
 	if err != nil {
 		f.t.Fatal(err)
@@ -257,5 +261,45 @@ func TestANewClientIsNotRefusedForOthersFailures(t *testing.T) {
 				t.Errorf("an address of the table with one failure, the right token: %d, want %d: %s", w.Code, tt.want, w.Body)
 			}
 		})
+	}
+}
+
+// TestTrustedProxiesForwardTheClient runs the API behind a "proxy" at
+// 127.0.0.1, which server.trusted_proxies lists: the address it forwards
+// is the one that is counted and refused, while a peer that is not
+// trusted (127.0.0.2) is counted as itself whatever it forwards.
+func TestTrustedProxiesForwardTheClient(t *testing.T) {
+	t.Parallel()
+	const failures = 2
+	f := newFixture(t, backends["sqlite"], func(o *api.Options) {
+		o.AuthLimiter = authlimit.MustNew(authlimit.Config{Failures: failures, Window: time.Minute, Logger: o.Logger,
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	})
+	viaProxy := func(client, token string) int {
+		return f.send(req{method: "GET", path: "/v1/endpoints", token: token, header: map[string]string{"X-Forwarded-For": client}}).status
+	}
+	for range failures {
+		if got := viaProxy("203.0.113.7", wrongToken); got != http.StatusUnauthorized {
+			t.Fatalf("a wrong token through the proxy: %d, want 401", got)
+		}
+	}
+	if got := viaProxy("203.0.113.7", adminToken); got != http.StatusTooManyRequests {
+		t.Errorf("the forwarded client that failed, with the right token: %d, want 429", got)
+	}
+	if got := viaProxy("203.0.113.8", adminToken); got != http.StatusOK {
+		t.Errorf("another client through the same proxy: %d, want 200 (its failures are its own)", got)
+	}
+
+	// An untrusted peer cannot escape its count by naming a new address
+	// on every guess.
+	for i := range failures {
+		direct := req{method: "GET", path: "/v1/endpoints", body: "", token: wrongToken, header: map[string]string{"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", i)}}
+		if resp := f.fromAddress(direct); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a wrong token from an untrusted peer: %d, want 401", resp.StatusCode)
+		}
+	}
+	direct := req{method: "GET", path: "/v1/endpoints", body: "", token: adminToken, header: map[string]string{"X-Forwarded-For": "198.51.100.200"}}
+	if resp := f.fromAddress(direct); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the untrusted peer, spoofing a fresh address, with the right token: %d, want 429", resp.StatusCode)
 	}
 }

@@ -11,9 +11,11 @@
 //
 // # The design
 //
-// A client is its TCP peer address (never X-Forwarded-For, which anyone
-// can write); an IPv6 address counts by its /64, the block one subscriber
-// gets, so rotating through the addresses of a single host is no help.
+// A client is its TCP peer address, unless that peer is one of the
+// Config.TrustedProxies: then it is the address those proxies forwarded
+// (see ClientAddr), never one a client wrote itself. An IPv6 address
+// counts by its /64, the block one subscriber gets, so rotating through
+// the addresses of a single host is no help.
 //
 // Failures are kept in a table of at most Clients addresses, each with
 // the start of its window and its count, in the order their windows
@@ -60,6 +62,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -105,6 +108,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// TrustedProxies are the reverse proxies whose Forwarded and
+	// X-Forwarded-For entries are believed (see ClientAddr). Empty: the
+	// TCP peer is the client, so behind a proxy every client shares the
+	// proxy's address and its count.
+	TrustedProxies []netip.Prefix
 }
 
 // Limiter counts failed authentications. Its methods may be called from
@@ -115,6 +123,8 @@ type Limiter struct {
 	max    int
 	log    *slog.Logger
 	now    func() time.Time
+	// trusted is Config.TrustedProxies.
+	trusted []netip.Prefix
 
 	mu sync.Mutex
 	// failing holds a record per client with failures in a running
@@ -146,12 +156,18 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Failures < 0 || cfg.Window < 0 || cfg.Clients < 0 {
 		return nil, fmt.Errorf("authlimit: Failures (%d), Window (%s) and Clients (%d) must not be negative; use 0 for the defaults", cfg.Failures, cfg.Window, cfg.Clients)
 	}
+	for i, p := range cfg.TrustedProxies {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("authlimit: TrustedProxies[%d] is not a valid network: give a CIDR such as 10.0.0.0/8", i)
+		}
+	}
 	l := &Limiter{
 		limit:   cmpOr(cfg.Failures, DefaultFailures),
 		window:  cmpOr(cfg.Window, DefaultWindow),
 		max:     cmpOr(cfg.Clients, DefaultClients),
 		log:     cfg.Logger,
 		now:     cfg.Now,
+		trusted: cfg.TrustedProxies,
 		failing: map[netip.Prefix]*list.Element{},
 		known:   map[netip.Prefix]*list.Element{},
 	}
@@ -178,6 +194,17 @@ func cmpOr[T int | time.Duration](v, def T) T {
 		return v
 	}
 	return def
+}
+
+// Client is the address r counts as coming from (ClientAddr with the
+// Limiter's trusted proxies), for logs that name a client.
+func (l *Limiter) Client(r *http.Request) string {
+	return ClientAddr(r, l.trusted)
+}
+
+// CheckRequest is Check for the client r comes from (see Client).
+func (l *Limiter) CheckRequest(r *http.Request, judge func() Outcome) (wait time.Duration) {
+	return l.Check(l.Client(r), judge)
 }
 
 // Check runs judge for a request from remoteAddr (an http.Request's

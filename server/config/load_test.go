@@ -140,6 +140,10 @@ var samples = []struct {
 		want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("fd00::/8")}
 		return slices.Equal(c.Webhook.AllowedNetworks, want)
 	}},
+	{"server.trusted_proxies", "10.0.0.0/8, 192.0.2.1,fd00::/8", func(c config.Config) bool {
+		want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("fd00::/8")}
+		return slices.Equal(c.Server.TrustedProxies, want)
+	}},
 	{"webhook.proxy", "http://smokescreen.internal:4750", func(c config.Config) bool { return c.Webhook.Proxy == "http://smokescreen.internal:4750" }},
 	{"webhook.proxy_username", "hymical", func(c config.Config) bool { return c.Webhook.ProxyUsername == "hymical" }},
 	{"webhook.proxy_password", "egress-pass", func(c config.Config) bool { return c.Webhook.ProxyPassword.Reveal() == "egress-pass" }},

@@ -180,6 +180,15 @@ func (c *Config) checkServer(v checker, d ServerConfig) {
 	v.key("server.auth_failures").count(s.AuthFailures, d.AuthFailures, maxAuthFailures)
 	v.key("server.auth_failure_window").positive(s.AuthFailureWindow, d.AuthFailureWindow)
 	v.key("server.auth_failure_clients").count(s.AuthFailureClients, d.AuthFailureClients, maxAuthFailureClients)
+	if k := v.key("server.trusted_proxies"); k.ok() {
+		for i, p := range s.TrustedProxies {
+			if p.Bits() == 0 {
+				// Trusting every peer would let any client name its own
+				// address and so escape the failure limit.
+				k.invalid(" item %d is %s, which trusts every address, so any client could choose the address it is counted as: list only your proxies' addresses", i+1, p)
+			}
+		}
+	}
 }
 
 // checkConnections refuses negative connection limits (0 is the default

@@ -163,7 +163,7 @@ func (h *handler) authenticate(r *http.Request) (authResult, *pageError) {
 		a    authResult
 		perr *pageError
 	)
-	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
+	wait := h.limiter.CheckRequest(r, func() authlimit.Outcome {
 		var out authlimit.Outcome
 		a, perr, out = h.identify(r)
 		return out
@@ -365,7 +365,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Next = safeNext(r.PostForm.Get("next"))
 	ok := false
-	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
+	wait := h.limiter.CheckRequest(r, func() authlimit.Outcome {
 		switch {
 		case h.insecure:
 			ok = true
@@ -383,7 +383,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		// The limiter warns once when an address is refused; each
 		// wrong token is only worth a debug line.
-		h.log.Debug("console login with a wrong token", "client", r.RemoteAddr)
+		h.log.Debug("console login with a wrong token", "client", h.limiter.Client(r))
 		data.Error = "That is not this server's admin token. Enter the value of FORMS_SERVER_ADMIN_TOKEN (or the token `hymical serve` printed when it started without one)."
 		h.render(w, http.StatusUnauthorized, "login", data)
 		return
