@@ -756,6 +756,7 @@ type Store interface {
 	Replays
 	Fleet
 	Access
+	ConsoleSessions
 	Close() error
 }
 

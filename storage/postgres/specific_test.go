@@ -141,7 +141,7 @@ func TestConcurrentMigratorsApplyEachMigrationOnce(t *testing.T) {
 			applied[name]++
 		}
 	}
-	for _, name := range []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share", "0009_secrets_key", "0010_endpoint_delete", "0011_operation_keys", "0012_promote_of", "0013_endpoint_forms", "0014_endpoint_queues", "0015_queue_versions", "0016_access", "0017_endpoint_headers"} {
+	for _, name := range []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share", "0009_secrets_key", "0010_endpoint_delete", "0011_operation_keys", "0012_promote_of", "0013_endpoint_forms", "0014_endpoint_queues", "0015_queue_versions", "0016_access", "0017_endpoint_headers", "0018_console_sessions"} {
 		if applied[name] != 1 {
 			t.Errorf("%s applied %d times, want once", name, applied[name])
 		}

@@ -45,6 +45,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Away", func(t *testing.T) { t.Parallel(); testAway(t, b) })
 	t.Run("Access", func(t *testing.T) { t.Parallel(); testAccess(t, b) })
 	t.Run("Scope", func(t *testing.T) { t.Parallel(); testScope(t, b) })
+	t.Run("ConsoleSessions", func(t *testing.T) { t.Parallel(); testConsoleSessions(t, b) })
 }
 
 // lease is the lease every test claims with unless it says otherwise.
