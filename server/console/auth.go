@@ -1,16 +1,17 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hymical/hymical/server/access"
@@ -25,10 +26,10 @@ const CookieName = "hymical_console"
 // CSRFField is the hidden form field that carries a session's CSRF token.
 const CSRFField = "csrf"
 
-// Bounds on what the console keeps in memory and accepts.
+// Bounds on what the console keeps and accepts.
 const (
-	// maxSessions caps live sessions; past it the one closest to expiry
-	// is dropped, so a login loop cannot grow memory without end.
+	// maxSessions caps live sessions; past it the ones closest to expiry
+	// are dropped, so a login loop cannot grow the table without end.
 	maxSessions = 1000
 	// maxFormBytes bounds a form post; the console's forms are tiny.
 	maxFormBytes = 64 << 10
@@ -43,21 +44,22 @@ type session struct {
 	expires  time.Time
 }
 
-// sessions are the live logins of this process, keyed by the SHA-256 of
-// the session id so that a lookup's timing says nothing about the ids.
+// sessions are the live logins, kept in the store so that a login holds
+// on every server sharing the database, whichever one a load balancer
+// sends the next request to. The store sees only the SHA-256 of a
+// session id, so a copy of the database opens no session.
 type sessions struct {
-	mu  sync.Mutex
-	ttl time.Duration
-	max int
-	m   map[[sha256.Size]byte]*session
+	store storage.ConsoleSessions
+	ttl   time.Duration
+	max   int
 }
 
-func newSessions(ttl time.Duration, max int) *sessions {
-	return &sessions{ttl: ttl, max: max, m: map[[sha256.Size]byte]*session{}}
+func newSessions(store storage.ConsoleSessions, ttl time.Duration, max int) *sessions {
+	return &sessions{store: store, ttl: ttl, max: max}
 }
 
 // create starts a session and returns its id, for the cookie.
-func (ss *sessions) create(operator string, now time.Time) (string, *session, error) {
+func (ss *sessions) create(ctx context.Context, operator string, now time.Time) (string, *session, error) {
 	id, err := randomToken()
 	if err != nil {
 		return "", nil, err
@@ -67,51 +69,37 @@ func (ss *sessions) create(operator string, now time.Time) (string, *session, er
 		return "", nil, err
 	}
 	s := &session{csrf: csrf, operator: operator, expires: now.Add(ss.ttl)}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if len(ss.m) >= ss.max {
-		var oldest [sha256.Size]byte
-		var oldestAt time.Time
-		for k, v := range ss.m {
-			if !v.expires.After(now) {
-				delete(ss.m, k)
-				continue
-			}
-			if oldestAt.IsZero() || v.expires.Before(oldestAt) {
-				oldest, oldestAt = k, v.expires
-			}
-		}
-		if len(ss.m) >= ss.max {
-			delete(ss.m, oldest)
-		}
+	_, err = ss.store.ConsoleSessionCreate(ctx, storage.ConsoleSessionCreateParams{
+		Session: storage.ConsoleSession{Hash: sha256.Sum256([]byte(id)), CSRF: csrf, Operator: operator, ExpiresAt: s.expires},
+		Max:     ss.max, Now: now,
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("console: storing the login: %w", err)
 	}
-	ss.m[sha256.Sum256([]byte(id))] = s
 	return id, s, nil
 }
 
-// get returns the live session with this id, or nil.
-func (ss *sessions) get(id string, now time.Time) *session {
+// get returns the live session with this id, nil when there is none.
+// An error is the store's: it says nothing about the id.
+func (ss *sessions) get(ctx context.Context, id string, now time.Time) (*session, error) {
 	if id == "" {
-		return nil
+		return nil, nil
 	}
-	key := sha256.Sum256([]byte(id))
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	s, ok := ss.m[key]
-	if !ok {
-		return nil
+	cs, err := ss.store.ConsoleSessionGet(ctx, sha256.Sum256([]byte(id)), now)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
 	}
-	if !s.expires.After(now) {
-		delete(ss.m, key)
-		return nil
+	if err != nil {
+		return nil, fmt.Errorf("console: reading the login: %w", err)
 	}
-	return s
+	return &session{csrf: cs.CSRF, operator: cs.Operator, expires: cs.ExpiresAt}, nil
 }
 
-func (ss *sessions) end(id string) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	delete(ss.m, sha256.Sum256([]byte(id)))
+func (ss *sessions) end(ctx context.Context, id string) error {
+	if err := ss.store.ConsoleSessionEnd(ctx, sha256.Sum256([]byte(id))); err != nil {
+		return fmt.Errorf("console: ending the login: %w", err)
+	}
+	return nil
 }
 
 func randomToken() (string, error) {
@@ -202,7 +190,12 @@ func (h *handler) identify(r *http.Request) (authResult, *pageError, authlimit.O
 	if err != nil || c.Value == "" {
 		return authResult{}, nil, authlimit.Absent
 	}
-	s := h.sessions.get(c.Value, h.now())
+	s, err := h.sessions.get(r.Context(), c.Value, h.now())
+	if err != nil {
+		// Neither a pass nor a failure: the database, not the cookie, is
+		// at fault, and the limiter must not count it against the client.
+		return authResult{}, storeError(err, "login"), authlimit.Absent
+	}
 	if s == nil {
 		if h.insecure {
 			return authResult{stale: true}, nil, authlimit.Absent
@@ -388,7 +381,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.render(w, http.StatusUnauthorized, "login", data)
 		return
 	}
-	id, _, err := h.sessions.create(storage.OperatorName(r.PostForm.Get("operator")), h.now())
+	id, _, err := h.sessions.create(r.Context(), storage.OperatorName(r.PostForm.Get("operator")), h.now())
 	if err != nil {
 		h.fail(w, r, authResult{}, err)
 		return
@@ -412,7 +405,9 @@ func (h *handler) cookie(value string, maxAge int) *http.Cookie {
 // POST /console/logout
 func (h *handler) logout(w http.ResponseWriter, r *http.Request, a authResult) error {
 	if a.sessionID != "" {
-		h.sessions.end(a.sessionID)
+		if err := h.sessions.end(r.Context(), a.sessionID); err != nil {
+			return err
+		}
 	}
 	http.SetCookie(w, h.cookie("", -1))
 	http.Redirect(w, r, Prefix+"/login?done=logout", http.StatusSeeOther)

@@ -4,9 +4,9 @@
 // deliveries one by one or in bulk, and enable, disable, rotate the
 // secret of or delete endpoints.
 //
-// It owns the console's sessions (kept in memory, per process), its CSRF
-// tokens and its templates and stylesheet (embedded, so the server needs no
-// asset build). It changes delivery state only through the Store methods an
+// It owns the console's sessions (kept in the store, so a login holds on
+// every server sharing it), its CSRF tokens and its templates and
+// stylesheet (embedded, so the server needs no asset build). It changes delivery state only through the Store methods an
 // operator's replay uses, and endpoints only through the shared changes in
 // package server, so it cannot do anything the API could not. It never
 // shows a signing secret, except the new one once, right after a rotation.
@@ -54,6 +54,7 @@ type Store interface {
 	EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error)
 	EndpointRotate(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error)
 	EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error)
+	storage.ConsoleSessions
 }
 
 // Options configure the handler New builds.
@@ -177,7 +178,7 @@ func newHandler(opts Options) (*handler, error) {
 		traceURL: opts.TraceURL,
 		grace:    grace,
 		log:      log.With("component", "console"),
-		sessions: newSessions(ttl, maxSessions),
+		sessions: newSessions(opts.Store, ttl, maxSessions),
 		limiter:  limiter,
 		origin:   http.NewCrossOriginProtection(),
 		pages:    pages,
