@@ -248,6 +248,11 @@ func (l *Listener) limitValue(limit Limit) int {
 // ConnState is the http.Server's ConnState hook: it keeps track of which
 // connections are waiting and may make room.
 func (l *Listener) ConnState(c net.Conn, state http.ConnState) {
+	// Served over TLS, the hook sees the *tls.Conn around the connection
+	// Accept returned.
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn()
+	}
 	tc, ok := c.(*conn)
 	if !ok {
 		return
