@@ -74,6 +74,8 @@ type Server struct {
 	heartbeat time.Duration
 	http      *http.Server
 	listener  net.Listener
+	// cert is the TLS pair served, nil for plain HTTP.
+	cert *certificate
 	// maxConns and maxConnsPerAddr are the connection limits in force,
 	// for the banner.
 	maxConns, maxConnsPerAddr int
@@ -168,6 +170,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if cfg.Server.TLSCertFile != "" || cfg.Server.TLSKeyFile != "" {
+		if s.cert, err = newCertificate(cfg.Server.TLSCertFile, cfg.Server.TLSKeyFile); err != nil {
+			return nil, err
+		}
+		s.http.TLSConfig = s.cert.tlsConfig()
+		s.closers = append(s.closers, s.reloadOnHangup())
 	}
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
@@ -423,17 +432,17 @@ func (s *Server) Describe(w io.Writer) {
 	// Built whole and written once, so that a reader of w (a log
 	// collector, a test waiting for the banner) never sees half of it.
 	var b strings.Builder
-	fmt.Fprintf(&b, "hymical %s listening on http://%s\n  database %s (schema version %d)\n  transports %s\n",
-		buildinfo.String(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, DescribeTransports(s.host.Plugins()))
+	fmt.Fprintf(&b, "hymical %s listening on %s://%s\n  database %s (schema version %d)\n  transports %s\n",
+		buildinfo.String(), s.scheme(), s.Addr(), redact.URL(cfg.Database.URL.Reveal()), s.schema, DescribeTransports(s.host.Plugins()))
 	fmt.Fprintf(&b, "  connections at most %d, %d per client address (open-file limit %s)\n", s.maxConns, s.maxConnsPerAddr, fdLimitShown(s.fdLimit))
 	if s.tel.Tracing() || s.tel.MetricsHandler() != nil {
 		fmt.Fprintf(&b, "  telemetry: traces %s, metrics %s\n", cfg.Telemetry.Exporter, metricsShown(cfg.Telemetry))
 	}
 	if cfg.Console.Enabled {
-		fmt.Fprintf(&b, "  console http://%s%s/ (log in with the admin token)\n", s.Addr(), console.Prefix)
+		fmt.Fprintf(&b, "  console %s://%s%s/ (log in with the admin token)\n", s.scheme(), s.Addr(), console.Prefix)
 	}
 	if cfg.Portal.Enabled {
-		fmt.Fprintf(&b, "  portal http://%s%s/ (opened with a link from POST /v1/portal/sessions)\n", s.Addr(), console.PortalPrefix)
+		fmt.Fprintf(&b, "  portal %s://%s%s/ (opened with a link from POST /v1/portal/sessions)\n", s.scheme(), s.Addr(), console.PortalPrefix)
 	}
 	if len(s.notDurable) > 0 {
 		settings := make([]string, len(s.notDurable))
@@ -477,7 +486,13 @@ func (s *Server) Run(ctx context.Context) error {
 		errs = make(chan error, 2)
 	)
 	wg.Go(func() {
-		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return s.http.Serve(s.listener) }
+		if s.cert != nil {
+			// The pair comes from TLSConfig.GetCertificate; ServeTLS adds
+			// HTTP/2 to what the listener offers.
+			serve = func() error { return s.http.ServeTLS(s.listener, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("HTTP API: %w", err)
 			stop()
 		}

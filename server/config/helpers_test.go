@@ -86,7 +86,7 @@ var allKeys = []string{
 	"server.write_timeout", "server.idle_timeout", "server.max_header_bytes",
 	"server.max_connections", "server.max_connections_per_address",
 	"server.auth_failures", "server.auth_failure_window", "server.auth_failure_clients",
-	"server.trusted_proxies",
+	"server.trusted_proxies", "server.tls_cert_file", "server.tls_key_file",
 	"server.max_nesting_depth",
 	"worker.lease_seconds", "worker.concurrency", "worker.endpoint_share", "worker.batch_size", "worker.poll_interval",
 	"worker.max_attempts", "worker.retry_delays", "worker.retry_jitter", "worker.max_retry_after",

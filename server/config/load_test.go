@@ -140,6 +140,8 @@ var samples = []struct {
 		want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("fd00::/8")}
 		return slices.Equal(c.Webhook.AllowedNetworks, want)
 	}},
+	{"server.tls_cert_file", "/etc/hymical/cert.pem", func(c config.Config) bool { return c.Server.TLSCertFile == "/etc/hymical/cert.pem" }},
+	{"server.tls_key_file", "/etc/hymical/key.pem", func(c config.Config) bool { return c.Server.TLSKeyFile == "/etc/hymical/key.pem" }},
 	{"server.trusted_proxies", "10.0.0.0/8, 192.0.2.1,fd00::/8", func(c config.Config) bool {
 		want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("fd00::/8")}
 		return slices.Equal(c.Server.TrustedProxies, want)
@@ -209,6 +211,15 @@ func TestEveryKeyReadsAlikeFromFileEnvironmentAndFlag(t *testing.T) {
 			if s.key == "server.admin_token" {
 				// The sample is the token; the environment must not beat it.
 				base = func(env ...string) []string { return env }
+			}
+			// The TLS files come in pairs: the other one comes from the
+			// environment.
+			for key, other := range map[string]string{"server.tls_cert_file": "server.tls_key_file", "server.tls_key_file": "server.tls_cert_file"} {
+				if s.key == key {
+					base = func(env ...string) []string {
+						return withToken(append(env, envName(other)+"=/etc/hymical/other.pem")...)
+					}
+				}
 			}
 			sources := map[string]func() (config.Config, []string, error){
 				"file": func() (config.Config, []string, error) { return load(t, yamlText, base()) },

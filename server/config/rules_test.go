@@ -132,6 +132,8 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "no room for failing clients", file: "server:\n  auth_failure_clients: 0\n", key: "server.auth_failure_clients", want: []string{"at least 1"}},
 		{name: "an absurd table of failing clients", env: []string{"FORMS_SERVER_AUTH_FAILURE_CLIENTS=100000000"}, key: "server.auth_failure_clients", want: []string{"at most 1000000"}},
 		{name: "a trusted proxy that is not a CIDR", env: []string{"FORMS_SERVER_TRUSTED_PROXIES=10.0.0.0/8,proxy.internal"}, key: "server.trusted_proxies", want: []string{"item 2", "proxy.internal", "CIDR"}},
+		{name: "a certificate without its key", env: []string{"FORMS_SERVER_TLS_CERT_FILE=/etc/hymical/cert.pem"}, key: "server.tls_key_file", want: []string{"server.tls_cert_file is", "both"}},
+		{name: "a key without its certificate", file: "server:\n  tls_key_file: /etc/hymical/key.pem\n", key: "server.tls_cert_file", want: []string{"server.tls_key_file is", "both"}},
 		{name: "trusting every address", file: "server:\n  trusted_proxies: [10.0.0.0/8, \"::/0\"]\n", key: "server.trusted_proxies", want: []string{"item 2", "::/0", "every address"}},
 		{name: "retention too short", env: []string{"FORMS_RETENTION_DELIVERED_MAX_AGE=30m"}, key: "retention.delivered_max_age", want: []string{"at least 1h", "0 to keep everything"}},
 		{name: "zero retention interval", file: "retention:\n  interval: 0s\n", key: "retention.interval", want: []string{"positive"}},

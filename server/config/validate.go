@@ -180,6 +180,14 @@ func (c *Config) checkServer(v checker, d ServerConfig) {
 	v.key("server.auth_failures").count(s.AuthFailures, d.AuthFailures, maxAuthFailures)
 	v.key("server.auth_failure_window").positive(s.AuthFailureWindow, d.AuthFailureWindow)
 	v.key("server.auth_failure_clients").count(s.AuthFailureClients, d.AuthFailureClients, maxAuthFailureClients)
+	if cert, key := v.key("server.tls_cert_file"), v.key("server.tls_key_file"); cert.ok() && key.ok() {
+		switch {
+		case s.TLSCertFile != "" && s.TLSKeyFile == "":
+			key.invalid(" is not set but server.tls_cert_file is: set both to serve HTTPS, or neither for plain HTTP")
+		case s.TLSCertFile == "" && s.TLSKeyFile != "":
+			cert.invalid(" is not set but server.tls_key_file is: set both to serve HTTPS, or neither for plain HTTP")
+		}
+	}
 	if k := v.key("server.trusted_proxies"); k.ok() {
 		for i, p := range s.TrustedProxies {
 			if p.Bits() == 0 {
