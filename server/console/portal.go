@@ -179,7 +179,7 @@ func (h *handler) portalStart(w http.ResponseWriter, r *http.Request) {
 		err     error
 	)
 	link := r.URL.Query().Get("link")
-	wait := h.limiter.Check(r.RemoteAddr, func() authlimit.Outcome {
+	wait := h.limiter.CheckRequest(r, func() authlimit.Outcome {
 		raw, session, err = access.RedeemPortalLink(r.Context(), h.portal.store, link, h.now())
 		switch {
 		case err == nil:
