@@ -385,6 +385,7 @@ func (s *Server) handler() (http.Handler, error) {
 	}
 	opts := console.Options{
 		Store:               s.store,
+		Transports:          s.host,
 		Insecure:            cfg.Server.InsecureDevMode,
 		AuthLimiter:         limiter,
 		TraceURL:            traceURL,

@@ -2,7 +2,7 @@
 // mounted at /console on the API's listener, to see how delivery is going,
 // find a delivery and read its attempt history, replay terminal
 // deliveries one by one or in bulk, and enable, disable, rotate the
-// secret of or delete endpoints.
+// secret of, add, edit, send a test event to or delete endpoints.
 //
 // It owns the console's sessions (kept in the store, so a login holds on
 // every server sharing it), its CSRF tokens and its templates and
@@ -42,8 +42,8 @@ const Prefix = "/console"
 const DefaultActor = "console"
 
 // Store is what the console needs of the delivery store: reading and
-// replaying deliveries, and looking after endpoints it does not create.
-// Like the API's, it holds nothing that claims.
+// replaying deliveries, adding and looking after endpoints, and storing a
+// test event. Like the API's, it holds nothing that claims.
 type Store interface {
 	storage.Deliveries
 	storage.Replays
@@ -55,12 +55,17 @@ type Store interface {
 	EndpointRotate(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error)
 	EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error)
 	storage.ConsoleSessions
+	EndpointCreate(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error)
+	EventCreate(ctx context.Context, e storage.Event) (storage.EventCreateResult, error)
 }
 
 // Options configure the handler New builds.
 type Options struct {
 	// Store holds every piece of delivery state; required.
 	Store Store
+	// Transports checks an endpoint the add and edit pages are about to
+	// store with its plugin, as the API does (pluginhost.Host); required.
+	Transports Transports
 	// AdminTokenDigest is the SHA-256 of the admin token: the console
 	// compares digests in constant time and never holds the token itself.
 	// Required unless Insecure.
@@ -113,6 +118,8 @@ type handler struct {
 	static   http.Handler
 	mux      *http.ServeMux
 	now      func() time.Time
+	// transports checks a new or changed endpoint with its plugin.
+	transports Transports
 	// operatorEndpoint may not be deleted.
 	operatorEndpoint string
 	// prefix is where this face is mounted: Prefix for the console,
@@ -138,6 +145,9 @@ func newHandler(opts Options) (*handler, error) {
 	}
 	if !opts.Insecure && opts.AdminTokenDigest == [sha256.Size]byte{} {
 		return nil, errors.New("console: Options.AdminTokenDigest is required: set an admin token, or run in insecure dev mode on loopback only")
+	}
+	if opts.Transports == nil {
+		return nil, errors.New("console: Options.Transports is required: the add and edit pages check endpoints with their plugin (give it the plugin host)")
 	}
 	if opts.SessionTTL < 0 || opts.SecretRotationGrace < 0 {
 		return nil, fmt.Errorf("console: SessionTTL (%s) and SecretRotationGrace (%s) must not be negative; use 0 for the defaults", opts.SessionTTL, opts.SecretRotationGrace)
@@ -186,6 +196,7 @@ func newHandler(opts Options) (*handler, error) {
 		mux:      http.NewServeMux(),
 		now:      time.Now,
 
+		transports:       opts.Transports,
 		operatorEndpoint: opts.OperatorEndpoint,
 		prefix:           Prefix,
 	}
@@ -209,6 +220,11 @@ func (h *handler) routes() {
 	h.mux.HandleFunc("GET "+Prefix+"/deliveries/{id}", h.page(h.delivery))
 	h.mux.HandleFunc("POST "+Prefix+"/deliveries/{id}/replay", h.action(h.replay))
 	h.mux.HandleFunc("GET "+Prefix+"/endpoints", h.page(h.endpoints))
+	h.mux.HandleFunc("GET "+Prefix+"/endpoints/new", h.page(h.newEndpointPage))
+	h.mux.HandleFunc("POST "+Prefix+"/endpoints/new", h.action(h.createEndpoint))
+	h.mux.HandleFunc("GET "+Prefix+"/endpoints/{id}/edit", h.page(h.editEndpointPage))
+	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/edit", h.action(h.updateEndpoint))
+	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/test", h.action(h.sendTest))
 	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/disable", h.action(h.disable))
 	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/enable", h.action(h.enable))
 	h.mux.HandleFunc("POST "+Prefix+"/endpoints/{id}/rotate-secret", h.action(h.rotate))

@@ -25,8 +25,8 @@ type Transports interface {
 	Validate(ctx context.Context, name string, e transport.Endpoint) error
 }
 
-// formTransport is the transport of the endpoints the portal adds: the
-// portal's form asks for a URL, which is the http transport's target.
+// formTransport is the transport of the endpoints the add page makes: its
+// form asks for a URL, which is the http transport's target.
 const formTransport = "http"
 
 // validateTimeout bounds asking a plugin about one endpoint, as in the API.
@@ -46,8 +46,13 @@ type endpointFormData struct {
 	// Headers is the custom headers field: a "Name: value" a line, the
 	// stored values shown as redact.Mask, which keeps them.
 	Headers string
-	// Forms are the forms the endpoint may name, each with whether it does.
+	// Forms are the forms the endpoint may name, each with whether it does:
+	// a portal session chooses among its scope's.
 	Forms []formChoice
+	// FreeForms is set for the operator, whose forms are not a known list:
+	// FormsText is then a text field of form ids, empty for every form.
+	FreeForms bool
+	FormsText string
 	// Error says what to fix; Field names the input it is about.
 	Error *pageError
 	Field string
@@ -58,26 +63,32 @@ type formChoice struct {
 	Checked bool
 }
 
-// choices are the scope's forms (or, for the operator, those the endpoint
-// names), marked as the endpoint names them.
-func choices(a authResult, named []string) []formChoice {
-	all := named
-	if a.scope != nil {
-		all = a.scope.Forms
+// formsField fills data's forms field: for a portal session the scope's
+// forms, marked as named says; for the operator a text field holding text.
+func formsField(data *endpointFormData, a authResult, named []string, text string) {
+	if a.scope == nil {
+		data.FreeForms, data.FormsText = true, text
+		return
 	}
-	out := make([]formChoice, 0, len(all))
-	for _, f := range all {
-		out = append(out, formChoice{ID: f, Checked: slices.Contains(named, f)})
+	data.Forms = make([]formChoice, 0, len(a.scope.Forms))
+	for _, f := range a.scope.Forms {
+		data.Forms = append(data.Forms, formChoice{ID: f, Checked: slices.Contains(named, f)})
 	}
-	return out
 }
 
-// GET /portal/endpoints/new
+// splitList splits a text field of names, as commas or white space
+// separate them.
+func splitList(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
+}
+
+// GET /console/endpoints/new, /portal/endpoints/new
 func (h *handler) newEndpointPage(w http.ResponseWriter, r *http.Request, a authResult) error {
 	if a.scope != nil && a.scope.ReadOnly {
 		return errReadOnly()
 	}
-	data := endpointFormData{base: h.base(a, "endpoints", "Add an endpoint"), Forms: choices(a, nil)}
+	data := endpointFormData{base: h.base(a, "endpoints", "Add an endpoint")}
+	formsField(&data, a, nil, "")
 	if len(data.Forms) == 1 {
 		data.Forms[0].Checked = true
 	}
@@ -85,7 +96,7 @@ func (h *handler) newEndpointPage(w http.ResponseWriter, r *http.Request, a auth
 	return nil
 }
 
-// GET /portal/endpoints/{id}/edit
+// GET /console/endpoints/{id}/edit, /portal/endpoints/{id}/edit
 func (h *handler) editEndpointPage(w http.ResponseWriter, r *http.Request, a authResult) error {
 	if a.scope != nil && a.scope.ReadOnly {
 		return errReadOnly()
@@ -98,10 +109,12 @@ func (h *handler) editEndpointPage(w http.ResponseWriter, r *http.Request, a aut
 	if err != nil {
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
-	h.render(w, http.StatusOK, "endpoint_form", endpointFormData{
+	data := endpointFormData{
 		base: h.base(a, "endpoints", "Edit endpoint "+e.ID), ID: e.ID, URLShown: redact.URL(e.URL),
-		Description: e.Description, EventTypes: strings.Join(e.EventTypes, ", "), Headers: headerLines(e.Headers), Forms: choices(a, e.FormIDs),
-	})
+		Description: e.Description, EventTypes: strings.Join(e.EventTypes, ", "), Headers: headerLines(e.Headers),
+	}
+	formsField(&data, a, e.FormIDs, strings.Join(e.FormIDs, ", "))
+	h.render(w, http.StatusOK, "endpoint_form", data)
 	return nil
 }
 
@@ -150,8 +163,9 @@ func readHeaders(field string, current []storage.Header) ([]storage.Header, erro
 }
 
 // readEndpointForm reads the form's fields into e; an empty URL keeps the
-// stored one when editing.
-func readEndpointForm(v url.Values, e *storage.Endpoint, editing bool) error {
+// stored one when editing. The operator's forms are one text field
+// (freeForms), a portal session's a checkbox each.
+func readEndpointForm(v url.Values, e *storage.Endpoint, editing, freeForms bool) error {
 	hs, err := readHeaders(v.Get("headers"), e.Headers)
 	if err != nil {
 		return err
@@ -161,8 +175,11 @@ func readEndpointForm(v url.Values, e *storage.Endpoint, editing bool) error {
 		e.URL = u
 	}
 	e.Description = strings.TrimSpace(v.Get("description"))
-	e.EventTypes = strings.FieldsFunc(v.Get("event_types"), func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
+	e.EventTypes = splitList(v.Get("event_types"))
 	e.FormIDs = v["form_ids"]
+	if freeForms {
+		e.FormIDs = splitList(v.Get("form_ids"))
+	}
 	return nil
 }
 
@@ -180,7 +197,7 @@ func (h *handler) checkEndpoint(ctx context.Context, a authResult, e *storage.En
 	}
 	ctx, cancel := context.WithTimeout(ctx, validateTimeout)
 	defer cancel()
-	err := h.portal.transports.Validate(ctx, e.Transport, transport.Endpoint{URL: e.URL, Config: e.Config})
+	err := h.transports.Validate(ctx, e.Transport, transport.Endpoint{URL: e.URL, Config: e.Config})
 	switch {
 	case err == nil:
 		return nil
@@ -223,14 +240,15 @@ func (h *handler) refuseForm(w http.ResponseWriter, data endpointFormData, err e
 	return nil
 }
 
-// POST /portal/endpoints/new
+// POST /console/endpoints/new, /portal/endpoints/new
 //
 // The new endpoint signs with a fresh v1 secret, shown on the answer once.
 func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request, a authResult) error {
 	e := storage.Endpoint{Transport: formTransport, Config: map[string]string{}}
-	err := readEndpointForm(r.PostForm, &e, false)
+	err := readEndpointForm(r.PostForm, &e, false, a.scope == nil)
 	data := endpointFormData{base: h.base(a, "endpoints", "Add an endpoint"), URL: e.URL, Description: e.Description,
-		EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers"), Forms: choices(a, e.FormIDs)}
+		EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers")}
+	formsField(&data, a, e.FormIDs, r.PostForm.Get("form_ids"))
 	if err == nil {
 		err = h.checkEndpoint(r.Context(), a, &e, true)
 	}
@@ -242,7 +260,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request, a authR
 		return errInternal(err)
 	}
 	e.Secrets = []storage.Secret{storage.NewSecret(secret, nil)}
-	res, err := h.portal.store.EndpointCreate(r.Context(), storage.EndpointCreateParams{Endpoint: e})
+	res, err := h.store.EndpointCreate(r.Context(), storage.EndpointCreateParams{Endpoint: e})
 	if err != nil {
 		return withLink(storeError(err, "new endpoint"), h.prefix+"/endpoints", "Back to the endpoints")
 	}
@@ -253,7 +271,7 @@ func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request, a authR
 	return nil
 }
 
-// POST /portal/endpoints/{id}/edit
+// POST /console/endpoints/{id}/edit, /portal/endpoints/{id}/edit
 //
 // The change is endpoint.Modify's, the API's: read, change, write if
 // nobody changed it in between. The scope is checked on what is stored
@@ -266,14 +284,14 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request, a authR
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
 	data := endpointFormData{base: h.base(a, "endpoints", "Edit endpoint "+id), ID: id, URLShown: redact.URL(cur.URL),
-		Description: r.PostForm.Get("description"), EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers"),
-		Forms: choices(a, r.PostForm["form_ids"])}
+		Description: r.PostForm.Get("description"), EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers")}
+	formsField(&data, a, r.PostForm["form_ids"], r.PostForm.Get("form_ids"))
 	_, err = endpoint.Modify(r.Context(), h.store, id, func(e *storage.Endpoint) (bool, error) {
 		if !h.seesEndpoint(a, *e) {
 			return false, errOutOfScope
 		}
 		before := e.URL
-		if err := readEndpointForm(r.PostForm, e, true); err != nil {
+		if err := readEndpointForm(r.PostForm, e, true, a.scope == nil); err != nil {
 			return false, err
 		}
 		return true, h.checkEndpoint(r.Context(), a, e, e.URL != before)
@@ -295,7 +313,7 @@ func errReadOnly() *pageError {
 		Advice:  "Ask the product that gave you the link for one that can make changes."}
 }
 
-// POST /portal/endpoints/{id}/test
+// POST /console/endpoints/{id}/test, /portal/endpoints/{id}/test
 //
 // Sends a hymical.test event to this endpoint alone, as
 // POST /v1/endpoints/{id}/test does: event.Test, stored with its one
@@ -314,7 +332,7 @@ func (h *handler) sendTest(w http.ResponseWriter, r *http.Request, a authResult)
 	if err != nil {
 		return errInternal(err)
 	}
-	res, err := h.portal.store.EventCreate(r.Context(), ev)
+	res, err := h.store.EventCreate(r.Context(), ev)
 	if err != nil {
 		return withLink(storeError(err, "test event for "+endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}

@@ -33,7 +33,7 @@ type fixture struct {
 	store storage.Store
 	srv   *httptest.Server
 	logs  *syncbuf.Buffer
-	// transports is the portal's plugin host; nil for the console.
+	// transports is the plugin host the add and edit pages ask.
 	transports console.Transports
 }
 
@@ -50,8 +50,13 @@ func newFixtureOn(t *testing.T, store storage.Store, edit func(*console.Options)
 	if err != nil {
 		t.Fatal(err)
 	}
+	host, err := pluginHost()
+	if err != nil {
+		t.Fatalf("start the http plugin: %v", err)
+	}
 	opts := console.Options{
 		Store:            store,
+		Transports:       host,
 		AdminTokenDigest: sha256.Sum256([]byte(adminToken)),
 		TraceURL:         trace,
 		Logger:           slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -67,7 +72,7 @@ func newFixtureOn(t *testing.T, store storage.Store, edit func(*console.Options)
 	mux.Handle(console.Prefix+"/", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, store: store, srv: srv, logs: logs}
+	return &fixture{t: t, store: store, srv: srv, logs: logs, transports: host}
 }
 
 // page is one answer.

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -37,8 +36,6 @@ const DefaultBrandName = "Webhooks"
 type PortalStore interface {
 	Store
 	access.Store
-	EndpointCreate(ctx context.Context, p storage.EndpointCreateParams) (storage.EndpointCreateResult, error)
-	EventCreate(ctx context.Context, e storage.Event) (storage.EventCreateResult, error)
 }
 
 // PortalOptions configure the handler NewPortal builds.
@@ -69,7 +66,6 @@ type PortalOptions struct {
 // portalFace is what makes a handler the portal.
 type portalFace struct {
 	store          PortalStore
-	transports     Transports
 	frameAncestors string
 	base           portalBase
 	brandCSS       []byte
@@ -97,7 +93,8 @@ func NewPortal(opts PortalOptions) (http.Handler, error) {
 		return nil, fmt.Errorf("portal: accent colour: %w", err)
 	}
 	h, err := newHandler(Options{
-		Store: opts.Store,
+		Store:      opts.Store,
+		Transports: opts.Transports,
 		// Never compared: the portal reads no admin token (see
 		// identifyPortal). Set so that newHandler's check passes.
 		AdminTokenDigest:    sha256.Sum256([]byte("portal: no admin token")),
@@ -116,7 +113,7 @@ func NewPortal(opts PortalOptions) (http.Handler, error) {
 	if brand == "" {
 		brand = DefaultBrandName
 	}
-	face := &portalFace{store: opts.Store, transports: opts.Transports, frameAncestors: strings.Join(opts.FrameAncestors, " "), base: portalBase{Brand: brand}}
+	face := &portalFace{store: opts.Store, frameAncestors: strings.Join(opts.FrameAncestors, " "), base: portalBase{Brand: brand}}
 	if opts.AccentColor != "" {
 		face.base.BrandCSS = true
 		face.brandCSS = fmt.Appendf(nil, ":root { --accent: %s; --busy: %s; }\n", opts.AccentColor, opts.AccentColor)
