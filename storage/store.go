@@ -760,6 +760,12 @@ type Store interface {
 	Close() error
 }
 
+// LastErrorWindow is how many of an endpoint's newest deliveries
+// EndpointLastErrors looks at: enough that a failing endpoint's recent
+// failures are among them, few enough that a page of endpoints is a few
+// thousand index reads at most.
+const LastErrorWindow = 50
+
 // Endpoints is the endpoint registry: what receives deliveries and how.
 type Endpoints interface {
 	// EndpointCreate inserts p.Endpoint; ID and timestamps are set when
@@ -788,6 +794,15 @@ type Endpoints interface {
 	// EndpointListPage returns a page of the endpoints that are not
 	// deleted, newest (highest id) first.
 	EndpointListPage(ctx context.Context, p EndpointListParams) ([]Endpoint, error)
+	// EndpointLastErrors returns, for each of ids whose endpoint is failing
+	// (FailingSince set), why its newest delivery that fell short did: the
+	// delivery's unsent reason if it has one, or else its latest attempt's
+	// error if that attempt failed. Only the endpoint's LastErrorWindow
+	// newest deliveries are looked at, so the read stays bounded however
+	// many it has; an endpoint with nothing to show there is left out, as
+	// are healthy, unknown and deleted-but-healthy ones. One read for all
+	// of ids. The text is as stored: masking is the caller's.
+	EndpointLastErrors(ctx context.Context, ids []string) (map[string]string, error)
 	// EndpointDelete soft-deletes an endpoint: DeletedAt is set, it leaves
 	// lists and fan-out, and it takes no more changes (ErrDeleted), while
 	// its deliveries, attempts and replays stay readable. With pending or

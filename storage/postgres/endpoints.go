@@ -218,6 +218,42 @@ func (s *Store) EndpointListPage(ctx context.Context, p storage.EndpointListPara
 		ORDER BY e.id DESC LIMIT $2`, p.Before, p.PageSize(), p.Forms)
 }
 
+// EndpointLastErrors reads the last error of each failing endpoint of
+// ids in one query: per endpoint, its LastErrorWindow newest deliveries
+// through the (endpoint_id, id) index, and for each of them its latest
+// attempt through the (delivery_id, number) key, so the work is bounded by
+// the window, not by the endpoint's history.
+func (s *Store) EndpointLastErrors(ctx context.Context, ids []string) (map[string]string, error) {
+	const op = "endpoint last errors"
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT ep.id, f.err
+		FROM webhook_endpoints AS ep
+		CROSS JOIN LATERAL (
+			SELECT CASE WHEN d.unsent_reason <> '' THEN d.unsent_reason ELSE a.error END AS err
+			FROM (SELECT w.id, w.unsent_reason FROM webhook_deliveries AS w
+				WHERE w.endpoint_id = ep.id ORDER BY w.id DESC LIMIT $2) AS d
+			LEFT JOIN LATERAL (SELECT b.outcome, b.error FROM webhook_delivery_attempts AS b
+				WHERE b.delivery_id = d.id ORDER BY b.number DESC LIMIT 1) AS a ON true
+			WHERE d.unsent_reason <> '' OR (a.outcome <> 'delivered' AND a.error <> '')
+			ORDER BY d.id DESC LIMIT 1
+		) AS f
+		WHERE ep.id = ANY($1) AND ep.failing_since IS NOT NULL`, ids, storage.LastErrorWindow)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	var id, msg string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &msg}, func() error {
+		out[id] = msg
+		return nil
+	}); err != nil {
+		return nil, mapErr(op, err)
+	}
+	return out, nil
+}
+
 func (s *Store) endpoints(ctx context.Context, sql string, args ...any) ([]storage.Endpoint, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {

@@ -222,6 +222,51 @@ func (s *Store) EndpointListPage(ctx context.Context, p storage.EndpointListPara
 	return out, nil
 }
 
+// EndpointLastErrors reads the last error of each failing endpoint of
+// ids in one query. SQLite has no LATERAL, so the window is a range: the
+// endpoint's deliveries from its LastErrorWindow-th newest id up, newest
+// first, each with its latest attempt through the (delivery_id, number)
+// key. INDEXED BY keeps the walk on (endpoint_id, id): the planner could
+// otherwise take another index that starts with endpoint_id and sort all
+// of the endpoint's deliveries.
+func (s *Store) EndpointLastErrors(ctx context.Context, ids []string) (map[string]string, error) {
+	const op = "endpoint last errors"
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.reader.QueryContext(ctx, `SELECT id, err FROM (
+		SELECT ep.id AS id, (
+			SELECT CASE WHEN d.unsent_reason <> '' THEN d.unsent_reason ELSE coalesce((
+				SELECT CASE WHEN a.outcome <> 'delivered' THEN a.error ELSE '' END
+				FROM webhook_delivery_attempts AS a WHERE a.delivery_id = d.id
+				ORDER BY a.number DESC LIMIT 1), '') END AS msg
+			FROM webhook_deliveries AS d INDEXED BY webhook_deliveries_endpoint
+			WHERE d.endpoint_id = ep.id AND d.id >= coalesce((
+				SELECT w.id FROM webhook_deliveries AS w INDEXED BY webhook_deliveries_endpoint
+				WHERE w.endpoint_id = ep.id ORDER BY w.id DESC LIMIT 1 OFFSET ?), '')
+			AND msg <> ''
+			ORDER BY d.id DESC LIMIT 1) AS err
+		FROM webhook_endpoints AS ep
+		WHERE ep.id IN (SELECT value FROM json_each(?)) AND ep.failing_since IS NOT NULL)
+		WHERE err IS NOT NULL`, storage.LastErrorWindow-1, jsonList(ids))
+	if err != nil {
+		return nil, s.mapErr(op, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, msg string
+		if err := rows.Scan(&id, &msg); err != nil {
+			return nil, s.mapErr(op, err)
+		}
+		out[id] = msg
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.mapErr(op, err)
+	}
+	return out, nil
+}
+
 // EndpointDelete soft-deletes the endpoint p.ID. Fan-out and replay run in
 // the writer's IMMEDIATE transactions too, so none of them can be between
 // reading the endpoint and writing a delivery while the delete runs: what

@@ -67,6 +67,7 @@ func testAway(t *testing.T, b Backend) {
 			_, err := s.EndpointListPage(ctx, storage.EndpointListParams{Limit: 10})
 			return err
 		}},
+		{"EndpointLastErrors", func(ctx context.Context) error { _, err := s.EndpointLastErrors(ctx, []string{e.ID}); return err }},
 		{"EndpointUpdate", func(ctx context.Context) error { _, err := s.EndpointUpdate(ctx, e); return err }},
 		{"EndpointRotate", func(ctx context.Context) error {
 			_, err := s.EndpointRotate(ctx, storage.EndpointRotateParams{Endpoint: e, SecretSHA256: storage.SecretFingerprint(e.Secrets[0]), Idempotency: key("rotate")})

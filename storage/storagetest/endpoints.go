@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -128,6 +129,87 @@ func testEndpoints(t *testing.T, b Backend) {
 		wantErr(t, err, storage.ErrInvalid, "endpoint without transport")
 		if list, _ := f.store.EndpointList(f.ctx); len(list) != 0 {
 			t.Fatalf("refused endpoints were written: %d", len(list))
+		}
+	})
+
+	t.Run("a failing endpoint's last error is its newest shortfall among its newest deliveries; a healthy one has none", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		const down = "transport plugin is not running"
+		on := func(form string) storage.Endpoint {
+			return f.endpoint(func(e *storage.Endpoint) { e.FormIDs = []string{form} })
+		}
+		one := func(form string) storage.Delivery {
+			t.Helper()
+			res := f.event(form)
+			if len(res.Deliveries) != 1 {
+				t.Fatalf("an event of %s made %d deliveries, want 1", form, len(res.Deliveries))
+			}
+			return res.Deliveries[0]
+		}
+		settle := func(d storage.Delivery, outcome storage.OutcomeKind, at time.Time) {
+			t.Helper()
+			f.complete(f.store, f.claimOne(f.store, at, d.ID), outcome, at, 5)
+		}
+
+		// Unsent: of two deliveries, the newer (by id) was released with
+		// a reason and the older's attempt failed.
+		unsent := on("form_unsent")
+		one("form_unsent")
+		one("form_unsent")
+		pair := f.claim(f.store, f.now, 10)
+		if len(pair) != 2 {
+			t.Fatalf("claimed %d deliveries, want the 2 of form_unsent", len(pair))
+		}
+		if pair[0].Delivery.ID > pair[1].Delivery.ID {
+			pair[0], pair[1] = pair[1], pair[0]
+		}
+		f.complete(f.store, pair[0], storage.OutcomeRetryable, f.now, 5)
+		if _, err := f.store.DeliveryRelease(f.ctx, storage.DeliveryReleaseParams{DeliveryID: pair[1].Delivery.ID, Token: pair[1].Token,
+			Delay: time.Hour, Reason: down, Now: f.now}); err != nil {
+			t.Fatal(err)
+		}
+
+		// Tried: a permanent failure, then a delivery not tried yet (made
+		// below), which has nothing to say.
+		tried := on("form_tried")
+		settle(one("form_tried"), storage.OutcomePermanent, f.at(2*time.Second))
+
+		// Recovered: a failure, then a success, which ends the run.
+		healthy := on("form_healthy")
+		settle(one("form_healthy"), storage.OutcomeRetryable, f.at(3*time.Second))
+		settle(one("form_healthy"), storage.OutcomeDelivered, f.at(4*time.Second))
+
+		// Buried: a failure, then a window's worth of newer deliveries not
+		// tried yet; the failure is outside the window.
+		buried := on("form_buried")
+		old := one("form_buried")
+		settle(old, storage.OutcomeRetryable, f.at(5*time.Second))
+		one("form_tried")
+		for newer := 0; newer < storage.LastErrorWindow; {
+			if one("form_buried").ID > old.ID {
+				newer++
+			}
+		}
+
+		for _, e := range []storage.Endpoint{unsent, tried, buried} {
+			if e = f.endpointOf(storage.Delivery{EndpointID: e.ID}); e.FailingSince == nil {
+				t.Fatalf("endpoint %s is not failing after a failed attempt", e.ID)
+			}
+		}
+		if e := f.endpointOf(storage.Delivery{EndpointID: healthy.ID}); e.FailingSince != nil {
+			t.Fatalf("endpoint %s is still failing after a delivery", e.ID)
+		}
+		got, err := f.store.EndpointLastErrors(f.ctx, []string{unsent.ID, tried.ID, healthy.ID, buried.ID, "ep_missing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{unsent.ID: down, tried.ID: errorFor(storage.OutcomePermanent)}
+		if !maps.Equal(got, want) {
+			t.Errorf("EndpointLastErrors = %v, want %v", got, want)
+		}
+		if none, err := f.store.EndpointLastErrors(f.ctx, nil); err != nil || none == nil || len(none) != 0 {
+			t.Errorf("EndpointLastErrors of no ids = %v, %v; want an empty map", none, err)
 		}
 	})
 }
