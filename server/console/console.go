@@ -50,6 +50,7 @@ type Store interface {
 	EventGet(ctx context.Context, id string) (storage.Event, error)
 	EndpointList(ctx context.Context) ([]storage.Endpoint, error)
 	EndpointListPage(ctx context.Context, p storage.EndpointListParams) ([]storage.Endpoint, error)
+	EndpointLastErrors(ctx context.Context, ids []string) (map[string]string, error)
 	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
 	EndpointUpdate(ctx context.Context, e storage.Endpoint) (storage.Endpoint, error)
 	EndpointRotate(ctx context.Context, p storage.EndpointRotateParams) (storage.EndpointRotateResult, error)

@@ -499,6 +499,10 @@ type endpointRow struct {
 	// DeletedAt is set for a deleted endpoint, which only a delivery's
 	// page still shows.
 	DeletedAt *time.Time
+	// LastError is, while the endpoint is failing, why its newest delivery
+	// that fell short did (storage.EndpointLastErrors), masked and cut to
+	// maxLastErrorShown; empty otherwise. Only the endpoints list fills it.
+	LastError string
 }
 
 func viewEndpoint(e storage.Endpoint, now time.Time) endpointRow {
@@ -610,10 +614,38 @@ func (h *handler) endpoints(w http.ResponseWriter, r *http.Request, a authResult
 		}
 		data.Endpoints = append(data.Endpoints, viewEndpoint(e, now))
 	}
+	if err := h.fillEndpointErrors(r.Context(), data.Endpoints); err != nil {
+		return err
+	}
 	if cursor != "" {
 		data.FirstURL = withLimit(h.prefix+"/endpoints", limit)
 	}
 	h.render(w, http.StatusOK, "endpoints", data)
+	return nil
+}
+
+// fillEndpointErrors sets the LastError of the rows whose endpoint is
+// failing, in one read for the page; a healthy endpoint's row is not asked
+// about, since there is nothing to show for it.
+func (h *handler) fillEndpointErrors(ctx context.Context, rows []endpointRow) error {
+	var failing []string
+	for _, e := range rows {
+		if e.FailingSince != nil {
+			failing = append(failing, e.ID)
+		}
+	}
+	if len(failing) == 0 {
+		return nil
+	}
+	errs, err := h.store.EndpointLastErrors(ctx, failing)
+	if err != nil {
+		return storeError(err, "the endpoints' last errors")
+	}
+	for i := range rows {
+		if msg, ok := errs[rows[i].ID]; ok {
+			rows[i].LastError = boundtext.Bound(redact.Text(msg), maxLastErrorShown)
+		}
+	}
 	return nil
 }
 

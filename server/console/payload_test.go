@@ -2,12 +2,14 @@ package console_test
 
 import (
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/server/event"
 	"github.com/hymical/hymical/storage"
 )
@@ -95,4 +97,47 @@ func TestDeliveriesListShowsTheLastError(t *testing.T) {
 		`transport plugin &#34;http&#34; is not running`,
 		`<td class="err">—</td>`,
 	).lacks(t, "hunter2", "<b>no</b>", "x TAIL")
+}
+
+// TestEndpointsListShowsTheLastErrorOfFailingEndpoints: a failing
+// endpoint's row says why, masked, escaped and cut, on the console and the
+// portal alike; a healthy endpoint's row has nothing, though it failed
+// once before it delivered.
+func TestEndpointsListShowsTheLastErrorOfFailingEndpoints(t *testing.T) {
+	t.Parallel()
+	for name, open := range e2etest.Backends() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			store := open(t)
+			f := newFixtureOn(t, store, nil)
+			failing, healthy := f.endpoint("contact", "CRM"), f.endpoint("signup", "Mailer")
+			f.settle(map[string]outcome{f.submit("contact", 1)[0]: {kind: storage.OutcomePermanent, status: 500,
+				err: `receiver said <b>no</b> at https://hooks.example.com/?token=hunter2 ` + strings.Repeat("x", 400) + " TAIL"}})
+			f.settle(map[string]outcome{f.submit("signup", 1)[0]: {kind: storage.OutcomePermanent, status: 500, err: "signup once failed"}})
+			f.settle(map[string]outcome{f.submit("signup", 1)[0]: {kind: storage.OutcomeDelivered, status: 200}})
+
+			row := func(p page, id string) string {
+				t.Helper()
+				m := regexp.MustCompile(`(?s)<tr id="` + id + `">.*?</tr>`).FindString(p.body)
+				if m == "" {
+					t.Fatalf("no row for %s:\n%s", id, p.body)
+				}
+				return m
+			}
+			want := `receiver said &lt;b&gt;no&lt;/b&gt; at https://hooks.example.com/?token=[redacted] xxx`
+			p := f.get(f.login("alice"), "/console/endpoints").must(t, http.StatusOK).contains(t, `<th scope="col">Last error</th>`).lacks(t, "hunter2", "x TAIL", "<b>no</b>")
+			if r := row(p, failing.ID); !strings.Contains(r, want) {
+				t.Errorf("the failing endpoint's row lacks its last error %q:\n%s", want, r)
+			}
+			if r := row(p, healthy.ID); !strings.Contains(r, `<td class="err">—</td>`) || strings.Contains(r, "once failed") {
+				t.Errorf("the healthy endpoint's row shows an error:\n%s", r)
+			}
+
+			portal := newPortalFixture(t, store, nil)
+			pp := portal.portalGet(portal.portalSession([]string{"contact"}, true), "/portal/endpoints").must(t, http.StatusOK).lacks(t, "hunter2", healthy.ID)
+			if r := row(pp, failing.ID); !strings.Contains(r, want) {
+				t.Errorf("the portal's row lacks the last error %q:\n%s", want, r)
+			}
+		})
+	}
 }
