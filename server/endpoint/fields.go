@@ -24,7 +24,8 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // FieldError says which field of an endpoint is wrong, and how.
 type FieldError struct {
-	// Field is "url", "form_ids", "event_types" or "description".
+	// Field is "url", "form_ids", "event_types", "description", "headers"
+	// or, from ApplyControls, the control's name.
 	Field   string
 	Message string
 }
