@@ -387,6 +387,7 @@ func (s *Server) handler() (http.Handler, error) {
 		Store:               s.store,
 		Transports:          s.host,
 		Insecure:            cfg.Server.InsecureDevMode,
+		RetryBounds:         cfg.Worker().EndpointRetry,
 		AuthLimiter:         limiter,
 		TraceURL:            traceURL,
 		SecretRotationGrace: cfg.Server.SecretRotationGrace,

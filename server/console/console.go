@@ -29,7 +29,9 @@ import (
 
 	"github.com/hymical/hymical/server/authlimit"
 	"github.com/hymical/hymical/server/devmode"
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/server/faceopts"
+	"github.com/hymical/hymical/server/retrypolicy"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
 )
@@ -67,6 +69,10 @@ type Options struct {
 	// Transports checks an endpoint the add and edit pages are about to
 	// store with its plugin, as the API does (pluginhost.Host); required.
 	Transports Transports
+	// RetryBounds checks the retry schedule the operator sets for an
+	// endpoint, as the API's RetryBounds does; nil means
+	// retrypolicy.DefaultEndpointBounds. Give it the API's.
+	RetryBounds endpoint.RetryBounds
 	// AdminTokenDigest is the SHA-256 of the admin token: the console
 	// compares digests in constant time and never holds the token itself.
 	// Required unless Insecure.
@@ -121,6 +127,8 @@ type handler struct {
 	now      func() time.Time
 	// transports checks a new or changed endpoint with its plugin.
 	transports Transports
+	// retryBounds checks an endpoint's own retry schedule.
+	retryBounds endpoint.RetryBounds
 	// operatorEndpoint may not be deleted.
 	operatorEndpoint string
 	// prefix is where this face is mounted: Prefix for the console,
@@ -198,8 +206,12 @@ func newHandler(opts Options) (*handler, error) {
 		now:      time.Now,
 
 		transports:       opts.Transports,
+		retryBounds:      opts.RetryBounds,
 		operatorEndpoint: opts.OperatorEndpoint,
 		prefix:           Prefix,
+	}
+	if h.retryBounds == nil {
+		h.retryBounds = retrypolicy.DefaultEndpointBounds()
 	}
 	h.routes()
 	return h, nil

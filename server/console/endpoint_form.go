@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +54,12 @@ type endpointFormData struct {
 	// FormsText is then a text field of form ids, empty for every form.
 	FreeForms bool
 	FormsText string
+	// Controls is set for the operator: the form has the delivery
+	// controls the API's PATCH takes, as text (empty is 0).
+	Controls                          bool
+	RateLimit, RateBurst, MaxInFlight string
+	Ordered                           bool
+	RetrySchedule                     string
 	// Error says what to fix; Field names the input it is about.
 	Error *pageError
 	Field string
@@ -76,6 +83,66 @@ func formsField(data *endpointFormData, a authResult, named []string, text strin
 	}
 }
 
+// controlsField fills data's controls for the operator from what the
+// form sent, or from e's values when sent is nil.
+func controlsField(data *endpointFormData, a authResult, e storage.Endpoint, sent url.Values) {
+	if a.scope != nil {
+		return
+	}
+	data.Controls = true
+	if sent != nil {
+		data.RateLimit, data.RateBurst, data.MaxInFlight = sent.Get("rate_limit"), sent.Get("rate_burst"), sent.Get("max_in_flight")
+		data.Ordered, data.RetrySchedule = sent.Get("ordered") != "", sent.Get("retry_schedule")
+		return
+	}
+	data.RateLimit = strconv.FormatFloat(e.RateLimit, 'g', -1, 64)
+	data.RateBurst, data.MaxInFlight = strconv.Itoa(e.RateBurst), strconv.Itoa(e.MaxInFlight)
+	data.Ordered = e.Ordered
+	parts := make([]string, len(e.RetrySchedule))
+	for i, d := range e.RetrySchedule {
+		parts[i] = d.String()
+	}
+	data.RetrySchedule = strings.Join(parts, ", ")
+}
+
+// readControls reads the operator's controls fields, each set as given
+// (empty is 0, and an empty schedule the server's), and applies them with
+// endpoint.ApplyControls, the API's rules.
+func readControls(v url.Values, e *storage.Endpoint, retry endpoint.RetryBounds) error {
+	var c endpoint.Controls
+	num := func(field string) (string, bool) {
+		s := strings.TrimSpace(v.Get(field))
+		return s, s != ""
+	}
+	if s, ok := num("rate_limit"); ok {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return &endpoint.FieldError{Field: "rate_limit", Message: fmt.Sprintf("rate_limit %q is not a number: give sends per second, such as 10 or 0.5, or 0 for no limit", clip(s))}
+		}
+		c.RateLimit = &f
+	} else {
+		c.RateLimit = new(float64)
+	}
+	for _, in := range []struct {
+		field string
+		to    **int
+	}{{"rate_burst", &c.RateBurst}, {"max_in_flight", &c.MaxInFlight}} {
+		n := 0
+		if s, ok := num(in.field); ok {
+			var err error
+			if n, err = strconv.Atoi(s); err != nil {
+				return &endpoint.FieldError{Field: in.field, Message: fmt.Sprintf("%s %q is not a whole number: give one, or 0 for none", in.field, clip(s))}
+			}
+		}
+		*in.to = &n
+	}
+	ordered := v.Get("ordered") != ""
+	c.Ordered = &ordered
+	schedule := splitList(v.Get("retry_schedule"))
+	c.RetrySchedule = &schedule
+	return endpoint.ApplyControls(c, e, retry)
+}
+
 // splitList splits a text field of names, as commas or white space
 // separate them.
 func splitList(s string) []string {
@@ -89,6 +156,7 @@ func (h *handler) newEndpointPage(w http.ResponseWriter, r *http.Request, a auth
 	}
 	data := endpointFormData{base: h.base(a, "endpoints", "Add an endpoint")}
 	formsField(&data, a, nil, "")
+	controlsField(&data, a, storage.Endpoint{}, nil)
 	if len(data.Forms) == 1 {
 		data.Forms[0].Checked = true
 	}
@@ -114,6 +182,7 @@ func (h *handler) editEndpointPage(w http.ResponseWriter, r *http.Request, a aut
 		Description: e.Description, EventTypes: strings.Join(e.EventTypes, ", "), Headers: headerLines(e.Headers),
 	}
 	formsField(&data, a, e.FormIDs, strings.Join(e.FormIDs, ", "))
+	controlsField(&data, a, e, nil)
 	h.render(w, http.StatusOK, "endpoint_form", data)
 	return nil
 }
@@ -163,9 +232,10 @@ func readHeaders(field string, current []storage.Header) ([]storage.Header, erro
 }
 
 // readEndpointForm reads the form's fields into e; an empty URL keeps the
-// stored one when editing. The operator's forms are one text field
-// (freeForms), a portal session's a checkbox each.
-func readEndpointForm(v url.Values, e *storage.Endpoint, editing, freeForms bool) error {
+// stored one when editing. The operator's forms are one text field, a
+// portal session's a checkbox each, and only the operator's form has the
+// controls.
+func (h *handler) readEndpointForm(v url.Values, a authResult, e *storage.Endpoint, editing bool) error {
 	hs, err := readHeaders(v.Get("headers"), e.Headers)
 	if err != nil {
 		return err
@@ -177,8 +247,9 @@ func readEndpointForm(v url.Values, e *storage.Endpoint, editing, freeForms bool
 	e.Description = strings.TrimSpace(v.Get("description"))
 	e.EventTypes = splitList(v.Get("event_types"))
 	e.FormIDs = v["form_ids"]
-	if freeForms {
+	if a.scope == nil {
 		e.FormIDs = splitList(v.Get("form_ids"))
+		return readControls(v, e, h.retryBounds)
 	}
 	return nil
 }
@@ -233,7 +304,11 @@ func (h *handler) refuseForm(w http.ResponseWriter, data endpointFormData, err e
 	if rest, ok := strings.CutPrefix(msg, "url "); ok {
 		msg = "The URL " + rest
 	}
-	data.Error = &pageError{Status: http.StatusBadRequest, Title: "Not saved", Message: strings.ToUpper(msg[:1]) + msg[1:] + ".",
+	// A control's name (rate_limit) is the input's name, kept as written.
+	if !strings.Contains(fe.Field, "_") || !strings.HasPrefix(msg, fe.Field) {
+		msg = strings.ToUpper(msg[:1]) + msg[1:]
+	}
+	data.Error = &pageError{Status: http.StatusBadRequest, Title: "Not saved", Message: msg + ".",
 		Advice: "Correct it and save again. Nothing was changed."}
 	data.Field = fe.Field
 	h.render(w, http.StatusBadRequest, "endpoint_form", data)
@@ -245,10 +320,11 @@ func (h *handler) refuseForm(w http.ResponseWriter, data endpointFormData, err e
 // The new endpoint signs with a fresh v1 secret, shown on the answer once.
 func (h *handler) createEndpoint(w http.ResponseWriter, r *http.Request, a authResult) error {
 	e := storage.Endpoint{Transport: formTransport, Config: map[string]string{}}
-	err := readEndpointForm(r.PostForm, &e, false, a.scope == nil)
+	err := h.readEndpointForm(r.PostForm, a, &e, false)
 	data := endpointFormData{base: h.base(a, "endpoints", "Add an endpoint"), URL: e.URL, Description: e.Description,
 		EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers")}
 	formsField(&data, a, e.FormIDs, r.PostForm.Get("form_ids"))
+	controlsField(&data, a, e, r.PostForm)
 	if err == nil {
 		err = h.checkEndpoint(r.Context(), a, &e, true)
 	}
@@ -286,12 +362,13 @@ func (h *handler) updateEndpoint(w http.ResponseWriter, r *http.Request, a authR
 	data := endpointFormData{base: h.base(a, "endpoints", "Edit endpoint "+id), ID: id, URLShown: redact.URL(cur.URL),
 		Description: r.PostForm.Get("description"), EventTypes: r.PostForm.Get("event_types"), Headers: r.PostForm.Get("headers")}
 	formsField(&data, a, r.PostForm["form_ids"], r.PostForm.Get("form_ids"))
+	controlsField(&data, a, cur, r.PostForm)
 	_, err = endpoint.Modify(r.Context(), h.store, id, func(e *storage.Endpoint) (bool, error) {
 		if !h.seesEndpoint(a, *e) {
 			return false, errOutOfScope
 		}
 		before := e.URL
-		if err := readEndpointForm(r.PostForm, e, true, a.scope == nil); err != nil {
+		if err := h.readEndpointForm(r.PostForm, a, e, true); err != nil {
 			return false, err
 		}
 		return true, h.checkEndpoint(r.Context(), a, e, e.URL != before)

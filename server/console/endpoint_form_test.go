@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hymical/hymical/server/console"
 	"github.com/hymical/hymical/server/event"
@@ -29,7 +30,7 @@ func TestConsoleAddsEditsAndTestsEndpoints(t *testing.T) {
 	f := newFixture(t, nil)
 	s := f.login("alice")
 	f.get(s, "/console/endpoints").must(t, http.StatusOK).contains(t, `href="/console/endpoints/new"`)
-	f.get(s, "/console/endpoints/new").must(t, http.StatusOK).contains(t, `name="form_ids" type="text"`).lacks(t, `type="checkbox"`)
+	f.get(s, "/console/endpoints/new").must(t, http.StatusOK).contains(t, `name="form_ids" type="text"`).lacks(t, `type="checkbox" name="form_ids"`)
 
 	for _, tt := range []struct {
 		name string
@@ -39,6 +40,11 @@ func TestConsoleAddsEditsAndTestsEndpoints(t *testing.T) {
 		{"no URL", url.Values{"form_ids": {"contact"}}, "The URL is required"},
 		{"a bad form id", url.Values{"url": {"https://hooks.example.com/a"}, "form_ids": {"contact, bad/id"}}, "is not a form id"},
 		{"a loopback target", url.Values{"url": {"http://127.0.0.1:9/hook"}}, "transport refused this URL"},
+		// The controls, refused by the API's rules in the API's words.
+		{"a rate that is not a number", url.Values{"url": {"https://hooks.example.com/a"}, "rate_limit": {"fast"}}, `rate_limit &#34;fast&#34; is not a number`},
+		{"a burst without a rate", url.Values{"url": {"https://hooks.example.com/a"}, "rate_burst": {"4"}}, "a burst only means something with a rate"},
+		{"too many in flight", url.Values{"url": {"https://hooks.example.com/a"}, "max_in_flight": {"100000000"}}, "max_in_flight must be between 0 (no cap) and"},
+		{"a delay that is not a duration", url.Values{"url": {"https://hooks.example.com/a"}, "retry_schedule": {"30s, soon"}}, `item 2 is &#34;soon&#34;, not a duration`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f.post(s, "/console/endpoints/new", tt.form).must(t, http.StatusBadRequest).contains(t, tt.want, "Nothing was changed")
@@ -49,7 +55,8 @@ func TestConsoleAddsEditsAndTestsEndpoints(t *testing.T) {
 	}
 
 	p := f.post(s, "/console/endpoints/new", url.Values{"url": {"https://hooks.example.com/new"}, "form_ids": {"contact, signup contact"},
-		"event_types": {"submission.received"}, "description": {"CRM"}}).must(t, http.StatusCreated)
+		"event_types": {"submission.received"}, "description": {"CRM"},
+		"rate_limit": {"2.5"}, "rate_burst": {"4"}, "max_in_flight": {"3"}, "ordered": {"on"}, "retry_schedule": {"30s, 5m"}}).must(t, http.StatusCreated)
 	id := regexp.MustCompile(`<code>(ep_[0-9a-f]{32})</code> added`).FindStringSubmatch(p.body)
 	if id == nil {
 		t.Fatalf("the answer shows no new endpoint:\n%s", p.body)
@@ -58,15 +65,19 @@ func TestConsoleAddsEditsAndTestsEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Transport != "http" || !slices.Equal(e.FormIDs, []string{"contact", "signup"}) || e.Description != "CRM" || len(e.Secrets) != 1 {
+	if e.Transport != "http" || !slices.Equal(e.FormIDs, []string{"contact", "signup"}) || e.Description != "CRM" || len(e.Secrets) != 1 ||
+		e.RateLimit != 2.5 || e.RateBurst != 4 || e.MaxInFlight != 3 || !e.Ordered || !slices.Equal(e.RetrySchedule, []time.Duration{30 * time.Second, 5 * time.Minute}) {
 		t.Errorf("stored %+v", e)
 	}
 
 	f.get(s, "/console/endpoints").must(t, http.StatusOK).contains(t, "Edit "+e.ID, "Send a test event to "+e.ID)
-	f.get(s, "/console/endpoints/"+e.ID+"/edit").must(t, http.StatusOK).contains(t, `value="contact, signup"`, "CRM")
-	// An empty forms field is every form, as in the API.
+	f.get(s, "/console/endpoints/"+e.ID+"/edit").must(t, http.StatusOK).contains(t, `value="contact, signup"`, "CRM",
+		`name="rate_limit" type="text" inputmode="decimal" value="2.5"`, `value="30s, 5m0s"`, `name="ordered" value="on" checked`)
+	// An empty forms field is every form, as in the API; empty controls
+	// are none, and an empty schedule the server's.
 	f.post(s, "/console/endpoints/"+e.ID+"/edit", url.Values{"form_ids": {""}, "description": {"All forms"}}).must(t, http.StatusSeeOther)
-	if e, _ = f.store.EndpointGet(t.Context(), e.ID); len(e.FormIDs) != 0 || e.Description != "All forms" || e.URL != "https://hooks.example.com/new" {
+	if e, _ = f.store.EndpointGet(t.Context(), e.ID); len(e.FormIDs) != 0 || e.Description != "All forms" || e.URL != "https://hooks.example.com/new" ||
+		e.RateLimit != 0 || e.RateBurst != 0 || e.MaxInFlight != 0 || e.Ordered || e.RetrySchedule != nil {
 		t.Errorf("after the edit: %+v", e)
 	}
 

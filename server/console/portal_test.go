@@ -410,7 +410,7 @@ func TestPortalAddsAndEditsEndpointsWithinItsScope(t *testing.T) {
 	f := newPortalFixture(t, e2etest.Backends()["sqlite"](t), nil)
 	f.endpoint("contact", "Contact CRM") // its forms carry the CSRF token
 	s := f.portalSession([]string{"contact", "signup"}, false)
-	f.portalGet(s, "/portal/endpoints/new").must(t, http.StatusOK).contains(t, `value="contact"`, `value="signup"`).lacks(t, "billing")
+	f.portalGet(s, "/portal/endpoints/new").must(t, http.StatusOK).contains(t, `value="contact"`, `value="signup"`).lacks(t, "billing", `name="rate_limit"`)
 
 	count := func() int {
 		eps, err := f.store.EndpointList(t.Context())
