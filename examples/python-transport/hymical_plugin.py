@@ -275,8 +275,13 @@ def serve(name, send, validate=None, configure=None):
     der, cert_pem, key_pem = _self_signed_cert()
     creds = grpc.ssl_server_credentials([(key_pem, cert_pem)], root_certificates=client_cert.encode(), require_client_auth=True)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=64)
+    # grpc binds with SO_REUSEPORT unless told not to: two plugins started
+    # at once would then both take the first port of the host's range, and
+    # the host's connection could reach the other one, whose certificate
+    # is not the one this handshake names.
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=32),
-                         options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
+                         options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
+                                  ("grpc.so_reuseport", 0)])
 
     def stop(why):
         log.info("stopping", reason=why)
