@@ -36,15 +36,8 @@ import (
 // earns its place by driving Chromium over the DevTools protocol from Go:
 // no Node, no WebDriver process.
 func TestConsoleInABrowser(t *testing.T) {
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not on PATH; CI must run the console's browser test: install it with .ci/chromium.sh (apt-get install chromium chromium-driver)")
-		}
-		t.Skip("chromium is not on PATH, so the console's browser test cannot run: apt-get install chromium (or run .ci/chromium.sh)")
-	}
-	t.Log("hymical-test-uses: chromium") // counted by harness/testrun
-	artifacts := artifactsDir(t)
+	browser := chromiumPath(t, "console")
+	artifacts := artifactsDir(t, "console")
 
 	dir := t.TempDir()
 	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
@@ -304,16 +297,31 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 }
 
-// artifactsDir is where the browser test saves screenshots:
-// $HYMICAL_TEST_ARTIFACTS, or testdata/artifacts (ignored by git), in a
-// folder for this test.
-func artifactsDir(t *testing.T) string {
+// chromiumPath is the Chromium a browser test of face (the console, the
+// portal) drives: without it the test skips, and under CI=true it fails.
+func chromiumPath(t *testing.T, face string) string {
+	t.Helper()
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is not on PATH; CI must run the %s's browser test: install it with .ci/chromium.sh (apt-get install chromium chromium-driver)", face)
+		}
+		t.Skipf("chromium is not on PATH, so the %s's browser test cannot run: apt-get install chromium (or run .ci/chromium.sh)", face)
+	}
+	t.Log("hymical-test-uses: chromium") // counted by harness/testrun
+	return browser
+}
+
+// artifactsDir is where a browser test saves screenshots:
+// $HYMICAL_TEST_ARTIFACTS, or testdata/artifacts (ignored by git), in the
+// folder name.
+func artifactsDir(t *testing.T, name string) string {
 	t.Helper()
 	dir := os.Getenv("HYMICAL_TEST_ARTIFACTS")
 	if dir == "" {
 		dir = filepath.Join("testdata", "artifacts")
 	}
-	dir = filepath.Join(dir, "console")
+	dir = filepath.Join(dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -38,15 +37,8 @@ import (
 // It needs Chromium as TestConsoleInABrowser does: without it the test
 // skips, and under CI=true it fails.
 func TestPortalInABrowser(t *testing.T) {
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not on PATH; CI must run the portal's browser test: install it with .ci/chromium.sh (apt-get install chromium chromium-driver)")
-		}
-		t.Skip("chromium is not on PATH, so the portal's browser test cannot run: apt-get install chromium (or run .ci/chromium.sh)")
-	}
-	t.Log("hymical-test-uses: chromium") // counted by harness/testrun
-	artifacts := portalArtifactsDir(t)
+	browser := chromiumPath(t, "portal")
+	artifacts := artifactsDir(t, "portal")
 
 	dir := t.TempDir()
 	if err := e2etest.BuildPlugins(dir, map[string]string{"http": "github.com/hymical/hymical/plugins/http"}); err != nil {
@@ -380,14 +372,4 @@ func violations(logged []string) []string {
 		}
 	}
 	return out
-}
-
-// portalArtifactsDir is artifactsDir's folder for this test.
-func portalArtifactsDir(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(filepath.Dir(artifactsDir(t)), "portal")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
