@@ -3,22 +3,20 @@ package api
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
-	"strings"
 
 	"github.com/hymical/hymical/sdk/boundtext"
 	"github.com/hymical/hymical/sdk/redact"
 	"github.com/hymical/hymical/server/api/apiwire"
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/storage"
 )
 
 // Bounds on what a caller may store. They keep one request from writing
 // rows that are slow to fan out over or awkward to show.
 const (
-	maxURLBytes         = 2048
-	maxDescriptionBytes = 1024
-	maxListEntries      = 100
+	maxDescriptionBytes = endpoint.MaxDescriptionBytes
+	maxListEntries      = endpoint.MaxListEntries
 	maxConfigEntries    = 64
 	maxConfigKeyBytes   = 128
 	maxConfigValueBytes = 4096
@@ -45,41 +43,21 @@ func checkEventType(field, v string) error {
 	return nil
 }
 
-// checkEndpointURL checks a URL before any plugin sees it: it must parse,
-// be http or https with a host, and carry no user name or password (those
-// end up in logs and proxies; the signature is the authentication). The
-// URL itself is never quoted back: its query may hold a token.
+// checkEndpointURL checks a URL before any plugin sees it, by the rules
+// the console and the portal use too (endpoint.CheckURL), answered in the
+// API's code; only a masked URL's advice is the API's own.
 func checkEndpointURL(raw string) error {
-	bad := func(format string, args ...any) error {
-		return refuse(apiwire.CodeInvalidURL, format, args...)
-	}
-	if len(raw) > maxURLBytes {
-		return bad("url is %d bytes long; the limit is %d", len(raw), maxURLBytes)
-	}
-	if strings.TrimSpace(raw) != raw {
-		return bad("url has leading or trailing white space; remove it")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return bad("url does not parse: %v; give an absolute http:// or https:// URL", err)
-	}
+	err := endpoint.CheckURL(raw)
+	var fe *endpoint.FieldError
 	switch {
-	case u.Scheme == "":
-		return bad("url has no scheme; give an absolute URL starting with https:// (or http://)")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return bad("url scheme %q is not supported; endpoints take http:// or https:// URLs", clip(u.Scheme))
-	case redact.HoldsMask(raw):
-		return bad("url holds %q where a secret was: it is a URL as the API shows it, with its secrets hidden; send the real URL (or leave url out of a PATCH to keep the stored one)", redact.Mask)
-	case u.User != nil:
-		return bad("url carries a user name or password; remove it, since credentials in URLs end up in logs and proxies, and let the receiver verify the signature instead")
-	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
-		return bad("url has no host; write it as https://host/path")
+	case err == nil:
+		return nil
+	case errors.Is(err, endpoint.ErrMaskedURL):
+		return refuse(apiwire.CodeInvalidURL, "url holds %q where a secret was: it is a URL as the API shows it, with its secrets hidden; send the real URL (or leave url out of a PATCH to keep the stored one)", redact.Mask)
+	case errors.As(err, &fe):
+		return refuse(apiwire.CodeInvalidURL, "%s", fe.Message)
 	}
-	return nil
+	return err
 }
 
 // normaliseList checks a list of ids or types, dropping repeats.

@@ -24,10 +24,12 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // FieldError says which field of an endpoint is wrong, and how.
 type FieldError struct {
-	// Field is "url", "form_ids", "event_types", "description", "headers"
-	// or, from ApplyControls, the control's name.
+	// Field is "url", "form_ids", "event_types" or "description".
 	Field   string
 	Message string
+	// kind, when set, is a sentinel the error also matches, for a face
+	// that words that case its own way.
+	kind error
 }
 
 func (e *FieldError) Error() string { return e.Message }
@@ -35,8 +37,16 @@ func (e *FieldError) Error() string { return e.Message }
 // ErrField matches every *FieldError with errors.Is.
 var ErrField = errors.New("an endpoint field is invalid")
 
-// Is makes errors.Is(err, ErrField) hold for a FieldError.
-func (e *FieldError) Is(target error) bool { return target == ErrField }
+// ErrMaskedURL matches the FieldError of a URL that holds redact.Mask
+// where a secret was: a URL copied as a face shows it. Each face says
+// how to keep the stored URL in its own words.
+var ErrMaskedURL = errors.New("the url holds the mask of a hidden secret")
+
+// Is makes errors.Is(err, ErrField) hold for a FieldError, and
+// errors.Is(err, ErrMaskedURL) for a masked URL's.
+func (e *FieldError) Is(target error) bool {
+	return target == ErrField || (e.kind != nil && target == e.kind)
+}
 
 func fieldError(field, format string, args ...any) error {
 	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
@@ -65,8 +75,11 @@ func CheckFields(e *storage.Endpoint) error {
 	return nil
 }
 
-// CheckURL checks an endpoint's URL before any plugin sees it. The URL is
-// never quoted back: its query may hold a token.
+// CheckURL checks an endpoint's URL before any plugin sees it: it must
+// parse, be http or https with a host, and carry no user name or password
+// (those end up in logs and proxies; the signature is the
+// authentication). The URL is never quoted back: its query may hold a
+// token.
 func CheckURL(raw string) error {
 	bad := func(format string, args ...any) error { return fieldError("url", format, args...) }
 	if raw == "" {
@@ -92,7 +105,8 @@ func CheckURL(raw string) error {
 	case u.Scheme != "http" && u.Scheme != "https":
 		return bad("url scheme %q is not supported; endpoints take http:// or https:// URLs", boundtext.Bound(u.Scheme, 64))
 	case redact.HoldsMask(raw):
-		return bad("url holds %q where a secret was: it is a URL as it is shown, with its secrets hidden; give the real URL", redact.Mask)
+		return &FieldError{Field: "url", kind: ErrMaskedURL,
+			Message: fmt.Sprintf("url holds %q where a secret was: it is a URL as it is shown, with its secrets hidden; give the real URL", redact.Mask)}
 	case u.User != nil:
 		return bad("url carries a user name or password; remove it, since credentials in URLs end up in logs and proxies, and let the receiver verify the signature instead")
 	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":

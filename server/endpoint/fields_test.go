@@ -48,6 +48,14 @@ func TestCheckFieldsNamesTheFieldAndTheFix(t *testing.T) {
 			}
 		})
 	}
+	// A masked URL is told apart, so each face can say how to keep the
+	// stored one in its own words; no other refusal is.
+	if err := endpoint.CheckURL(redact.URL("https://hooks.example.com/in?token=s3cret")); !errors.Is(err, endpoint.ErrMaskedURL) {
+		t.Errorf("a masked URL: %v, want ErrMaskedURL", err)
+	}
+	if err := endpoint.CheckURL("ftp://hooks.example.com/"); errors.Is(err, endpoint.ErrMaskedURL) {
+		t.Errorf("an ftp URL matched ErrMaskedURL: %v", err)
+	}
 	e := ok()
 	if err := endpoint.CheckFields(&e); err != nil || !slices.Equal(e.FormIDs, []string{"contact"}) {
 		t.Errorf("a good endpoint: %v, form ids %v (repeats should go)", err, e.FormIDs)
