@@ -2,20 +2,14 @@ package mqtttransport
 
 import (
 	"log/slog"
-	"os"
 
-	"github.com/hymical/hymical/sdk/transport"
+	"github.com/hymical/hymical/plugins/internal/pluginkit"
 )
 
 // ServePlugin runs this transport as a plugin process until the host stops
 // it. It is the whole of hymical-plugin-mqtt's main and of
 // `hymical plugin mqtt`, so the standalone binary and the one built into
-// hymical run the same code. The host reads the plugin's standard error
-// line by line and logs it under the plugin's name, so that is where the
-// log goes.
+// hymical run the same code.
 func ServePlugin() {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	t := New(Options{Logger: logger})
-	defer t.Close()
-	transport.Serve(t)
+	pluginkit.Serve(func(logger *slog.Logger) *Transport { return New(Options{Logger: logger}) })
 }
