@@ -2,7 +2,6 @@ package storage
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -109,32 +108,9 @@ func (c SecretsCodec) DecodeHeaders(id, column string) ([]Header, error) {
 	if column == noHeaders || column == "" {
 		return []Header{}, nil
 	}
-	plain := []byte(column)
-	if strings.HasPrefix(column, `"`) {
-		var sealed string
-		if err := json.Unmarshal(plain, &sealed); err != nil {
-			return nil, fmt.Errorf("endpoint %s: decode sealed custom headers: %w", id, err)
-		}
-		keyID, err := secretbox.KeyIDOf(sealed)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint %s: custom headers: %w", id, err)
-		}
-		if c.Box == nil {
-			return nil, fmt.Errorf("%w: the custom headers of endpoint %s are encrypted under the key with id %s and no key was given to read them: set FORMS_SECRETS_KEY or secrets.key_file to that key",
-				ErrSecretsKey, id, keyID)
-		}
-		plain, err = c.Box.Open(sealed, headersContext(id))
-		switch {
-		case errors.Is(err, secretbox.ErrWrongKey):
-			return nil, fmt.Errorf("%w: the custom headers of endpoint %s are encrypted under the key with id %s, but the configured key has id %s: configure the key with id %s",
-				ErrSecretsKey, id, keyID, c.Box.KeyID(), keyID)
-		case err != nil:
-			return nil, fmt.Errorf("%w: the custom headers of endpoint %s do not decrypt with the configured key (id %s): the row was changed, or copied from another row",
-				ErrSecretsKey, id, keyID)
-		}
-	} else if c.Box != nil {
-		return nil, fmt.Errorf("%w: the custom headers of endpoint %s are stored in plaintext, but a secrets key (id %s) is configured: hymical serve encrypts them at start-up; check that nothing writes to the database without the key",
-			ErrSecretsKey, id, c.Box.KeyID())
+	plain, err := c.open(id, column, headersContext(id), headersColumn)
+	if err != nil {
+		return nil, err
 	}
 	var in []storedHeader
 	// The decode error is not wrapped: its text could quote the value.

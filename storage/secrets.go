@@ -107,35 +107,62 @@ func (c SecretsCodec) Encode(id string, secrets []Secret) (string, error) {
 // box, or under another key, and a plaintext column with a box, are
 // ErrSecretsKey: never a silent fallback to plaintext.
 func (c SecretsCodec) Decode(id, column string) ([]Secret, error) {
+	plain, err := c.open(id, column, id, secretsColumn)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeSecrets(string(plain))
+}
+
+// sealedColumn is how the errors of one sealed column name it.
+type sealedColumn struct {
+	// what is the column's content in a sentence ("the signing secrets").
+	what string
+	// short names it in a decode error ("secrets").
+	short string
+	// copied says where a row that does not decrypt may have come from.
+	copied string
+}
+
+var (
+	secretsColumn = sealedColumn{what: "signing secrets", short: "secrets", copied: "another endpoint's row"}
+	headersColumn = sealedColumn{what: "custom headers", short: "custom headers", copied: "another row"}
+)
+
+// open is the plaintext of endpoint id's sealed column, opened in context
+// context, or the column as it is when it is not sealed and no box is
+// configured. A sealed column without a box, or under another key, and a
+// plaintext column with a box, are ErrSecretsKey.
+func (c SecretsCodec) open(id, column, context string, col sealedColumn) ([]byte, error) {
 	if !strings.HasPrefix(strings.TrimSpace(column), `"`) {
 		if c.Box != nil {
-			return nil, fmt.Errorf("%w: the signing secrets of endpoint %s are stored in plaintext, but a secrets key (id %s) is configured: hymical serve encrypts them at start-up; check that nothing writes to the database without the key",
-				ErrSecretsKey, id, c.Box.KeyID())
+			return nil, fmt.Errorf("%w: the %s of endpoint %s are stored in plaintext, but a secrets key (id %s) is configured: hymical serve encrypts them at start-up; check that nothing writes to the database without the key",
+				ErrSecretsKey, col.what, id, c.Box.KeyID())
 		}
-		return DecodeSecrets(column)
+		return []byte(column), nil
 	}
 	var sealed string
 	if err := json.Unmarshal([]byte(column), &sealed); err != nil {
-		return nil, fmt.Errorf("endpoint %s: decode sealed secrets: %w", id, err)
+		return nil, fmt.Errorf("endpoint %s: decode sealed %s: %w", id, col.short, err)
 	}
 	keyID, err := secretbox.KeyIDOf(sealed)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint %s: %w", id, err)
+		return nil, fmt.Errorf("endpoint %s: %s: %w", id, col.what, err)
 	}
 	if c.Box == nil {
-		return nil, fmt.Errorf("%w: the signing secrets of endpoint %s are encrypted under the key with id %s and no key was given to read them: set FORMS_SECRETS_KEY or secrets.key_file to that key",
-			ErrSecretsKey, id, keyID)
+		return nil, fmt.Errorf("%w: the %s of endpoint %s are encrypted under the key with id %s and no key was given to read them: set FORMS_SECRETS_KEY or secrets.key_file to that key",
+			ErrSecretsKey, col.what, id, keyID)
 	}
-	plain, err := c.Box.Open(sealed, id)
+	plain, err := c.Box.Open(sealed, context)
 	switch {
 	case errors.Is(err, secretbox.ErrWrongKey):
-		return nil, fmt.Errorf("%w: the signing secrets of endpoint %s are encrypted under the key with id %s, but the configured key has id %s: configure the key with id %s",
-			ErrSecretsKey, id, keyID, c.Box.KeyID(), keyID)
+		return nil, fmt.Errorf("%w: the %s of endpoint %s are encrypted under the key with id %s, but the configured key has id %s: configure the key with id %s",
+			ErrSecretsKey, col.what, id, keyID, c.Box.KeyID(), keyID)
 	case err != nil:
-		return nil, fmt.Errorf("%w: the signing secrets of endpoint %s do not decrypt with the configured key (id %s): the row was changed, or copied from another endpoint's row",
-			ErrSecretsKey, id, keyID)
+		return nil, fmt.Errorf("%w: the %s of endpoint %s do not decrypt with the configured key (id %s): the row was changed, or copied from %s",
+			ErrSecretsKey, col.what, id, keyID, col.copied)
 	}
-	return DecodeSecrets(string(plain))
+	return plain, nil
 }
 
 // Reseal is the column text of endpoint id sealed under to, read with c.
