@@ -526,10 +526,17 @@ type DeliveryFilter struct {
 	FormID        string
 	CreatedAfter  time.Time
 	CreatedBefore time.Time
-	// Forms, when non-nil, is a scope: only deliveries of events whose
-	// form id is in it. A non-nil empty list matches nothing, and an event
-	// of no form is in no scope.
+	// Forms, when non-nil, is a scope: only deliveries to the endpoints in
+	// it, those whose form ids are a non-empty subset of it (the rule of
+	// EndpointListParams.Forms), whatever the event's form. So a scope
+	// sees its endpoints' test deliveries, and not the deliveries of its
+	// forms' events to an endpoint of every form or of a form outside it.
+	// A non-nil empty list matches nothing.
 	Forms []string
+	// ExceptEndpointID, when set, leaves out the deliveries to that
+	// endpoint: a scope's lists leave out the operator endpoint's, as its
+	// reads by id do, whatever forms it names.
+	ExceptEndpointID string
 }
 
 // DeliveryListParams pages through deliveries, newest first.

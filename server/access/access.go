@@ -25,7 +25,7 @@ import (
 )
 
 // Scope is what a scoped credential reaches: the endpoints whose form ids
-// are a non-empty subset of Forms, and the deliveries of events of Forms.
+// are a non-empty subset of Forms, and the deliveries to those endpoints.
 // ReadOnly credentials change nothing.
 type Scope struct {
 	Forms    []string

@@ -220,7 +220,7 @@ func (h *handler) replayDeliveries(w http.ResponseWriter, r *http.Request) error
 		}
 		return err
 	}
-	// A scoped caller replays only its forms' deliveries, and a filter
+	// A scoped caller replays only the deliveries to its endpoints, and a filter
 	// naming anything outside them writes nothing.
 	if err := h.scopeFilter(r, &f); err != nil {
 		return err

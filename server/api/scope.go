@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -50,36 +51,29 @@ func (h *handler) reachEndpoint(r *http.Request, id string) (storage.Endpoint, e
 }
 
 // reachDelivery reads delivery id and its event for r's caller: a
-// scoped caller reaches the deliveries of events of its forms, and any
-// other answers as a missing id does.
+// scoped caller reaches the deliveries to the endpoints it reaches (test
+// deliveries included), whatever the event's form, and any other answers
+// as a missing id does. A delivery of its form's event to an endpoint of
+// every form, or of a form outside the scope, is the admin's.
 func (h *handler) reachDelivery(r *http.Request, id string) (storage.Delivery, storage.Event, error) {
 	d, err := h.store.DeliveryGet(r.Context(), id)
 	if err != nil {
 		return d, storage.Event{}, storeError(err, deliveryName(id))
 	}
+	if c := callerOf(r); c != nil {
+		e, err := h.store.EndpointGet(r.Context(), d.EndpointID)
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return d, storage.Event{}, storeError(err, "the endpoint of "+deliveryName(id))
+		}
+		if err != nil || !h.reaches(c, e) {
+			return storage.Delivery{}, storage.Event{}, notFound(deliveryName(id))
+		}
+	}
 	ev, err := h.store.EventGet(r.Context(), d.EventID)
 	if err != nil {
 		return d, ev, storeError(err, "the event of "+deliveryName(id))
 	}
-	if c := callerOf(r); c != nil && !h.eventReached(r, c, ev) {
-		return storage.Delivery{}, storage.Event{}, notFound(deliveryName(id))
-	}
 	return d, ev, nil
-}
-
-// eventReached reports whether c reaches ev: an event of one of its
-// forms, or an event of no form addressed to one endpoint it reaches (a
-// test event it sent), so the token that sent a test can read its
-// delivery by id.
-func (h *handler) eventReached(r *http.Request, c *caller, ev storage.Event) bool {
-	if c.scope.AllowsForm(ev.FormID) {
-		return true
-	}
-	if ev.FormID != "" || ev.EndpointID == "" {
-		return false
-	}
-	e, err := h.store.EndpointGet(r.Context(), ev.EndpointID)
-	return err == nil && h.reaches(c, e)
 }
 
 // guardEndpoint refuses a scoped caller an endpoint outside its scope,
@@ -150,6 +144,7 @@ func (h *handler) scopeFilter(r *http.Request, f *storage.DeliveryFilter) error 
 		}
 	}
 	f.Forms = c.scope.Forms
+	f.ExceptEndpointID = h.operatorEndpoint
 	return nil
 }
 

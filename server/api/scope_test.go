@@ -405,6 +405,60 @@ func TestAScopedTokenCannotReachAnotherScope(t *testing.T) {
 	})
 }
 
+// TestAScopeSeesItsEndpointsDeliveriesOnly: a scoped token's deliveries
+// are those to its endpoints, its test deliveries included, and not the
+// deliveries of its form's events to an endpoint of every form or to one
+// that also names a form outside the scope: those answer 404 by id, are
+// in no list, and its bulk replay leaves them.
+func TestAScopeSeesItsEndpointsDeliveriesOnly(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		w := newScopeWorld(t, b, nil)
+		own := w.newCell() // form a's endpoint and a failed delivery to it
+		const typ = "shared.note"
+		everyForm, _ := w.createEndpoint(map[string]any{"url": w.receiver + "/every", "event_types": []string{typ}})
+		aAndB, _ := w.createEndpoint(map[string]any{"url": w.receiver + "/ab", "form_ids": []string{"a", "b"}, "event_types": []string{typ}})
+		r := w.send(req{method: "POST", path: "/v1/events", token: ingestKey,
+			body: map[string]any{"type": typ, "form_id": "a", "payload": map[string]any{}}}).must(t, http.StatusAccepted)
+		shared := map[string]storage.OutcomeKind{}
+		for _, d := range r.list("deliveries") {
+			shared[d.(string)] = storage.OutcomePermanent
+		}
+		if len(shared) != 2 {
+			t.Fatalf("form a's event reached %v, want the endpoints %s and %s", shared, everyForm, aAndB)
+		}
+		settle(t, w.store, shared)
+		test := w.send(req{method: "POST", path: "/v1/endpoints/" + own.endpoint + "/test", token: w.tokens["scoped read-write"]}).
+			must(t, http.StatusAccepted).str("id")
+
+		scoped := w.tokens["scoped read-write"]
+		for id := range shared {
+			w.send(req{method: "GET", path: "/v1/deliveries/" + id, token: scoped}).must(t, http.StatusNotFound)
+			w.send(req{method: "POST", path: "/v1/deliveries/" + id + "/replay", token: scoped, body: map[string]any{}}).must(t, http.StatusNotFound)
+		}
+		w.send(req{method: "GET", path: "/v1/deliveries/" + test, token: scoped}).must(t, http.StatusOK)
+		var listed []string
+		for _, d := range w.send(req{method: "GET", path: "/v1/deliveries", token: scoped}).must(t, http.StatusOK).list("deliveries") {
+			listed = append(listed, d.(map[string]any)["id"].(string))
+		}
+		slices.Sort(listed)
+		want := []string{own.delivery, test}
+		slices.Sort(want)
+		if !slices.Equal(listed, want) {
+			t.Errorf("the scoped token lists %v, want its endpoint's two: %v", listed, want)
+		}
+		if n := w.send(req{method: "POST", path: "/v1/deliveries/replay", token: scoped, body: map[string]any{"state": "failed"}}).
+			must(t, http.StatusOK).body["count"]; n != 1.0 {
+			t.Errorf("the scoped bulk replay replayed %v, want its own endpoint's one", n)
+		}
+		for id := range shared {
+			if d, err := w.store.DeliveryGet(t.Context(), id); err != nil || d.State != storage.StateFailed {
+				t.Errorf("delivery %s to an endpoint outside the scope is %s, %v after the scoped bulk replay; want failed", id, d.State, err)
+			}
+		}
+	})
+}
+
 // TestScopedTokensMakeOnlyTheirOwn: an endpoint a scoped token creates or
 // changes names one or more of its forms and no other.
 func TestScopedTokensMakeOnlyTheirOwn(t *testing.T) {

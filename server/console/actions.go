@@ -46,7 +46,7 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, a authResult) e
 // console does not offer.
 func (h *handler) replayMany(w http.ResponseWriter, r *http.Request, a authResult) error {
 	form, filter, perr := readFilter(r.PostForm)
-	filter.Forms = scopeForms(a)
+	h.narrow(a, &filter)
 	if perr != nil {
 		return withLink(perr, h.deliveriesURL(form, ""), "Back to the deliveries")
 	}

@@ -291,7 +291,7 @@ func (h *handler) deliveries(w http.ResponseWriter, r *http.Request, a authResul
 		return storeError(err, "endpoints")
 	}
 	form, filter, perr := readFilter(q)
-	filter.Forms = scopeForms(a)
+	h.narrow(a, &filter)
 	data.Filter = form
 	labels := map[string]string{}
 	for _, e := range eps {

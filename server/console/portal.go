@@ -278,6 +278,17 @@ func scopeForms(a authResult) []string {
 	return append([]string{}, a.scope.Forms...)
 }
 
+// narrow limits a delivery filter to what a sees: the deliveries to the
+// endpoints of its scope, not the operator endpoint's, as deliveryFor
+// decides for one.
+func (h *handler) narrow(a authResult, f *storage.DeliveryFilter) {
+	if a.scope == nil {
+		return
+	}
+	f.Forms = scopeForms(a)
+	f.ExceptEndpointID = h.operatorEndpoint
+}
+
 // seesEndpoint says whether a may see and change e. The operator endpoint
 // is the operator's alone, whatever forms it names.
 func (h *handler) seesEndpoint(a authResult, e storage.Endpoint) bool {
@@ -301,26 +312,24 @@ func (h *handler) endpointFor(r *http.Request, a authResult, id string) (storage
 }
 
 // deliveryFor reads delivery id and its event as a may see them: a
-// delivery of an event outside a's scope (or of no form, unless addressed
-// to an endpoint of the scope) is errOutOfScope.
+// delivery to an endpoint outside a's scope is errOutOfScope, whatever
+// its event's form (storage.DeliveryFilter.Forms is the same rule).
 func (h *handler) deliveryFor(r *http.Request, a authResult, id string) (storage.Delivery, storage.Event, error) {
 	d, err := h.store.DeliveryGet(r.Context(), id)
 	if err != nil {
 		return d, storage.Event{}, err
 	}
+	if a.scope != nil {
+		if _, err := h.endpointFor(r, a, d.EndpointID); err != nil {
+			if errors.Is(err, storage.ErrNotFound) {
+				err = errOutOfScope
+			}
+			return storage.Delivery{}, storage.Event{}, err
+		}
+	}
 	ev, err := h.store.EventGet(r.Context(), d.EventID)
 	if err != nil {
 		return storage.Delivery{}, ev, err
 	}
-	if a.scope == nil || a.scope.AllowsForm(ev.FormID) {
-		return d, ev, nil
-	}
-	// An event of no form addressed to one endpoint (a test event) is the
-	// scope's when that endpoint is.
-	if ev.FormID == "" && ev.EndpointID != "" && ev.EndpointID == d.EndpointID {
-		if e, err := h.store.EndpointGet(r.Context(), d.EndpointID); err == nil && h.seesEndpoint(a, e) {
-			return d, ev, nil
-		}
-	}
-	return storage.Delivery{}, storage.Event{}, errOutOfScope
+	return d, ev, nil
 }

@@ -236,8 +236,9 @@ func TestPortalKeepsToItsScope(t *testing.T) {
 }
 
 // TestPortalEndpointOfManyFormsIsNotInAScopeOfOne: an endpoint that also
-// serves a form outside the scope is not the session's to change, though
-// the scope's deliveries through it are shown.
+// serves a form outside the scope is not the session's, nor are its
+// deliveries, those of the scope's own form included: they are listed
+// nowhere and answer 404, as the endpoint does.
 func TestPortalEndpointOfManyFormsIsNotInAScopeOfOne(t *testing.T) {
 	t.Parallel()
 	f := newPortalFixture(t, e2etest.Backends()["sqlite"](t), nil)
@@ -253,7 +254,13 @@ func TestPortalEndpointOfManyFormsIsNotInAScopeOfOne(t *testing.T) {
 	// One endpoint of its own, whose forms carry the CSRF token.
 	f.endpoint("contact", "Contact CRM")
 	s := f.portalSession([]string{"contact"}, false)
-	f.portalGet(s, "/portal/deliveries/"+dlv).must(t, http.StatusOK).lacks(t, "shared.example.com")
+	f.portalGet(s, "/portal/deliveries/"+dlv).must(t, http.StatusNotFound).lacks(t, "shared.example.com")
+	f.portalGet(s, "/portal/deliveries?state=failed").must(t, http.StatusOK).lacks(t, dlv, shared.Endpoint.ID)
+	f.portalPost(s, "/portal/deliveries/"+dlv+"/replay", nil).must(t, http.StatusNotFound)
+	f.portalPost(s, "/portal/deliveries/replay", url.Values{"state": {"failed"}}).must(t, http.StatusSeeOther)
+	if st := f.state(dlv); st != storage.StateFailed {
+		t.Errorf("the shared endpoint's delivery is %s after the session's bulk replay, want failed", st)
+	}
 	f.portalPost(s, "/portal/endpoints/"+shared.Endpoint.ID+"/rotate-secret", nil).must(t, http.StatusNotFound)
 	f.portalGet(s, "/portal/endpoints").must(t, http.StatusOK).lacks(t, shared.Endpoint.ID)
 

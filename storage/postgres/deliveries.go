@@ -194,8 +194,15 @@ func (w *where) filter(f storage.DeliveryFilter) {
 		w.add("EXISTS (SELECT 1 FROM webhook_events AS fe WHERE fe.id = d.event_id AND fe.form_id = ?)", f.FormID)
 	}
 	if f.Forms != nil {
-		// An event of no form has form_id '', which no scope names.
-		w.add("EXISTS (SELECT 1 FROM webhook_events AS fe WHERE fe.id = d.event_id AND fe.form_id <> '' AND fe.form_id = ANY(?::text[]))", f.Forms)
+		// The endpoint is listed under one of the scope's forms (so one of
+		// every form, which has no rows there, is not) and under none
+		// outside it, as in EndpointListPage.
+		w.add(`d.endpoint_id IN (SELECT sf.endpoint_id FROM webhook_endpoint_forms AS sf WHERE sf.form_id = ANY(?::text[]))
+			AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_forms AS so
+				WHERE so.endpoint_id = d.endpoint_id AND so.form_id <> ALL(?::text[]))`, f.Forms)
+	}
+	if f.ExceptEndpointID != "" {
+		w.add("d.endpoint_id <> ?", f.ExceptEndpointID)
 	}
 	if !f.CreatedAfter.IsZero() {
 		w.add("d.created_at > ?", f.CreatedAfter)

@@ -280,9 +280,18 @@ func filterSQL(f storage.DeliveryFilter) (string, []any) {
 		args = append(args, sql.Named("f_form", f.FormID))
 	}
 	if f.Forms != nil {
-		// An event of no form has form_id '', which no scope names.
-		conds = append(conds, "event_id IN (SELECT id FROM webhook_events WHERE form_id <> '' AND form_id IN (SELECT value FROM json_each(:f_forms)))")
+		// The endpoint is listed under one of the scope's forms (so one of
+		// every form, which has no rows there, is not) and under none
+		// outside it, as in EndpointListPage.
+		conds = append(conds, `endpoint_id IN (SELECT sf.endpoint_id FROM webhook_endpoint_forms AS sf
+				WHERE sf.form_id IN (SELECT value FROM json_each(:f_forms)))
+			AND NOT EXISTS (SELECT 1 FROM webhook_endpoint_forms AS so
+				WHERE so.endpoint_id = webhook_deliveries.endpoint_id AND so.form_id NOT IN (SELECT value FROM json_each(:f_forms)))`)
 		args = append(args, sql.Named("f_forms", jsonList(f.Forms)))
+	}
+	if f.ExceptEndpointID != "" {
+		conds = append(conds, "endpoint_id <> :f_except_endpoint")
+		args = append(args, sql.Named("f_except_endpoint", f.ExceptEndpointID))
 	}
 	if !f.CreatedAfter.IsZero() {
 		conds = append(conds, "created_at > :f_after")

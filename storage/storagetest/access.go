@@ -237,7 +237,7 @@ func testAccess(t *testing.T, b Backend) {
 }
 
 // testScope holds the scope filters: a scope reaches only endpoints whose
-// forms are a non-empty subset of it, and only deliveries of its forms.
+// forms are a non-empty subset of it, and only the deliveries to those.
 func testScope(t *testing.T, b Backend) {
 	t.Run("endpoints in a scope name only its forms, and at least one", func(t *testing.T) {
 		t.Parallel()
@@ -288,29 +288,40 @@ func testScope(t *testing.T, b Backend) {
 		}
 	})
 
-	t.Run("deliveries in a scope are of its forms' events, and replay stays in it", func(t *testing.T) {
+	t.Run("deliveries in a scope are its endpoints', and replay stays in it", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
-		f.endpoint() // every form: receives every event
-		f.event("form_a")
-		f.event("form_b")
-		f.event("form_c")
-		if _, err := f.store.EventCreate(f.ctx, storage.Event{Type: "hymical.note", Payload: []byte(`{"type":"hymical.note"}`)}); err != nil {
+		f.endpoint() // every form: in no scope, though it receives every event
+		onlyA := f.endpoint(withForms("form_a"))
+		f.endpoint(withForms("form_b"))
+		f.endpoint(withForms("form_a", "form_b"))
+		f.endpoint(withForms("form_a", "form_x")) // names a form outside {a, b}
+		f.event("form_a")                         // to every, a, ab, ax
+		f.event("form_b")                         // to every, b, ab
+		// A test event: no form, addressed to one endpoint, which is in
+		// scope a.
+		if _, err := f.store.EventCreate(f.ctx, storage.Event{Type: "hymical.test", EndpointID: onlyA.ID, Payload: []byte(`{"type":"hymical.test"}`)}); err != nil {
 			t.Fatal(err)
 		}
 		cases := map[string]struct {
-			scope []string
-			want  int
+			filter storage.DeliveryFilter
+			want   int
 		}{
-			"nil is no filter": {nil, 4},
-			"a":                {[]string{"form_a"}, 1},
-			"a and b":          {[]string{"form_a", "form_b"}, 2},
-			"empty":            {[]string{}, 0},
-			"no form":          {[]string{""}, 0},
-			"unknown":          {[]string{"form_x"}, 0},
+			"nil is no filter": {storage.DeliveryFilter{}, 8},
+			// Endpoint a's two: form_a's event and the test event; not
+			// form_a's event to the endpoints of every form, of a and b, or
+			// of a and x.
+			"a":                            {storage.DeliveryFilter{Forms: []string{"form_a"}}, 2},
+			"a and b":                      {storage.DeliveryFilter{Forms: []string{"form_a", "form_b"}}, 5},
+			"a, b and x":                   {storage.DeliveryFilter{Forms: []string{"form_a", "form_b", "form_x"}}, 6},
+			"a, except a":                  {storage.DeliveryFilter{Forms: []string{"form_a"}, ExceptEndpointID: onlyA.ID}, 0},
+			"a and b, with form b's event": {storage.DeliveryFilter{Forms: []string{"form_a", "form_b"}, FormID: "form_b"}, 2},
+			"empty":                        {storage.DeliveryFilter{Forms: []string{}}, 0},
+			"no form":                      {storage.DeliveryFilter{Forms: []string{""}}, 0},
+			"unknown":                      {storage.DeliveryFilter{Forms: []string{"form_y"}}, 0},
 		}
 		for name, tc := range cases {
-			got, err := f.store.DeliveryList(f.ctx, storage.DeliveryListParams{Filter: storage.DeliveryFilter{Forms: tc.scope}})
+			got, err := f.store.DeliveryList(f.ctx, storage.DeliveryListParams{Filter: tc.filter})
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -322,12 +333,12 @@ func testScope(t *testing.T, b Backend) {
 			f.complete(f.store, c, storage.OutcomePermanent, f.now, 0)
 		}
 		res, err := f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
-			Filter: storage.DeliveryFilter{State: storage.StateFailed, Forms: []string{"form_a", "form_c"}}, Actor: "customer", Now: f.now})
+			Filter: storage.DeliveryFilter{State: storage.StateFailed, Forms: []string{"form_a"}}, Actor: "customer", Now: f.now})
 		if err != nil || res.Count != 2 {
-			t.Fatalf("scoped bulk replay: %+v, %v; want 2 replayed", res, err)
+			t.Fatalf("scoped bulk replay: %+v, %v; want endpoint a's 2 replayed", res, err)
 		}
-		if n := f.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'failed'`); n != 2 {
-			t.Fatalf("%d deliveries still failed, want 2 (form_b's and the formless one)", n)
+		if n := f.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'failed'`); n != 6 {
+			t.Fatalf("%d deliveries still failed, want the 6 to other endpoints", n)
 		}
 		res, err = f.store.DeliveryReplayMany(f.ctx, storage.DeliveryReplayManyParams{
 			Filter: storage.DeliveryFilter{State: storage.StateFailed, Forms: []string{}}, Actor: "customer", Now: f.now})
