@@ -3,7 +3,8 @@
 // sit above package server and import it, while nothing in the product
 // imports them (layout_test.go holds the hymical command to that). bench
 // measures delivery and cmd/hymical-bench is its command; e2etest builds
-// plugins and runs deliveries end to end for integration tests; faulttest
+// plugins and runs deliveries end to end for integration tests, up to a
+// real `hymical serve` process driven over its API; faulttest
 // is the fault harness that kills servers, plugins and PostgreSQL
 // mid-delivery and balances the ledger; brokertest, natstest, redistest and
 // rabbitmqtest start real message brokers on loopback for the transport

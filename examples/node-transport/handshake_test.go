@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 	sdk "github.com/hymical/hymical/sdk/transport"
 )
@@ -300,7 +301,7 @@ func TestProtocols(t *testing.T) {
 		if err != nil || out.Kind != sdk.OutcomeDelivered {
 			t.Fatalf("protocol %d: Send = %+v, %v; want delivered", protocol, out, err)
 		}
-		lines := readLines(t, file)
+		lines := e2etest.ReadJSONL(t, file)
 		if len(lines) != 1 || lines[0].DeliveryID != msg.DeliveryID || *lines[0].Body != string(msg.Body) || len(lines[0].Headers) != 2 {
 			t.Fatalf("protocol %d: the file holds %+v", protocol, lines)
 		}
@@ -328,7 +329,7 @@ func TestProtocols(t *testing.T) {
 		if out, err := c.SendRPC(ctx, msg); err != nil || out.Kind != sdk.OutcomePermanent || !out.NoRequest || !strings.Contains(out.Error, "a directory") {
 			t.Errorf("protocol %d: Send to a directory = %+v, %v; want permanent with no request", protocol, out, err)
 		}
-		if got := readLines(t, file); len(got) != 1 {
+		if got := e2etest.ReadJSONL(t, file); len(got) != 1 {
 			t.Errorf("protocol %d: %d lines after the failed sends, want still 1", protocol, len(got))
 		}
 	}

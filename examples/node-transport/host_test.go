@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/internal/syncbuf"
 	sdk "github.com/hymical/hymical/sdk/transport"
 	"github.com/hymical/hymical/server/pluginhost"
@@ -94,7 +95,7 @@ func TestHostDrivesThePlugin(t *testing.T) {
 		}
 	}
 	seen := map[string]bool{}
-	for _, l := range readLines(t, file) {
+	for _, l := range e2etest.ReadJSONL(t, file) {
 		if l.Body != nil || string(l.BodyBase64) != "{}\xff" {
 			t.Fatalf("line %+v: a body that is not UTF-8 must arrive exactly, in body_base64", l)
 		}

@@ -3,10 +3,7 @@
 package nodetransport
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -15,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hymical/hymical/harness/e2etest"
 )
 
 // scriptName is the plugin's executable, named as the host finds it: the
@@ -29,11 +28,13 @@ const install = "node and npm are not installed, so the Node.js plugin cannot ru
 
 // setup is what TestMain prepared: a copy of the plugin with its npm
 // dependencies installed, and a plugin directory holding a symlink to it,
-// as an operator would install it. skip says why there is none.
+// as an operator would install it; skip says why there is none. hymical
+// is built once, for the serve tests, when the first of them asks.
 var setup struct {
 	app, pluginDir string
 	skip           string
 	err            error
+	hymical        *e2etest.HymicalBuild
 }
 
 func TestMain(m *testing.M) {
@@ -47,6 +48,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
+	setup.hymical = e2etest.NewHymicalBuild(tmp)
 	prepare(tmp)
 	return m.Run()
 }
@@ -186,46 +188,4 @@ func TestDependenciesAreLocked(t *testing.T) {
 	if err != nil || !bytes.Contains(ignore, []byte("node_modules/")) {
 		t.Errorf(".gitignore must ignore node_modules/ (%v)", err)
 	}
-}
-
-// Line is what the plugin appends for each message, the same fields as the
-// Go example's (examples/custom-transport): the body as a JSON string, or
-// in body_base64 when it is not UTF-8.
-type Line struct {
-	DeliveryID string `json:"delivery_id"`
-	Attempt    int    `json:"attempt"`
-	Headers    []struct {
-		Name  string `json:"name"`
-		Value string `json:"value"`
-	} `json:"headers"`
-	Body       *string `json:"body"`
-	BodyBase64 []byte  `json:"body_base64"`
-}
-
-// readLines parses the file the plugin appends to; a missing file is no
-// lines.
-func readLines(t *testing.T, path string) []Line {
-	t.Helper()
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var lines []Line
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var l Line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("line %d of %s is not a JSON line: %v: %q", len(lines)+1, path, err, sc.Text())
-		}
-		lines = append(lines, l)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return lines
 }

@@ -1,8 +1,10 @@
 // Package e2etest is what the end-to-end tests share: building real plugin
 // binaries, opening a fresh migrated store of each kind, running a real
-// worker pool, submitting and waiting. It is imported only by tests; its
-// stores are real databases (SQLite files, PostgreSQL through pgtest),
-// never a mock.
+// worker pool, submitting and waiting; and, one level further out, running
+// the real `hymical serve` as a process and driving it over its HTTP API
+// (Server), then checking what a plugin wrote as a receiver would
+// (CheckSeqDelivered). It is imported only by tests; its stores are real
+// databases (SQLite files, PostgreSQL through pgtest), never a mock.
 package e2etest
 
 import (
