@@ -178,4 +178,5 @@ func CheckSeqDelivered(t testing.TB, lines []JSONLLine, secret string, subs []ap
 	if len(perDelivery) != len(subs) {
 		t.Fatalf("%d deliveries have lines; want every one of the %d", len(perDelivery), len(subs))
 	}
+	t.Logf("%d submissions delivered: %d lines, every signature verified, %d distinct by submission.id", len(subs), len(lines), processed)
 }
