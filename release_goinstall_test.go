@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,11 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,10 +23,10 @@ import (
 	"golang.org/x/mod/module"
 	modzip "golang.org/x/mod/zip"
 
+	"github.com/hymical/hymical/harness/e2etest"
 	"github.com/hymical/hymical/harness/natstest"
 	"github.com/hymical/hymical/harness/proctest"
 	"github.com/hymical/hymical/harness/redistest"
-	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/internal/testwait"
 	"github.com/hymical/hymical/sdk/webhook"
 )
@@ -194,10 +191,11 @@ func deliverThroughEachTransport(t *testing.T, path string, cmdEnv func(...strin
 	defer recv.Close()
 
 	// The broker plugins' settings take a list, so they go in a config
-	// file, kept apart from the binary.
-	cfgDir := t.TempDir()
-	cfg := filepath.Join(cfgDir, "hymical.yaml")
-	yaml := fmt.Sprintf(`plugins:
+	// file, which StartServer keeps apart from the binary, as it does the
+	// database.
+	srv := e2etest.StartServer(t, e2etest.ServerOptions{
+		Hymical: path,
+		Config: fmt.Sprintf(`plugins:
   list:
     - name: nats
       settings:
@@ -207,18 +205,12 @@ func deliverThroughEachTransport(t *testing.T, path string, cmdEnv func(...strin
       settings:
         url: %s
         allowed_networks: 127.0.0.1
-`, natsServer.URL(), redisServer.URL())
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	const token = "test-admin-token-0123456789"
-	base := startInstalledServe(t, path, cmdEnv("FORMS_SERVER_ADMIN_TOKEN="+token),
-		"--config="+cfg,
-		"--database.url=sqlite:"+filepath.Join(cfgDir, "hymical.db"),
-		"--server.listen=127.0.0.1:0",
-		"--webhook.allowed_networks=127.0.0.0/8",
-		"--worker.poll_interval=20ms")
-	api := apiCaller(t, token)
+`, natsServer.URL(), redisServer.URL()),
+		Flags: []string{"--webhook.allowed_networks=127.0.0.0/8", "--worker.poll_interval=20ms"},
+		Env:   cmdEnv(),
+	})
+	base := srv.URL
+	api := apiCaller(t, srv.Token)
 
 	endpoints := []struct {
 		transport string
@@ -335,50 +327,8 @@ func deliverThroughEachTransport(t *testing.T, path string, cmdEnv func(...strin
 				t.Errorf("%s: the submission %s is in %d messages, want 1", ep.transport, data, matched[data])
 			}
 		}
-	}
-}
-
-// startInstalledServe runs `serve` from the binary at path, in its own
-// directory, with only the environment env and the flags, and returns the
-// API's base URL once it listens. It is stopped with its plugins when the
-// test ends.
-func startInstalledServe(t *testing.T, path string, env []string, flags ...string) string {
-	t.Helper()
-	cmd := exec.Command(path, append([]string{"serve"}, flags...)...)
-	cmd.Dir, cmd.Env = filepath.Dir(path), env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var logs syncbuf.Buffer
-	cmd.Stderr = &logs
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("serve logged:\n%s", logs.String())
-		}
-	})
-	listening := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
-	base := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				base <- m[1]
-			}
-		}
-	}()
-	select {
-	case b := <-base:
-		return b
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the installed hymical serve did not listen within 30 s:\n%s", logs.String())
-		return ""
+		t.Logf("%s: %d submissions delivered, %d messages arrived through %s, each verified with the endpoint's secret",
+			ep.transport, len(delivered[ep.transport]), len(arrived[ep.transport]), ep.transport)
 	}
 }
 
