@@ -724,7 +724,13 @@ type EndpointDeleteParams struct {
 	// only record its request as a late attempt. Without Force such an
 	// endpoint is refused with ErrEndpointBusy.
 	Force bool
-	Now   time.Time
+	// UpdatedAt, when set, is the endpoint's UpdatedAt as the caller read
+	// it: the delete applies only if nobody changed the endpoint since,
+	// else ErrConflict, as for EndpointUpdate. A caller that decided from
+	// what it read (a scoped token may delete only an endpoint of its
+	// forms) so deletes the endpoint it decided on.
+	UpdatedAt time.Time
+	Now       time.Time
 }
 
 // EndpointDeleteResult says what a delete found and did.

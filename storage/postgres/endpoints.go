@@ -323,7 +323,7 @@ func (s *Store) EndpointDelete(ctx context.Context, p storage.EndpointDeletePara
 			break
 		}
 	}
-	if err != nil && !errors.Is(err, storage.ErrEndpointBusy) && !errors.Is(err, storage.ErrDeleted) {
+	if err != nil && !errors.Is(err, storage.ErrEndpointBusy) && !errors.Is(err, storage.ErrDeleted) && !errors.Is(err, storage.ErrConflict) {
 		return res, mapErr(op, err)
 	}
 	if err != nil {
@@ -338,12 +338,19 @@ func (s *Store) endpointDelete(ctx context.Context, p storage.EndpointDeletePara
 		if err := lockFanOutExclusive(ctx, tx); err != nil {
 			return err
 		}
+		// Every change to an endpoint takes the fan-out lock exclusive,
+		// as this transaction has: the row read here stays as read.
 		var deleted *time.Time
-		if err := tx.QueryRow(ctx, `SELECT deleted_at FROM webhook_endpoints WHERE id = $1`, p.ID).Scan(&deleted); err != nil {
+		var updated time.Time
+		if err := tx.QueryRow(ctx, `SELECT deleted_at, updated_at FROM webhook_endpoints WHERE id = $1`, p.ID).Scan(&deleted, &updated); err != nil {
 			return err
 		}
 		if deleted != nil {
 			return fmt.Errorf("%w at %s", storage.ErrDeleted, deleted.UTC().Format(time.RFC3339))
+		}
+		if !p.UpdatedAt.IsZero() && !updated.Equal(p.UpdatedAt) {
+			return fmt.Errorf("%w: it changed since it was read at %s; read it again and decide again",
+				storage.ErrConflict, p.UpdatedAt.UTC().Format(time.RFC3339Nano))
 		}
 		// Locked, a row's state is read again after any transaction that
 		// held it (a completion, a claim) has committed.

@@ -280,11 +280,16 @@ func (s *Store) EndpointDelete(ctx context.Context, p storage.EndpointDeletePara
 	var res storage.EndpointDeleteResult
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
 		var deleted sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT deleted_at FROM webhook_endpoints WHERE id = ?`, p.ID).Scan(&deleted); err != nil {
+		var updated int64
+		if err := tx.QueryRowContext(ctx, `SELECT deleted_at, updated_at FROM webhook_endpoints WHERE id = ?`, p.ID).Scan(&deleted, &updated); err != nil {
 			return err // sql.ErrNoRows becomes ErrNotFound
 		}
 		if deleted.Valid {
 			return fmt.Errorf("%w at %s", storage.ErrDeleted, fromMicros(deleted.Int64).Format(time.RFC3339))
+		}
+		if !p.UpdatedAt.IsZero() && updated != micros(p.UpdatedAt) {
+			return fmt.Errorf("%w: it changed since it was read at %s; read it again and decide again",
+				storage.ErrConflict, p.UpdatedAt.UTC().Format(time.RFC3339Nano))
 		}
 		if err := tx.QueryRowContext(ctx, `
 			SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'processing')

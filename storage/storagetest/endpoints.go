@@ -281,6 +281,23 @@ func testEndpointDelete(t *testing.T, b Backend) {
 		wantErr(t, err, storage.ErrNotFound, "a delete of an endpoint that never was")
 	})
 
+	t.Run("a delete conditional on what was read refuses an endpoint changed since", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		read := f.endpoint(withForms("form_a"))
+		f.update(read, withForms("form_b")) // another writer, after the read
+		_, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: read.ID, UpdatedAt: read.UpdatedAt})
+		wantErr(t, err, storage.ErrConflict, "a delete of an endpoint changed since it was read")
+		now, err := f.store.EndpointGet(f.ctx, read.ID)
+		if err != nil || now.DeletedAt != nil || !slices.Equal(now.FormIDs, []string{"form_b"}) {
+			t.Fatalf("after the refused delete: %+v, %v; want it kept with the other writer's forms", now, err)
+		}
+		res, err := f.store.EndpointDelete(f.ctx, storage.EndpointDeleteParams{ID: now.ID, UpdatedAt: now.UpdatedAt})
+		if err != nil || res.Endpoint.DeletedAt == nil {
+			t.Fatalf("a delete of the endpoint as it is: %+v, %v; want it deleted", res, err)
+		}
+	})
+
 	t.Run("open deliveries refuse a delete without force, and nothing changes", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, b)
