@@ -317,13 +317,12 @@ func (h *handler) deleteEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err := h.emptyBody(w, r); err != nil {
 		return err
 	}
-	// A scoped caller's check is made before the change, not with it: an
-	// admin moving the endpoint out of the scope at that very moment
-	// races with the token, which could reach it a moment before.
+	// Checked first so that a deleted endpoint outside the scope answers
+	// 404, not 410, and again with the delete, on the endpoint deleted.
 	if err := h.guardEndpoint(r, id); err != nil {
 		return err
 	}
-	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint)
+	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint, h.allow(r, id))
 	switch {
 	case errors.Is(err, endpoint.ErrOperatorEndpoint):
 		return &apiError{Code: apiwire.CodeOperatorEndpoint, cause: err,
@@ -467,7 +466,7 @@ func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, disable bo
 	if err := h.guardEndpoint(r, id); err != nil {
 		return err
 	}
-	e, err := endpoint.SetDisabled(r.Context(), h.store, id, disable, h.now())
+	e, err := endpoint.SetDisabled(r.Context(), h.store, id, disable, h.now(), h.allow(r, id))
 	if err != nil {
 		return h.endpointError(err, id)
 	}
@@ -512,7 +511,7 @@ func (h *handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now, idem)
+	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now, idem, h.allow(r, id))
 	if errors.Is(err, endpoint.ErrSecretReplaced) {
 		return &apiError{Code: apiwire.CodeSecretRotated, cause: err,
 			Message: fmt.Sprintf("the secret this %s's rotation of %s made was replaced by a later rotation, so it is not shown again (receivers given it would soon fail); rotate again with a new key to get a secret that signs",

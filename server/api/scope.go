@@ -9,6 +9,7 @@ import (
 
 	"github.com/hymical/hymical/server/access"
 	"github.com/hymical/hymical/server/api/apiwire"
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/storage"
 )
 
@@ -85,6 +86,25 @@ func (h *handler) guardEndpoint(r *http.Request, id string) error {
 	}
 	_, err := h.reachEndpoint(r, id)
 	return err
+}
+
+// allow is the check a change of endpoint id makes on the endpoint it
+// writes, for r's caller: nil for one who reaches everything, and for a
+// scoped caller the answer of a missing id when the endpoint, as read for
+// the write, is outside its scope. guardEndpoint's check comes before the
+// change; this one holds against an admin moving the endpoint out of the
+// scope in between.
+func (h *handler) allow(r *http.Request, id string) endpoint.Allow {
+	c := callerOf(r)
+	if c == nil {
+		return nil
+	}
+	return func(e storage.Endpoint) error {
+		if !h.reaches(c, e) {
+			return notFound(endpointName(id))
+		}
+		return nil
+	}
 }
 
 // guardDelivery is guardEndpoint for a delivery.

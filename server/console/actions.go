@@ -83,7 +83,7 @@ func (h *handler) setDisabled(w http.ResponseWriter, r *http.Request, a authResu
 	if _, err := h.endpointFor(r, a, id); err != nil {
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
-	if _, err := endpoint.SetDisabled(r.Context(), h.store, id, disable, h.now()); err != nil {
+	if _, err := endpoint.SetDisabled(r.Context(), h.store, id, disable, h.now(), h.allow(a)); err != nil {
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
 	done := "enabled"
@@ -115,7 +115,7 @@ func (h *handler) rotate(w http.ResponseWriter, r *http.Request, a authResult) e
 	if _, err := h.endpointFor(r, a, id); err != nil {
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
-	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now, nil)
+	rot, err := endpoint.RotateSecret(r.Context(), h.store, id, h.grace, now, nil, h.allow(a))
 	if err != nil {
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
@@ -140,7 +140,7 @@ func (h *handler) deleteEndpoint(w http.ResponseWriter, r *http.Request, a authR
 	if _, err := h.endpointFor(r, a, id); err != nil {
 		return withLink(storeError(err, endpointName(id)), h.prefix+"/endpoints", "Back to the endpoints")
 	}
-	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint)
+	res, err := endpoint.Delete(r.Context(), h.store, id, force, h.operatorEndpoint, h.allow(a))
 	switch {
 	case errors.Is(err, endpoint.ErrOperatorEndpoint):
 		return withLink(&pageError{Status: http.StatusConflict, Title: "The operator endpoint is not deleted",

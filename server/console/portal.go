@@ -13,6 +13,7 @@ import (
 
 	"github.com/hymical/hymical/server/access"
 	"github.com/hymical/hymical/server/authlimit"
+	"github.com/hymical/hymical/server/endpoint"
 	"github.com/hymical/hymical/server/faceopts"
 	"github.com/hymical/hymical/server/telemetry"
 	"github.com/hymical/hymical/storage"
@@ -296,6 +297,22 @@ func (h *handler) seesEndpoint(a authResult, e storage.Endpoint) bool {
 		return true
 	}
 	return a.scope.AllowsEndpoint(e) && (h.operatorEndpoint == "" || e.ID != h.operatorEndpoint)
+}
+
+// allow is the check a change of an endpoint makes on the endpoint it
+// writes, for a (endpoint.Allow): endpointFor's check comes before the
+// change, and this one holds against an admin moving the endpoint out of
+// a's scope in between.
+func (h *handler) allow(a authResult) endpoint.Allow {
+	if a.scope == nil {
+		return nil
+	}
+	return func(e storage.Endpoint) error {
+		if !h.seesEndpoint(a, e) {
+			return errOutOfScope
+		}
+		return nil
+	}
 }
 
 // endpointFor reads endpoint id as a may see it: one outside a's scope is

@@ -41,9 +41,9 @@ func TestRotationKeepsAtMostMaxLiveSecrets(t *testing.T) {
 					)
 					if tc.keyed {
 						rot, err = RotateSecret(ctx, s, ep.ID, time.Hour, now, &storage.Idempotency{
-							Key: fmt.Sprintf("rotate-%d", i), RequestHash: "h"})
+							Key: fmt.Sprintf("rotate-%d", i), RequestHash: "h"}, nil)
 					} else {
-						rot, err = RotateSecret(ctx, s, ep.ID, time.Hour, now, nil)
+						rot, err = RotateSecret(ctx, s, ep.ID, time.Hour, now, nil, nil)
 					}
 					if err != nil {
 						t.Fatalf("rotation %d: %v", i+1, err)

@@ -19,6 +19,22 @@ import (
 	"github.com/hymical/hymical/storage"
 )
 
+// Allow decides, from the endpoint as read for a change, whether the
+// caller may make it: its error is returned as it is, and nothing is
+// written. It is asked inside the optimistic read-modify-write, so the
+// endpoint changed is the endpoint decided on: a scoped caller cannot
+// change an endpoint an admin moved out of its scope between a first
+// check and the write. A nil Allow allows everything.
+type Allow func(storage.Endpoint) error
+
+// check is allow(e), or nil for a nil allow.
+func (allow Allow) check(e storage.Endpoint) error {
+	if allow == nil {
+		return nil
+	}
+	return allow(e)
+}
+
 // Store is what the endpoint changes need of a store.
 type Store interface {
 	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
@@ -78,12 +94,19 @@ func modify(ctx context.Context, get func(context.Context, string) (storage.Endp
 // SetDisabled disables (for an operator) or enables an endpoint.
 // It is idempotent: disabling a disabled endpoint keeps the time it was
 // first disabled, and its reason.
-func SetDisabled(ctx context.Context, store Store, id string, disable bool, now time.Time) (storage.Endpoint, error) {
-	if disable {
-		e, _, err := Disable(ctx, store, id, storage.DisabledByOperator, now, nil)
-		return e, err
-	}
+func SetDisabled(ctx context.Context, store Store, id string, disable bool, now time.Time, allow Allow) (storage.Endpoint, error) {
 	return Modify(ctx, store, id, func(e *storage.Endpoint) (bool, error) {
+		if err := allow.check(*e); err != nil {
+			return false, err
+		}
+		if disable {
+			if e.DisabledAt != nil {
+				return false, nil
+			}
+			at := now
+			e.DisabledAt, e.DisabledReason = &at, storage.DisabledByOperator
+			return true, nil
+		}
 		if e.DisabledAt == nil {
 			return false, nil
 		}
@@ -116,6 +139,7 @@ var ErrOperatorEndpoint = errors.New("the endpoint is the configured operator en
 
 // Deleter is what Delete needs of a store.
 type Deleter interface {
+	EndpointGet(ctx context.Context, id string) (storage.Endpoint, error)
 	EndpointDelete(ctx context.Context, p storage.EndpointDeleteParams) (storage.EndpointDeleteResult, error)
 }
 
@@ -124,11 +148,35 @@ type Deleter interface {
 // server would go on addressing its notices to an endpoint that takes
 // none, and nobody would hear that an endpoint was disabled. The setting
 // must be changed first.
-func Delete(ctx context.Context, store Deleter, id string, force bool, operatorEndpoint string) (storage.EndpointDeleteResult, error) {
+//
+// With allow set, the endpoint is read, allow decides on it, and the
+// delete applies only if the endpoint is still as read
+// (storage.EndpointDeleteParams.UpdatedAt); after a change in between it
+// reads and decides again.
+func Delete(ctx context.Context, store Deleter, id string, force bool, operatorEndpoint string, allow Allow) (storage.EndpointDeleteResult, error) {
 	if operatorEndpoint != "" && id == operatorEndpoint {
 		return storage.EndpointDeleteResult{}, fmt.Errorf("endpoint %s: %w", id, ErrOperatorEndpoint)
 	}
-	return store.EndpointDelete(ctx, storage.EndpointDeleteParams{ID: id, Force: force})
+	if allow == nil {
+		return store.EndpointDelete(ctx, storage.EndpointDeleteParams{ID: id, Force: force})
+	}
+	// Each conflict means another change won; the cap only stops a
+	// pathological loop.
+	const tries = 64
+	for try := 1; ; try++ {
+		e, err := store.EndpointGet(ctx, id)
+		if err != nil {
+			return storage.EndpointDeleteResult{}, fmt.Errorf("read endpoint %s: %w", id, err)
+		}
+		if err := allow.check(e); err != nil {
+			return storage.EndpointDeleteResult{}, err
+		}
+		res, err := store.EndpointDelete(ctx, storage.EndpointDeleteParams{ID: id, Force: force, UpdatedAt: e.UpdatedAt})
+		if errors.Is(err, storage.ErrConflict) && try < tries {
+			continue
+		}
+		return res, err
+	}
 }
 
 // CurrentSecret is the secret that signs from now on: the one without an
@@ -195,7 +243,7 @@ type Rotation struct {
 // the endpoint by its fingerprint, as long as it is still the one that
 // signs from now on; otherwise ErrSecretReplaced (the endpoint deleted
 // since: storage.ErrDeleted).
-func RotateSecret(ctx context.Context, store RotateStore, id string, grace time.Duration, now time.Time, key *storage.Idempotency) (Rotation, error) {
+func RotateSecret(ctx context.Context, store RotateStore, id string, grace time.Duration, now time.Time, key *storage.Idempotency, allow Allow) (Rotation, error) {
 	var first *storage.EndpointRotateResult
 	rot, err := rotate(ctx, store.EndpointGet, func(ctx context.Context, r Rotation) (storage.Endpoint, error) {
 		res, err := store.EndpointRotate(ctx, storage.EndpointRotateParams{
@@ -208,7 +256,7 @@ func RotateSecret(ctx context.Context, store RotateStore, id string, grace time.
 			first = &res
 		}
 		return res.Endpoint, err
-	}, id, grace, now)
+	}, id, grace, now, allow)
 	if err != nil || first == nil {
 		return rot, err
 	}
@@ -229,7 +277,7 @@ func RotateSecret(ctx context.Context, store RotateStore, id string, grace time.
 // rotate is RotateSecret with the read and the conditional write given,
 // as modify takes them; write is handed the rotation about to be written.
 func rotate(ctx context.Context, get func(context.Context, string) (storage.Endpoint, error),
-	write func(context.Context, Rotation) (storage.Endpoint, error), id string, grace time.Duration, now time.Time) (Rotation, error) {
+	write func(context.Context, Rotation) (storage.Endpoint, error), id string, grace time.Duration, now time.Time, allow Allow) (Rotation, error) {
 	// Cut to what every backend stores, so the time shown is the time kept.
 	expiry := now.Add(grace).UTC().Truncate(time.Millisecond)
 	var (
@@ -245,6 +293,9 @@ func rotate(ctx context.Context, get func(context.Context, string) (storage.Endp
 		}
 		return write(ctx, r)
 	}, id, func(e *storage.Endpoint) (bool, error) {
+		if err := allow.check(*e); err != nil {
+			return false, err
+		}
 		// Reset on every try: a retry after a conflict starts over. The
 		// scheme is only known once the endpoint is read.
 		kept, retired = false, 0

@@ -41,7 +41,7 @@ func TestRotateSecretKeepsTheEndpointsScheme(t *testing.T) {
 			now := time.Now()
 			var shown []string
 			for range 2 {
-				rot, err := RotateSecret(ctx, s, ep.ID, time.Hour, now, nil)
+				rot, err := RotateSecret(ctx, s, ep.ID, time.Hour, now, nil, nil)
 				if err != nil {
 					t.Fatalf("RotateSecret: %v", err)
 				}

@@ -98,7 +98,7 @@ func TestGoneDisablesTheEndpointAndTellsTheOperator(t *testing.T) {
 				t.Fatalf("%d requests reached the disabled endpoint, want the 1 that answered 410", n)
 			}
 			gone.Store(false)
-			if _, err := endpoint.SetDisabled(ctx, e.store, e.ep.ID, false, time.Now()); err != nil {
+			if _, err := endpoint.SetDisabled(ctx, e.store, e.ep.ID, false, time.Now(), nil); err != nil {
 				t.Fatal(err)
 			}
 			d = e.waitFor(d.ID, "delivered", terminal)
