@@ -22,7 +22,7 @@ import (
 // of others': the healthy endpoint's deliveries go out as they come.
 //
 // Not parallel, and its cases one at a time: what it measures is one
-// pool's turn-taking within a 1 s bound, and on two cores the package's
+// pool's turn-taking within a bound, and on two cores the package's
 // other tests running beside it stretched a healthy delivery past it
 // (2.7 s in one full run).
 func TestFairShareANewcomerIsNotBehindOthersBacklog(t *testing.T) {
@@ -90,10 +90,16 @@ func TestFairShareANewcomerIsNotBehindOthersBacklog(t *testing.T) {
 				slices.Sort(waits)
 				t.Logf("healthy endpoint, create to received: %v", waits)
 				// The claimer's gap is milliseconds and a sender is free
-				// for an endpoint with nothing in flight: one second is
-				// the bound with room for a loaded machine.
-				if worst := waits[len(waits)-1]; worst > time.Second {
-					t.Errorf("a healthy delivery took %s from create to received behind %d endpoints at %s, want at most 1s", worst.Round(time.Millisecond), tc.slow, tc.delay)
+				// for an endpoint with nothing in flight, so on a quiet
+				// machine the worst is well under the 1 s (the
+				// fault harness measures that bound, through serve). The
+				// regression this catches is a wait behind the backlog, 4.7
+				// s and more here (150 sends of 500 ms on 16 senders);
+				// 2.5 s tells the two apart on a CI machine loaded by the
+				// other packages' tests, where 1.8 s was seen.
+				const bound = 2500 * time.Millisecond
+				if worst := waits[len(waits)-1]; worst > bound {
+					t.Errorf("a healthy delivery took %s from create to received behind %d endpoints at %s, want at most %s", worst.Round(time.Millisecond), tc.slow, tc.delay, bound)
 				}
 			})
 		}
