@@ -1113,6 +1113,13 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := c.doWith(ctx, http.MethodPost, "/v1/forms/"+url.PathEscape(*form)+"/submissions", extra, body, &res); err != nil {
 		return err
 	}
+	if len(res.Deliveries) == 0 {
+		// Accepted and stored, but nothing will be sent: the question a user
+		// asks next is why, and an empty list after a colon did not say.
+		fmt.Fprintf(stdout, "submission %s (event %s) → 0 deliveries: no endpoint takes submissions of form %q "+
+			"(hymical endpoints list --wide shows each endpoint's forms and event types)\n", res.SubmissionID, res.EventID, *form)
+		return nil
+	}
 	fmt.Fprintf(stdout, "submission %s (event %s) → %d deliveries: %s\n", res.SubmissionID, res.EventID, len(res.Deliveries), strings.Join(res.Deliveries, " "))
 	return nil
 }

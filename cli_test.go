@@ -368,6 +368,41 @@ func TestDeliveriesShowSaysWhyNothingWasSent(t *testing.T) {
 	}
 }
 
+// submit lists the deliveries a submission fanned out to, and when there
+// are none says why, since nothing will ever be sent for it.
+func TestSubmitSaysWhyNothingWillBeSent(t *testing.T) {
+	tests := []struct {
+		name       string
+		deliveries []string
+		want       string
+	}{
+		{"deliveries are listed", []string{"dlv_1", "dlv_2"},
+			"submission sub_1 (event evt_1) → 2 deliveries: dlv_1 dlv_2\n"},
+		{"none names the form and where to look", []string{},
+			`submission sub_1 (event evt_1) → 0 deliveries: no endpoint takes submissions of form "signup" (hymical endpoints list --wide shows each endpoint's forms and event types)` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/forms/signup/submissions" {
+					http.NotFound(w, r)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				_ = json.NewEncoder(w).Encode(apiwire.IngestResult{SubmissionID: "sub_1", EventID: "evt_1", Deliveries: tt.deliveries})
+			}))
+			defer srv.Close()
+			var out, errs bytes.Buffer
+			if err := run(t.Context(), []string{"submit", "--form", "signup", "--server", srv.URL, "--token", "t"}, &out, &errs); err != nil {
+				t.Fatalf("submit: %v\n%s", err, errs.String())
+			}
+			if out.String() != tt.want {
+				t.Errorf("submit printed\n%q\nwant\n%q", out.String(), tt.want)
+			}
+		})
+	}
+}
+
 // deliveries show gives a pending delivery's next attempt, and a terminal
 // one's completion instead: a failed delivery is never tried again, and
 // printing its last next_attempt_at read as a retry still to come.
