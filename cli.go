@@ -313,8 +313,21 @@ func runDeliveriesShow(ctx context.Context, args []string, stdout, stderr io.Wri
 	if d.Held {
 		state += " (held: its endpoint is disabled, or it waits its turn at an ordered endpoint)"
 	}
-	fmt.Fprintf(stdout, "delivery %s  endpoint %s  event %s\nstate %s  attempts %d  cycle_attempts %d  next attempt %s\n",
-		d.ID, d.EndpointID, d.EventID, state, d.Attempts, d.CycleAttempts, d.NextAttemptAt.Format(time.RFC3339))
+	// A terminal delivery keeps the next_attempt_at of its last claim, but
+	// no worker will ever try it again: showing that time as a "next
+	// attempt" told operators a failed delivery was still being retried.
+	when := "next attempt " + d.NextAttemptAt.Format(time.RFC3339)
+	if d.State == apiwire.StateDelivered || d.State == apiwire.StateFailed {
+		when = "completed"
+		if d.CompletedAt != nil {
+			when += " " + d.CompletedAt.Format(time.RFC3339)
+		}
+		if d.State == apiwire.StateFailed {
+			when += ", no further attempt (replay it once the cause is fixed)"
+		}
+	}
+	fmt.Fprintf(stdout, "delivery %s  endpoint %s  event %s\nstate %s  attempts %d  cycle_attempts %d  %s\n",
+		d.ID, d.EndpointID, d.EventID, state, d.Attempts, d.CycleAttempts, when)
 	if d.UnsentReason != "" {
 		// A claim that sent nothing records no attempt, so the table below
 		// cannot say why; this line does. A plugin's words may quote a URL
@@ -1099,6 +1112,13 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var res apiwire.IngestResult
 	if err := c.doWith(ctx, http.MethodPost, "/v1/forms/"+url.PathEscape(*form)+"/submissions", extra, body, &res); err != nil {
 		return err
+	}
+	if len(res.Deliveries) == 0 {
+		// Accepted and stored, but nothing will be sent: the question a user
+		// asks next is why, and an empty list after a colon did not say.
+		fmt.Fprintf(stdout, "submission %s (event %s) → 0 deliveries: no endpoint takes submissions of form %q "+
+			"(hymical endpoints list --wide shows each endpoint's forms and event types)\n", res.SubmissionID, res.EventID, *form)
+		return nil
 	}
 	fmt.Fprintf(stdout, "submission %s (event %s) → %d deliveries: %s\n", res.SubmissionID, res.EventID, len(res.Deliveries), strings.Join(res.Deliveries, " "))
 	return nil

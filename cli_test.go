@@ -368,6 +368,87 @@ func TestDeliveriesShowSaysWhyNothingWasSent(t *testing.T) {
 	}
 }
 
+// submit lists the deliveries a submission fanned out to, and when there
+// are none says why, since nothing will ever be sent for it.
+func TestSubmitSaysWhyNothingWillBeSent(t *testing.T) {
+	tests := []struct {
+		name       string
+		deliveries []string
+		want       string
+	}{
+		{"deliveries are listed", []string{"dlv_1", "dlv_2"},
+			"submission sub_1 (event evt_1) → 2 deliveries: dlv_1 dlv_2\n"},
+		{"none names the form and where to look", []string{},
+			`submission sub_1 (event evt_1) → 0 deliveries: no endpoint takes submissions of form "signup" (hymical endpoints list --wide shows each endpoint's forms and event types)` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/forms/signup/submissions" {
+					http.NotFound(w, r)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				_ = json.NewEncoder(w).Encode(apiwire.IngestResult{SubmissionID: "sub_1", EventID: "evt_1", Deliveries: tt.deliveries})
+			}))
+			defer srv.Close()
+			var out, errs bytes.Buffer
+			if err := run(t.Context(), []string{"submit", "--form", "signup", "--server", srv.URL, "--token", "t"}, &out, &errs); err != nil {
+				t.Fatalf("submit: %v\n%s", err, errs.String())
+			}
+			if out.String() != tt.want {
+				t.Errorf("submit printed\n%q\nwant\n%q", out.String(), tt.want)
+			}
+		})
+	}
+}
+
+// deliveries show gives a pending delivery's next attempt, and a terminal
+// one's completion instead: a failed delivery is never tried again, and
+// printing its last next_attempt_at read as a retry still to come.
+func TestDeliveriesShowSaysWhenTheNextAttemptIs(t *testing.T) {
+	next := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	done := time.Date(2026, 12, 3, 14, 0, 5, 0, time.UTC)
+	tests := []struct {
+		name      string
+		state     apiwire.DeliveryState
+		completed *time.Time
+		want      string
+		wantNot   string
+	}{
+		{"a pending delivery names its next attempt", apiwire.StatePending, nil,
+			"next attempt 2026-12-03T14:00:00Z", "completed"},
+		{"a delivered one says when it completed", apiwire.StateDelivered, &done,
+			"completed 2026-12-03T14:00:05Z\n", "next attempt"},
+		{"a failed one says nothing more will be tried", apiwire.StateFailed, &done,
+			"completed 2026-12-03T14:00:05Z, no further attempt (replay it once the cause is fixed)", "next attempt"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			detail := apiwire.DeliveryDetail{
+				Delivery: apiwire.Delivery{ID: "dlv_1", EndpointID: "ep_1", EventID: "evt_1", State: tt.state,
+					Attempts: 1, CycleAttempts: 1, NextAttemptAt: next, CompletedAt: tt.completed},
+				AttemptHistory: []apiwire.Attempt{},
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_ = json.NewEncoder(w).Encode(detail)
+			}))
+			defer srv.Close()
+			var b bytes.Buffer
+			if err := run(t.Context(), []string{"deliveries", "show", "dlv_1", "--server", srv.URL, "--token", "t"}, &b, &b); err != nil {
+				t.Fatalf("deliveries show: %v\n%s", err, b.String())
+			}
+			out := b.String()
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("deliveries show lacks %q:\n%s", tt.want, out)
+			}
+			if strings.Contains(out, tt.wantNot) {
+				t.Errorf("deliveries show says %q:\n%s", tt.wantNot, out)
+			}
+		})
+	}
+}
+
 // deliveries show hides the secrets of a URL that an attempt's error or
 // the reason nothing was sent quotes, even when the server did not (an
 // older one, or a third-party plugin's words): what is not secret stays.

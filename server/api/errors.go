@@ -143,6 +143,11 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case r.Context().Err() != nil:
 		// The client went away; there is no one to answer.
 		h.log.Debug("request abandoned by the client", "method", r.Method, "route", r.Pattern, "path", r.URL.Path)
+	case ae.status() >= 500 && ae.cause == nil:
+		// An answer the handler chose itself (/readyz's not_ready) has no
+		// cause to log: its message is the why, where error=<nil> said nothing.
+		h.log.Error("request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path,
+			"status", ae.status(), "code", ae.Code, "message", ae.Message)
 	case ae.status() >= 500:
 		h.log.Error("request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path,
 			"status", ae.status(), "code", ae.Code, "error", ae.cause)

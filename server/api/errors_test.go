@@ -3,12 +3,14 @@ package api_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hymical/hymical/internal/syncbuf"
 	"github.com/hymical/hymical/server/api"
 	"github.com/hymical/hymical/storage/sqlite"
 )
@@ -245,7 +247,9 @@ func TestReadyzWantsAMigratedDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	h, err := api.New(api.Options{Store: s, Transports: loopbackHost, AdminToken: adminToken, Logger: quietLogger()})
+	logs := &syncbuf.Buffer{}
+	h, err := api.New(api.Options{Store: s, Transports: loopbackHost, AdminToken: adminToken,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,6 +259,10 @@ func TestReadyzWantsAMigratedDatabase(t *testing.T) {
 	r := f.send(req{method: "GET", path: "/readyz"}).must(t, http.StatusServiceUnavailable)
 	if code, msg := r.errorCode(t); code != "not_ready" || !strings.Contains(msg, "hymical migrate") {
 		t.Fatalf("readyz on an unmigrated database: %s %q", code, msg)
+	}
+	// The operator reading the log sees why, not an empty error.
+	if out := logs.String(); strings.Contains(out, "error=<nil>") || !strings.Contains(out, "run `hymical migrate`") {
+		t.Fatalf("the log of a failed /readyz does not say why:\n%s", out)
 	}
 }
 
