@@ -90,7 +90,7 @@ Operator commands, talking to a running server's API (--server, FORMS_SERVER_ADM
   deliveries   list [--state …] | show DELIVERY_ID (with its attempt history)
   replay       DELIVERY_ID | --state failed [--endpoint ID] [--form ID]
   tokens       create --form ID --expires-in 720h | list | revoke TOKEN_ID (scoped tokens)
-  portal       link --form ID --ttl 1h (a single-use portal link)
+  portal       link --form ID --ttl 1h | list | revoke LINK_ID (portal links)
 
 Run 'hymical COMMAND --help' (or 'hymical help COMMAND') for a command's flags.
 `

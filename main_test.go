@@ -78,7 +78,7 @@ func TestMigrateReportsWhatItDid(t *testing.T) {
 	if err := run(context.Background(), []string{"migrate", "--database", db}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "from schema version 2 to 18, applied: 0003_cycle_attempts, 0004_workers, 0005_claim_order_indexes, 0006_endpoint_controls, 0007_unsent_reason, 0008_fair_share, 0009_secrets_key, 0010_endpoint_delete, 0011_operation_keys, 0012_promote_of, 0013_endpoint_forms, 0014_endpoint_queues, 0015_queue_versions, 0016_access, 0017_endpoint_headers, 0018_console_sessions") {
+	if !strings.Contains(out.String(), "from schema version 2 to 19, applied: 0003_cycle_attempts, 0004_workers, 0005_claim_order_indexes, 0006_endpoint_controls, 0007_unsent_reason, 0008_fair_share, 0009_secrets_key, 0010_endpoint_delete, 0011_operation_keys, 0012_promote_of, 0013_endpoint_forms, 0014_endpoint_queues, 0015_queue_versions, 0016_access, 0017_endpoint_headers, 0018_console_sessions, 0019_portal_link_sessions") {
 		t.Fatalf("second run: %s", out.String())
 	}
 	out.Reset()

@@ -139,6 +139,8 @@ func runTokensRevoke(ctx context.Context, args []string, stdout, stderr io.Write
 func runPortal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runGroup(ctx, "portal", []subcommand{
 		{"link", "make a single-use link that opens the portal for some forms", runPortalLink},
+		{"list", "the portal links, newest first, and what became of them (-o json)", runPortalList},
+		{"revoke", "revoke a link: it no longer opens, and its session ends", runPortalRevoke},
 	}, args, stdout, stderr)
 }
 
@@ -146,7 +148,8 @@ const portalLinkUsage = `usage: hymical portal link --form ID... --ttl DURATION 
 
 Prints a link that opens the portal once, within 10 minutes, into a session
 for the forms given that lasts --ttl (at most 24h). Its host is the one
---server names.`
+--server names. The link's id, printed under it, is what portal revoke
+takes to end the session early.`
 
 func runPortalLink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("portal link", portalLinkUsage)
@@ -170,6 +173,95 @@ func runPortalLink(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := c.do(ctx, http.MethodPost, "/v1/portal/sessions", apiwire.PortalSessionCreate{Forms: forms, TTL: *ttl, ReadOnly: *readOnly}, &s); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\n(opens once, before %s)\n", s.URL, s.ExpiresAt.UTC().Format(time.RFC3339))
+	// The link alone on the first line, so a script can take it with head -1.
+	fmt.Fprintf(stdout, "%s\n(link %s: opens once, before %s; hymical portal revoke %s ends it and its session)\n",
+		s.URL, s.ID, s.ExpiresAt.UTC().Format(time.RFC3339), s.ID)
+	return nil
+}
+
+const portalListUsage = `usage: hymical portal list [flags]
+
+Lists the portal links, newest first: used, expired and revoked ones too,
+until retention removes them. STATUS says what became of each: unused
+(and until when it opens), in use (until when its session lasts), ended,
+expired or revoked. Never a link's secret, which the server does not have.`
+
+func runPortalList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("portal list", portalListUsage)
+	client := clientFlags(fs, stderr)
+	output := outputFlag(fs)
+	if err := fs.parse(args, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.printUsage(stderr)
+		return fmt.Errorf("portal list takes no arguments, got %q", fs.Args())
+	}
+	asJSON, err := output()
+	if err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	var list apiwire.PortalLinkList
+	if err := c.do(ctx, http.MethodGet, "/v1/portal/sessions", nil, &list); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, list)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFORMS\tACCESS\tCREATED\tSTATUS")
+	now := time.Now()
+	for _, l := range list.Links {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.ID, safeText(strings.Join(l.Forms, ",")), tokenAccess(l.ReadOnly),
+			l.CreatedAt.UTC().Format(time.RFC3339), portalLinkStatus(l, now))
+	}
+	return tw.Flush()
+}
+
+// portalLinkStatus says what became of a link at now.
+func portalLinkStatus(l apiwire.PortalLink, now time.Time) string {
+	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	switch {
+	case l.RevokedAt != nil:
+		return "revoked " + at(*l.RevokedAt)
+	case l.UsedAt == nil && now.Before(l.ExpiresAt):
+		return "unused, opens until " + at(l.ExpiresAt)
+	case l.UsedAt == nil:
+		return "expired unused " + at(l.ExpiresAt)
+	case l.SessionExpiresAt == nil:
+		return "used " + at(*l.UsedAt)
+	case now.Before(*l.SessionExpiresAt):
+		return "in use until " + at(*l.SessionExpiresAt)
+	}
+	return "ended " + at(*l.SessionExpiresAt)
+}
+
+const portalRevokeUsage = `usage: hymical portal revoke [flags] LINK_ID
+
+Revokes a portal link (the id portal link and portal list print): an
+unused link no longer opens, and the session it became ends at its next
+request on every server sharing the database. Revoking a revoked link
+changes nothing.`
+
+func runPortalRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("portal revoke", portalRevokeUsage)
+	client := clientFlags(fs, stderr)
+	id, err := fs.parseWithID(args, stdout, stderr, "link")
+	if err != nil {
+		return err
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	var l apiwire.PortalLink
+	if err := c.do(ctx, http.MethodDelete, "/v1/portal/sessions/"+url.PathEscape(id), nil, &l); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "portal link %s revoked at %s\n", l.ID, l.RevokedAt.UTC().Format(time.RFC3339))
 	return nil
 }

@@ -49,7 +49,8 @@ type AccessToken struct {
 	// ExpiresAt is when the credential stops opening anything. Required.
 	ExpiresAt time.Time
 	CreatedAt time.Time
-	// RevokedAt, when set, is when an admin revoked it (API tokens only).
+	// RevokedAt, when set, is when an admin revoked it: an API token, or a
+	// portal link and the session made from it.
 	RevokedAt *time.Time
 	// SessionTTL, for a portal link, is how long the session it becomes
 	// lasts from the moment it is redeemed; zero for other kinds.
@@ -57,6 +58,19 @@ type AccessToken struct {
 	// UsedAt, for a portal link, is when it was redeemed: a link is
 	// redeemed once.
 	UsedAt *time.Time
+	// LinkID, for a portal session, is the link it was made from, so that
+	// revoking the link ends it; empty for other kinds and for sessions
+	// made before links were remembered.
+	LinkID string
+}
+
+// PortalLink is a portal link as an admin lists it: the link and, once it
+// was used, when the session it became ends.
+type PortalLink struct {
+	AccessToken
+	// SessionExpiresAt is when the link's session ends (or ended); nil
+	// while the link is unused, or when its session was pruned.
+	SessionExpiresAt *time.Time
 }
 
 // ActiveAt reports whether t opens anything at now: not revoked, not
@@ -174,15 +188,28 @@ type Access interface {
 	// PortalLinkRedeem spends the link whose secret hashes to p.LinkHash
 	// and, in the same transaction, creates the session it becomes: the
 	// link's scope and read-only flag, expiring SessionTTL after p.Now,
-	// stored under p.SessionHash. A link that is unknown, already used or
-	// expired is ErrNotFound, and nothing is written. Of concurrent redeems
+	// stored under p.SessionHash, with LinkID the link's id. A link that is
+	// unknown, already used, revoked or expired is ErrNotFound, and nothing is written. Of concurrent redeems
 	// of one link, exactly one succeeds.
 	PortalLinkRedeem(ctx context.Context, p PortalLinkRedeemParams) (AccessToken, error)
+	// PortalLinkList returns the portal links not yet pruned, used, expired
+	// and revoked ones included, newest first, each with when its session
+	// ends.
+	PortalLinkList(ctx context.Context) ([]PortalLink, error)
+	// PortalLinkRevoke revokes the portal link id and every session made
+	// from it at now (zero: the store's clock), in one transaction, and
+	// returns the link. Revoking again changes nothing and returns the
+	// first RevokedAt; an unknown id, or the id of another kind of
+	// credential, is ErrNotFound. A revoked link is not redeemed and a
+	// revoked session not read back, by any store on the database.
+	PortalLinkRevoke(ctx context.Context, id string, now time.Time) (PortalLink, error)
 	// PortalSessionGetByHash reads the portal session whose secret hashes
-	// to hash; ErrNotFound when there is none or it expired at now (zero:
-	// the store's clock).
+	// to hash; ErrNotFound when there is none, it was revoked, or it
+	// expired at now (zero: the store's clock).
 	PortalSessionGetByHash(ctx context.Context, hash [32]byte, now time.Time) (AccessToken, error)
 	// AccessPrune removes up to p.Limit credentials that expired before
-	// p.ExpiredBefore and returns how many it removed.
+	// p.ExpiredBefore and returns how many it removed. A portal link stays
+	// while a session made from it does, so it can still be listed and
+	// revoked.
 	AccessPrune(ctx context.Context, p AccessPruneParams) (int, error)
 }

@@ -152,18 +152,20 @@ func Authenticate(ctx context.Context, store Store, secret string, now time.Time
 
 // NewPortalLink mints a single-use portal link for scope that can be
 // redeemed for linkTTL after now, into a session that lasts sessionTTL
-// from its redemption. It returns the link's secret.
-func NewPortalLink(ctx context.Context, store Store, scope Scope, linkTTL, sessionTTL time.Duration, now time.Time) (string, error) {
+// from its redemption. It returns the link's secret and the stored link,
+// whose id revokes it and its session.
+func NewPortalLink(ctx context.Context, store Store, scope Scope, linkTTL, sessionTTL time.Duration, now time.Time) (string, storage.AccessToken, error) {
 	if linkTTL <= 0 || sessionTTL <= 0 {
-		return "", fmt.Errorf("new portal link: %w: the link's ttl (%s) and the session's (%s) must both be positive",
+		return "", storage.AccessToken{}, fmt.Errorf("new portal link: %w: the link's ttl (%s) and the session's (%s) must both be positive",
 			storage.ErrInvalid, linkTTL, sessionTTL)
 	}
 	secret := Mint(PortalLinkPrefix)
-	if _, err := store.PortalLinkCreate(ctx, storage.AccessToken{Hash: Hash(secret), Forms: scope.Forms,
-		ReadOnly: scope.ReadOnly, ExpiresAt: now.Add(linkTTL), SessionTTL: sessionTTL, CreatedAt: now}); err != nil {
-		return "", fmt.Errorf("new portal link: %w", err)
+	link, err := store.PortalLinkCreate(ctx, storage.AccessToken{Hash: Hash(secret), Forms: scope.Forms,
+		ReadOnly: scope.ReadOnly, ExpiresAt: now.Add(linkTTL), SessionTTL: sessionTTL, CreatedAt: now})
+	if err != nil {
+		return "", storage.AccessToken{}, fmt.Errorf("new portal link: %w", err)
 	}
-	return secret, nil
+	return secret, link, nil
 }
 
 // RedeemPortalLink spends a portal link and returns the secret of the
@@ -185,7 +187,7 @@ func RedeemPortalLink(ctx context.Context, store Store, rawLink string, now time
 }
 
 // PortalSession turns a session cookie's secret into the session, refusing
-// one that is malformed, unknown or expired at now with
+// one that is malformed, unknown, revoked or expired at now with
 // ErrUnauthenticated.
 func PortalSession(ctx context.Context, store Store, rawSession string, now time.Time) (storage.AccessToken, error) {
 	if !strings.HasPrefix(rawSession, PortalSessionPrefix) {

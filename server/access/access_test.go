@@ -118,7 +118,7 @@ func TestAuthenticateRefusesWhatOpensNothingAlike(t *testing.T) {
 	if _, err := store.TokenRevoke(ctx, rtok.ID, now); err != nil {
 		t.Fatal(err)
 	}
-	link, err := access.NewPortalLink(ctx, store, scope, time.Hour, time.Hour, now)
+	link, _, err := access.NewPortalLink(ctx, store, scope, time.Hour, time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +168,12 @@ func TestAPortalLinkOpensOneSessionUntilItsExpiry(t *testing.T) {
 	store := sqlitetest.New(t)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	scope, _ := access.NewScope([]string{"form_b", "form_a"}, false)
-	link, err := access.NewPortalLink(ctx, store, scope, 5*time.Minute, time.Hour, now)
+	link, stored, err := access.NewPortalLink(ctx, store, scope, 5*time.Minute, time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(link, access.PortalLinkPrefix) {
-		t.Fatalf("link %q lacks its prefix", link)
+	if !strings.HasPrefix(link, access.PortalLinkPrefix) || stored.ID == "" || stored.Hash != access.Hash(link) {
+		t.Fatalf("link %q (stored %s) lacks its prefix, or was stored under another hash", link[:7], stored.ID)
 	}
 	opened := now.Add(time.Minute)
 	cookie, sess, err := access.RedeemPortalLink(ctx, store, link, opened)
@@ -181,14 +181,25 @@ func TestAPortalLinkOpensOneSessionUntilItsExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(cookie, access.PortalSessionPrefix) || !sess.ExpiresAt.Equal(opened.Add(time.Hour)) ||
-		!slices.Equal(sess.Forms, []string{"form_a", "form_b"}) {
-		t.Fatalf("session %+v (cookie %q): want the link's scope, an hour from %s", sess, cookie[:6], opened)
+		!slices.Equal(sess.Forms, []string{"form_a", "form_b"}) || sess.LinkID != stored.ID {
+		t.Fatalf("session %+v (cookie %q): want the link's scope, an hour from %s, made from link %s", sess, cookie[:6], opened, stored.ID)
 	}
 	if _, _, err := access.RedeemPortalLink(ctx, store, link, opened); !errors.Is(err, access.ErrUnauthenticated) {
 		t.Fatalf("the link used twice: %v, want ErrUnauthenticated", err)
 	}
-	late, err := access.NewPortalLink(ctx, store, scope, 5*time.Minute, time.Hour, now)
+	late, _, err := access.NewPortalLink(ctx, store, scope, 5*time.Minute, time.Hour, now)
 	if err != nil {
+		t.Fatal(err)
+	}
+	ended, endedLink, err := access.NewPortalLink(ctx, store, scope, 5*time.Minute, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endedCookie, _, err := access.RedeemPortalLink(ctx, store, ended, opened)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.PortalLinkRevoke(ctx, endedLink.ID, opened); err != nil {
 		t.Fatal(err)
 	}
 	cases := map[string]struct {
@@ -200,6 +211,7 @@ func TestAPortalLinkOpensOneSessionUntilItsExpiry(t *testing.T) {
 		"the session before expiry": {cookie, opened.Add(time.Hour - time.Millisecond), true},
 		"the session at its expiry": {cookie, opened.Add(time.Hour), false},
 		"the link as a session":     {link, opened, false},
+		"a revoked link's session":  {endedCookie, opened, false},
 		"an unknown session":        {access.Mint(access.PortalSessionPrefix), opened, false},
 		"an API token as a session": {access.Mint(access.TokenPrefix), opened, false},
 	}
@@ -215,7 +227,7 @@ func TestAPortalLinkOpensOneSessionUntilItsExpiry(t *testing.T) {
 	if _, _, err := access.RedeemPortalLink(ctx, store, late, now.Add(5*time.Minute)); !errors.Is(err, access.ErrUnauthenticated) {
 		t.Fatalf("a link at its expiry: %v, want ErrUnauthenticated", err)
 	}
-	if _, err := access.NewPortalLink(ctx, store, scope, 0, time.Hour, now); !errors.Is(err, storage.ErrInvalid) {
+	if _, _, err := access.NewPortalLink(ctx, store, scope, 0, time.Hour, now); !errors.Is(err, storage.ErrInvalid) {
 		t.Fatalf("a link without a ttl: %v, want ErrInvalid", err)
 	}
 }

@@ -304,6 +304,8 @@ func (h *handler) routes() {
 	h.handle("GET /v1/tokens", admin, h.listTokens)
 	h.handle("DELETE /v1/tokens/{id}", admin, h.revokeToken)
 	h.handle("POST /v1/portal/sessions", admin, h.createPortalSession)
+	h.handle("GET /v1/portal/sessions", admin, h.listPortalLinks)
+	h.handle("DELETE /v1/portal/sessions/{id}", admin, h.revokePortalLink)
 }
 
 // handlerFunc is a route: it returns the error to answer with, or nil once

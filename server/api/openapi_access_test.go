@@ -79,4 +79,24 @@ func (c *contract) exerciseAccess(t *testing.T, b backend) {
 	c.do(f, call{route: portal, token: A, body: `{}`, contentType: "text/plain", refused: true, want: 415})
 	c.do(f, call{route: portal, token: A, body: map[string]any{"forms": []string{"a"}, "ttl": "48h"}, want: 422})
 	c.do(f, call{route: portal, token: A, body: map[string]any{"forms": []string{"a"}, "ttl": "soon"}, want: 422})
+
+	const links = "GET /v1/portal/sessions"
+	listed := c.do(f, call{route: links, token: A, want: 200})
+	if ls := listed.list("links"); len(ls) != 1 || strings.Contains(string(listed.raw), "hympl_") {
+		t.Errorf("the portal link list: %s, want the one link without its secret", listed.raw)
+	}
+	c.do(f, call{route: links, token: A, query: "all=1", want: 400})
+
+	const end = "DELETE /v1/portal/sessions/{id}"
+	link := map[string]string{"id": p.str("id")}
+	c.do(f, call{route: end, token: A, params: link, body: map[string]any{"now": true}, refused: true, want: 400})
+	c.do(f, call{route: end, token: A, params: link, body: big, refused: true, want: 413})
+	c.do(f, call{route: end, token: A, params: link, body: `{}`, contentType: "text/plain", refused: true, want: 415})
+	c.do(f, call{route: end, token: A, want: 404})
+	c.do(f, call{route: end, token: A, params: one, want: 404}) // a token is no portal link
+	ended := c.do(f, call{route: end, token: A, params: link, want: 200})
+	endedAgain := c.do(f, call{route: end, token: A, params: link, want: 200})
+	if ended.str("revoked_at") == "" || endedAgain.str("revoked_at") != ended.str("revoked_at") {
+		t.Errorf("revoking a link twice: %s then %s, want one revoked_at", ended.raw, endedAgain.raw)
+	}
 }

@@ -1,11 +1,13 @@
 package api_test
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -85,8 +87,9 @@ func (w *scopeWorld) token(forms []string, readOnly bool, life, ago time.Duratio
 }
 
 // cell is what one cell of the table works on: an endpoint of form a
-// that only its own event type reaches, and a failed delivery to it.
-type cell struct{ endpoint, delivery, token string }
+// that only its own event type reaches, a failed delivery to it, a scoped
+// token and a portal link.
+type cell struct{ endpoint, delivery, token, link string }
 
 func (w *scopeWorld) newCell() cell {
 	w.t.Helper()
@@ -106,7 +109,15 @@ func (w *scopeWorld) newCell() cell {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return cell{endpoint: ep, delivery: d, token: t0.ID}
+	scope, err := access.NewScope([]string{"a"}, false)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	_, link, err := access.NewPortalLink(w.t.Context(), w.store, scope, time.Minute, time.Hour, time.Now())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return cell{endpoint: ep, delivery: d, token: t0.ID, link: link.ID}
 }
 
 // accessRow is one route of the table: the request it sends, on a fresh
@@ -119,7 +130,7 @@ type accessRow struct {
 func path(p string) func(cell) req {
 	method, p, _ := strings.Cut(p, " ")
 	return func(c cell) req {
-		p := strings.NewReplacer("{endpoint}", c.endpoint, "{delivery}", c.delivery, "{token}", c.token).Replace(p)
+		p := strings.NewReplacer("{endpoint}", c.endpoint, "{delivery}", c.delivery, "{token}", c.token, "{link}", c.link).Replace(p)
 		var body any
 		if method != "GET" && method != "DELETE" {
 			body = map[string]any{}
@@ -188,6 +199,8 @@ func accessTable(receiver string) map[string]accessRow {
 		"GET /v1/tokens":                   {path("GET /v1/tokens"), adminOnly(200)},
 		"DELETE /v1/tokens/{id}":           {path("DELETE /v1/tokens/{token}"), adminOnly(200)},
 		"POST /v1/portal/sessions":         {withBody("POST /v1/portal/sessions", map[string]any{"forms": []string{"a"}, "ttl": "1h"}), adminOnly(201)},
+		"GET /v1/portal/sessions":          {path("GET /v1/portal/sessions"), adminOnly(200)},
+		"DELETE /v1/portal/sessions/{id}":  {path("DELETE /v1/portal/sessions/{link}"), adminOnly(200)},
 	}
 }
 
@@ -541,5 +554,48 @@ func TestExpiredAndRevokedTokens(t *testing.T) {
 		third := newFixtureOn(t, w.store, w.count, nil)
 		third.admin("DELETE", "/v1/tokens/"+tok.ID, nil).must(t, http.StatusOK)
 		other.send(req{method: "GET", path: "/v1/endpoints", token: live}).must(t, http.StatusUnauthorized)
+	})
+}
+
+// TestPortalLinksAreListedAndRevoked: the admin sees a link's use and its
+// session's end, and revoking the link through one server ends the
+// session at its next lookup, which a portal on another process makes.
+func TestPortalLinksAreListedAndRevoked(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, nil)
+		made := f.admin("POST", "/v1/portal/sessions", map[string]any{"forms": []string{"a"}, "ttl": "2h"}).must(t, http.StatusCreated)
+		id := made.str("id")
+		u, err := url.Parse(made.str("url"))
+		if err != nil || id == "" {
+			t.Fatalf("the link: %s (%v)", made.raw, err)
+		}
+		unused := f.admin("GET", "/v1/portal/sessions", nil).must(t, http.StatusOK)
+		if ls := unused.list("links"); len(ls) != 1 || ls[0].(map[string]any)["id"] != id || ls[0].(map[string]any)["used_at"] != nil {
+			t.Fatalf("before use: %s, want link %s, unused", unused.raw, id)
+		}
+		opened := time.Now()
+		cookie, _, err := access.RedeemPortalLink(t.Context(), f.store, u.Query().Get("link"), opened)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := f.admin("GET", "/v1/portal/sessions", nil).must(t, http.StatusOK).list("links")[0].(map[string]any)
+		ends, err := time.Parse(time.RFC3339Nano, fmt.Sprint(used["session_expires_at"]))
+		if err != nil || used["used_at"] == nil || ends.Sub(opened).Round(time.Minute) != 2*time.Hour || used["revoked_at"] != nil {
+			t.Fatalf("after use: %v, want used, its session ending 2h after it was opened, not revoked", used)
+		}
+
+		other := newFixtureOn(t, f.store, f.count, nil)
+		revoked := other.admin("DELETE", "/v1/portal/sessions/"+id, nil).must(t, http.StatusOK)
+		if revoked.str("id") != id || revoked.str("revoked_at") == "" {
+			t.Fatalf("revoked: %s, want link %s with revoked_at", revoked.raw, id)
+		}
+		if _, err := access.PortalSession(t.Context(), f.store, cookie, time.Now()); !errors.Is(err, access.ErrUnauthenticated) {
+			t.Fatalf("the session after its link was revoked: %v, want ErrUnauthenticated", err)
+		}
+		missing := f.admin("DELETE", "/v1/portal/sessions/acc_nothing", nil).must(t, http.StatusNotFound)
+		if msg := string(missing.raw); !strings.Contains(msg, `portal link \"acc_nothing\" does not exist`) {
+			t.Errorf("an unknown link: %s, want it named", msg)
+		}
 	})
 }

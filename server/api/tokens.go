@@ -28,6 +28,8 @@ const (
 
 func tokenName(id string) string { return fmt.Sprintf("token %q", clip(id)) }
 
+func portalLinkName(id string) string { return fmt.Sprintf("portal link %q", clip(id)) }
+
 // newScope reads a request's forms into a scope, answering a bad one with
 // what is wrong with it.
 func newScope(forms []string, readOnly bool) (access.Scope, error) {
@@ -146,7 +148,7 @@ func (h *handler) createPortalSession(w http.ResponseWriter, r *http.Request) er
 		return refuse(apiwire.CodeInvalidRequest, "ttl %q is not a duration from 1s to %s; write it as \"1h\" or \"30m\"", clip(req.TTL), maxPortalSession)
 	}
 	now := h.now()
-	secret, err := access.NewPortalLink(r.Context(), h.store, scope, portalLinkTTL, ttl, now)
+	secret, made, err := access.NewPortalLink(r.Context(), h.store, scope, portalLinkTTL, ttl, now)
 	if errors.Is(err, storage.ErrInvalid) {
 		return refuse(apiwire.CodeInvalidRequest, "the portal link was refused: %v", err)
 	}
@@ -159,8 +161,56 @@ func (h *handler) createPortalSession(w http.ResponseWriter, r *http.Request) er
 	}
 	link := url.URL{Scheme: scheme, Host: r.Host, Path: portalStartPath,
 		RawQuery: url.Values{portalLinkQueryKey: {secret}}.Encode()}
-	writeJSON(w, http.StatusCreated, apiwire.PortalSession{URL: link.String(), ExpiresAt: now.Add(portalLinkTTL).UTC()})
+	writeJSON(w, http.StatusCreated, apiwire.PortalSession{ID: made.ID, URL: link.String(), ExpiresAt: made.ExpiresAt.UTC()})
 	return nil
+}
+
+// GET /v1/portal/sessions
+//
+// Lists the links, not the sessions: a session is known by the link it
+// came from, and revoked with it.
+func (h *handler) listPortalLinks(w http.ResponseWriter, r *http.Request) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	ls, err := h.store.PortalLinkList(r.Context())
+	if err != nil {
+		return storeError(err, "the portal links")
+	}
+	out := apiwire.PortalLinkList{Links: make([]apiwire.PortalLink, 0, len(ls))}
+	for _, l := range ls {
+		out.Links = append(out.Links, viewPortalLink(l))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// DELETE /v1/portal/sessions/{id}
+//
+// Revokes the link and the session it became, as DELETE /v1/tokens/{id}
+// revokes a token: idempotent, and held by every process sharing the
+// database at the session's next request, since none caches sessions.
+func (h *handler) revokePortalLink(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := h.emptyBody(w, r); err != nil {
+		return err
+	}
+	l, err := h.store.PortalLinkRevoke(r.Context(), id, h.now())
+	if err != nil {
+		return storeError(err, portalLinkName(id))
+	}
+	writeJSON(w, http.StatusOK, viewPortalLink(l))
+	return nil
+}
+
+func viewPortalLink(l storage.PortalLink) apiwire.PortalLink {
+	v := apiwire.PortalLink{ID: l.ID, Forms: l.Forms, ReadOnly: l.ReadOnly,
+		ExpiresAt: l.ExpiresAt.UTC(), CreatedAt: l.CreatedAt.UTC(),
+		UsedAt: utcPtr(l.UsedAt), SessionExpiresAt: utcPtr(l.SessionExpiresAt), RevokedAt: utcPtr(l.RevokedAt)}
+	if v.Forms == nil {
+		v.Forms = []string{}
+	}
+	return v
 }
 
 func viewToken(t storage.AccessToken) apiwire.Token {
@@ -169,9 +219,6 @@ func viewToken(t storage.AccessToken) apiwire.Token {
 	if v.Forms == nil {
 		v.Forms = []string{}
 	}
-	if t.RevokedAt != nil {
-		at := t.RevokedAt.UTC()
-		v.RevokedAt = &at
-	}
+	v.RevokedAt = utcPtr(t.RevokedAt)
 	return v
 }

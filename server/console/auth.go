@@ -271,6 +271,11 @@ func (h *handler) action(fn pageFunc) http.HandlerFunc {
 			return
 		}
 		if a.session == nil && !a.bearer && h.portal != nil {
+			// As page does: an ended or revoked session's cookie is
+			// cleared whichever request meets it first.
+			if a.stale {
+				http.SetCookie(w, portalCookie("", time.Time{}))
+			}
 			h.renderError(w, r, authResult{}, errPortalSession(a.stale))
 			return
 		}

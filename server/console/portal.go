@@ -258,7 +258,7 @@ func portalCSRF(secret string) string {
 func errPortalSession(stale bool) *pageError {
 	msg := "This page needs a portal session, and the request carried none."
 	if stale {
-		msg = "Your portal session has ended (sessions last a set time), or its cookie is not one this server made."
+		msg = "Your portal session has ended (sessions last a set time, and can be ended early), or its cookie is not one this server made."
 	}
 	return &pageError{Status: http.StatusUnauthorized, Title: "No portal session", Message: msg,
 		Advice: "Open the portal again from the product that sent you here: it makes a fresh link."}

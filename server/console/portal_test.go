@@ -72,7 +72,7 @@ func (f *fixture) link(forms []string, readOnly bool, linkTTL, sessionTTL time.D
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	raw, err := access.NewPortalLink(f.t.Context(), f.store, scope, linkTTL, sessionTTL, now)
+	raw, _, err := access.NewPortalLink(f.t.Context(), f.store, scope, linkTTL, sessionTTL, now)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -350,6 +350,46 @@ func TestPortalLinkOpensOneSession(t *testing.T) {
 	f.portalGet(session{}, "/portal/endpoints").must(t, http.StatusUnauthorized).contains(t, "needs a portal session")
 	// The console's session cookie is not the portal's.
 	f.do(req{path: "/portal/endpoints", cookie: rawSession}).must(t, http.StatusUnauthorized)
+}
+
+// TestPortalRevokedSessionEnds: revoking the link ends the session it
+// became at its next request, a read or a write, as an ended session
+// ends: 401 and the cookie cleared, with nothing changed. Another
+// session lives on.
+func TestPortalRevokedSessionEnds(t *testing.T) {
+	t.Parallel()
+	for name, open := range e2etest.Backends() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newPortalFixture(t, open(t), nil)
+			mine := f.endpoint("contact", "Contact CRM")
+			dlv := f.submit("contact", 1)[0]
+			other := f.portalSession([]string{"contact"}, false)
+			s := f.portalSession([]string{"contact"}, false)
+			f.portalGet(s, "/portal/endpoints").must(t, http.StatusOK).contains(t, "Contact CRM")
+			sess, err := access.PortalSession(t.Context(), f.store, s.cookie, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.store.PortalLinkRevoke(t.Context(), sess.LinkID, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			before := f.snapshot(mine.ID, dlv)
+			for _, p := range []page{
+				f.portalGet(s, "/portal/endpoints"),
+				f.portalPost(s, "/portal/endpoints/"+mine.ID+"/disable", nil),
+			} {
+				p.must(t, http.StatusUnauthorized).contains(t, "Your portal session has ended").lacks(t, "Contact CRM")
+				if c := p.portalCookieOf(); c == nil || c.MaxAge >= 0 {
+					t.Errorf("the revoked session's cookie is not cleared: %v", p.header.Values("Set-Cookie"))
+				}
+			}
+			if after := f.snapshot(mine.ID, dlv); after != before {
+				t.Errorf("a revoked session changed the store:\nbefore %s\nafter  %s", before, after)
+			}
+			f.portalGet(other, "/portal/endpoints").must(t, http.StatusOK).contains(t, "Contact CRM")
+		})
+	}
 }
 
 // TestPortalFormsAreCSRFProtected: a form without the session's token, or

@@ -11,16 +11,16 @@ import (
 )
 
 const accessColumns = `id, kind, name, hash, forms, read_only, expires_at, created_at, revoked_at,
-	session_ttl_ms, used_at`
+	session_ttl_ms, used_at, coalesce(link_id, '')`
 
-func scanAccess(row pgx.Row) (storage.AccessToken, error) {
+func scanAccess(row pgx.Row, more ...any) (storage.AccessToken, error) {
 	var (
 		t     storage.AccessToken
 		hash  []byte
 		ttlMS int64
 	)
-	if err := row.Scan(&t.ID, &t.Kind, &t.Name, &hash, &t.Forms, &t.ReadOnly, &t.ExpiresAt, &t.CreatedAt,
-		&t.RevokedAt, &ttlMS, &t.UsedAt); err != nil {
+	if err := row.Scan(append([]any{&t.ID, &t.Kind, &t.Name, &hash, &t.Forms, &t.ReadOnly, &t.ExpiresAt, &t.CreatedAt,
+		&t.RevokedAt, &ttlMS, &t.UsedAt, &t.LinkID}, more...)...); err != nil {
 		return storage.AccessToken{}, err
 	}
 	if len(hash) != len(t.Hash) {
@@ -53,11 +53,11 @@ func insertAccess(ctx context.Context, q queryRower, kind storage.AccessKind, t 
 		t.ID = storage.NewID("acc")
 	}
 	return scanAccess(q.QueryRow(ctx, `
-		INSERT INTO hymical_access (id, kind, name, hash, forms, read_only, expires_at, created_at, session_ttl_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()), $9)
+		INSERT INTO hymical_access (id, kind, name, hash, forms, read_only, expires_at, created_at, session_ttl_ms, link_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()), $9, nullif($10, ''))
 		RETURNING `+accessColumns,
 		t.ID, string(t.Kind), t.Name, t.Hash[:], t.Forms, t.ReadOnly, t.ExpiresAt, dbNow(t.CreatedAt),
-		t.SessionTTL.Milliseconds()))
+		t.SessionTTL.Milliseconds(), t.LinkID))
 }
 
 // TokenCreate stores an API token.
@@ -121,11 +121,69 @@ func (s *Store) PortalLinkRedeem(ctx context.Context, p storage.PortalLinkRedeem
 		}
 		out, err = insertAccess(ctx, tx, storage.AccessPortalSession, storage.AccessToken{
 			Name: link.Name, Hash: p.SessionHash, Forms: link.Forms, ReadOnly: link.ReadOnly,
-			ExpiresAt: link.UsedAt.Add(link.SessionTTL), CreatedAt: *link.UsedAt,
+			ExpiresAt: link.UsedAt.Add(link.SessionTTL), CreatedAt: *link.UsedAt, LinkID: link.ID,
 		})
 		return err
 	})
 	return out, mapErr(op, err)
+}
+
+// portalLinkColumns are accessColumns of a link l, and when the session
+// made from it ends.
+const portalLinkColumns = `l.id, l.kind, l.name, l.hash, l.forms, l.read_only, l.expires_at, l.created_at, l.revoked_at,
+	l.session_ttl_ms, l.used_at, coalesce(l.link_id, ''),
+	(SELECT max(s.expires_at) FROM hymical_access s WHERE s.link_id = l.id AND s.kind = 'portal_session')`
+
+func scanPortalLink(row pgx.Row) (storage.PortalLink, error) {
+	var session *time.Time
+	t, err := scanAccess(row, &session)
+	if err != nil {
+		return storage.PortalLink{}, err
+	}
+	return storage.PortalLink{AccessToken: t, SessionExpiresAt: utcPtr(session)}, nil
+}
+
+// PortalLinkList returns the portal links, newest first.
+func (s *Store) PortalLinkList(ctx context.Context) ([]storage.PortalLink, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+portalLinkColumns+` FROM hymical_access l
+		WHERE l.kind = 'portal_link' ORDER BY l.created_at DESC, l.id DESC`)
+	if err != nil {
+		return nil, mapErr("portal link list", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.PortalLink, error) { return scanPortalLink(r) })
+	if err != nil {
+		return nil, mapErr("portal link list", err)
+	}
+	if out == nil {
+		out = []storage.PortalLink{}
+	}
+	return out, nil
+}
+
+// PortalLinkRevoke revokes a link, then its sessions, in one transaction.
+// They are two statements on purpose: the first waits on the link's row
+// lock for a redeem in flight, and the second, with a snapshot taken after
+// that redeem committed, sees the session it made. (Under read committed
+// one statement would not.) A redeem that comes after the first finds the
+// link revoked.
+func (s *Store) PortalLinkRevoke(ctx context.Context, id string, now time.Time) (storage.PortalLink, error) {
+	var out storage.PortalLink
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// now() is the transaction's start, so both statements write one time.
+		var found string
+		if err := tx.QueryRow(ctx, `UPDATE hymical_access SET revoked_at = coalesce(revoked_at, $2::timestamptz, now())
+			WHERE id = $1 AND kind = 'portal_link' RETURNING id`, id, dbNow(now)).Scan(&found); err != nil {
+			return err // pgx.ErrNoRows becomes ErrNotFound
+		}
+		if _, err := tx.Exec(ctx, `UPDATE hymical_access SET revoked_at = coalesce(revoked_at, $2::timestamptz, now())
+			WHERE link_id = $1 AND kind = 'portal_session'`, id, dbNow(now)); err != nil {
+			return err
+		}
+		var err error
+		out, err = scanPortalLink(tx.QueryRow(ctx, `SELECT `+portalLinkColumns+` FROM hymical_access l WHERE l.id = $1`, id))
+		return err
+	})
+	return out, mapErr("portal link revoke "+id, err)
 }
 
 // PortalSessionGetByHash reads a portal session that has not expired.
@@ -142,7 +200,9 @@ func (s *Store) AccessPrune(ctx context.Context, p storage.AccessPruneParams) (i
 		return 0, fmt.Errorf("postgres: access prune: %w: a cutoff is required", storage.ErrInvalid)
 	}
 	tag, err := s.pool.Exec(ctx, `DELETE FROM hymical_access WHERE id IN (
-		SELECT id FROM hymical_access WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)`,
+		SELECT l.id FROM hymical_access l WHERE l.expires_at < $1
+			AND NOT EXISTS (SELECT 1 FROM hymical_access s WHERE s.link_id = l.id AND s.expires_at >= $1)
+		ORDER BY l.expires_at LIMIT $2)`,
 		p.ExpiredBefore, p.PageSize())
 	if err != nil {
 		return 0, mapErr("access prune", err)

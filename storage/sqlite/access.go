@@ -11,7 +11,7 @@ import (
 )
 
 const accessColumns = `id, kind, name, hash, forms, read_only, expires_at, created_at, revoked_at,
-	session_ttl_ms, used_at`
+	session_ttl_ms, used_at, coalesce(link_id, '')`
 
 func scanAccess(row rowScanner) (storage.AccessToken, error) {
 	var (
@@ -22,7 +22,7 @@ func scanAccess(row rowScanner) (storage.AccessToken, error) {
 		expires, created, ms int64
 		revoked, used        sql.NullInt64
 	)
-	if err := row.Scan(&t.ID, &kind, &t.Name, &hash, &forms, &readOnly, &expires, &created, &revoked, &ms, &used); err != nil {
+	if err := row.Scan(&t.ID, &kind, &t.Name, &hash, &forms, &readOnly, &expires, &created, &revoked, &ms, &used, &t.LinkID); err != nil {
 		return storage.AccessToken{}, err
 	}
 	if len(hash) != len(t.Hash) {
@@ -53,11 +53,11 @@ func (s *Store) insertAccess(ctx context.Context, tx *sql.Tx, kind storage.Acces
 		t.ID = storage.NewID("acc")
 	}
 	return scanAccess(tx.QueryRowContext(ctx, `
-		INSERT INTO hymical_access (id, kind, name, hash, forms, read_only, expires_at, created_at, session_ttl_ms)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		INSERT INTO hymical_access (id, kind, name, hash, forms, read_only, expires_at, created_at, session_ttl_ms, link_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, nullif(?, ''))
 		RETURNING `+accessColumns,
 		t.ID, string(t.Kind), t.Name, t.Hash[:], jsonList(t.Forms), boolInt(t.ReadOnly), micros(t.ExpiresAt),
-		micros(s.now(t.CreatedAt)), t.SessionTTL.Milliseconds()))
+		micros(s.now(t.CreatedAt)), t.SessionTTL.Milliseconds(), t.LinkID))
 }
 
 func (s *Store) createAccess(ctx context.Context, op string, kind storage.AccessKind, t storage.AccessToken) (storage.AccessToken, error) {
@@ -133,8 +133,71 @@ func (s *Store) PortalLinkRedeem(ctx context.Context, p storage.PortalLinkRedeem
 		}
 		out, err = s.insertAccess(ctx, tx, storage.AccessPortalSession, storage.AccessToken{
 			Name: link.Name, Hash: p.SessionHash, Forms: link.Forms, ReadOnly: link.ReadOnly,
-			ExpiresAt: now.Add(link.SessionTTL), CreatedAt: now,
+			ExpiresAt: now.Add(link.SessionTTL), CreatedAt: now, LinkID: link.ID,
 		})
+		return err
+	})
+	return out, err
+}
+
+// portalLinkColumns are accessColumns of a link l, and when the session
+// made from it ends.
+const portalLinkColumns = `l.id, l.kind, l.name, l.hash, l.forms, l.read_only, l.expires_at, l.created_at, l.revoked_at,
+	l.session_ttl_ms, l.used_at, coalesce(l.link_id, ''),
+	(SELECT max(s.expires_at) FROM hymical_access s WHERE s.link_id = l.id AND s.kind = 'portal_session')`
+
+func scanPortalLink(row rowScanner) (storage.PortalLink, error) {
+	var session sql.NullInt64
+	t, err := scanAccess(scanFunc(func(dest ...any) error { return row.Scan(append(dest, &session)...) }))
+	if err != nil {
+		return storage.PortalLink{}, err
+	}
+	return storage.PortalLink{AccessToken: t, SessionExpiresAt: fromNullMicros(session)}, nil
+}
+
+// scanFunc lets scanAccess read a row that carries more columns after its
+// own.
+type scanFunc func(dest ...any) error
+
+func (f scanFunc) Scan(dest ...any) error { return f(dest...) }
+
+// PortalLinkList returns the portal links, newest first.
+func (s *Store) PortalLinkList(ctx context.Context) ([]storage.PortalLink, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+portalLinkColumns+` FROM hymical_access l
+		WHERE l.kind = 'portal_link' ORDER BY l.created_at DESC, l.id DESC`)
+	if err != nil {
+		return nil, s.mapErr("portal link list", err)
+	}
+	defer rows.Close()
+	out := []storage.PortalLink{}
+	for rows.Next() {
+		l, err := scanPortalLink(rows)
+		if err != nil {
+			return nil, s.mapErr("portal link list", err)
+		}
+		out = append(out, l)
+	}
+	return out, s.mapErr("portal link list", rows.Err())
+}
+
+// PortalLinkRevoke revokes a link and its sessions in one write
+// transaction; the one writer means no redeem slips a session in between.
+func (s *Store) PortalLinkRevoke(ctx context.Context, id string, now time.Time) (storage.PortalLink, error) {
+	at := micros(s.now(now))
+	var out storage.PortalLink
+	err := s.write(ctx, "portal link revoke "+id, func(tx *sql.Tx) error {
+		var found string
+		if err := tx.QueryRowContext(ctx, `UPDATE hymical_access SET revoked_at = coalesce(revoked_at, ?)
+			WHERE id = ? AND kind = 'portal_link' RETURNING id`, at, id).Scan(&found); err != nil {
+			return err // sql.ErrNoRows becomes ErrNotFound
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE hymical_access SET revoked_at = coalesce(revoked_at, ?)
+			WHERE link_id = ? AND kind = 'portal_session'`, at, id); err != nil {
+			return err
+		}
+		var err error
+		out, err = scanPortalLink(tx.QueryRowContext(ctx, `SELECT `+portalLinkColumns+` FROM hymical_access l
+			WHERE l.id = ?`, id))
 		return err
 	})
 	return out, err
@@ -156,8 +219,10 @@ func (s *Store) AccessPrune(ctx context.Context, p storage.AccessPruneParams) (i
 	var n int64
 	err := s.write(ctx, "access prune", func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM hymical_access WHERE id IN (
-			SELECT id FROM hymical_access WHERE expires_at < ? ORDER BY expires_at LIMIT ?)`,
-			micros(p.ExpiredBefore), p.PageSize())
+			SELECT l.id FROM hymical_access l WHERE l.expires_at < ?
+				AND NOT EXISTS (SELECT 1 FROM hymical_access s WHERE s.link_id = l.id AND s.expires_at >= ?)
+			ORDER BY l.expires_at LIMIT ?)`,
+			micros(p.ExpiredBefore), micros(p.ExpiredBefore), p.PageSize())
 		if err != nil {
 			return err
 		}

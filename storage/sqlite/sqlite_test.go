@@ -663,7 +663,7 @@ func TestConcurrentMigrateAppliesEachStepOnce(t *testing.T) {
 	}
 	wg.Wait()
 	sort.Strings(applied)
-	want := []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share", "0009_secrets_key", "0010_endpoint_delete", "0011_operation_keys", "0012_promote_of", "0013_endpoint_forms", "0014_endpoint_queues", "0015_queue_versions", "0016_access", "0017_endpoint_headers", "0018_console_sessions"}
+	want := []string{"0001_initial", "0002_claim_token", "0003_cycle_attempts", "0004_workers", "0005_claim_order_indexes", "0006_endpoint_controls", "0007_unsent_reason", "0008_fair_share", "0009_secrets_key", "0010_endpoint_delete", "0011_operation_keys", "0012_promote_of", "0013_endpoint_forms", "0014_endpoint_queues", "0015_queue_versions", "0016_access", "0017_endpoint_headers", "0018_console_sessions", "0019_portal_link_sessions"}
 	if !slices.Equal(applied, want) {
 		t.Errorf("applied across processes = %v, want %v", applied, want)
 	}
@@ -735,7 +735,7 @@ func TestMigrateExplainsANewerDatabase(t *testing.T) {
 	if !errors.Is(err, storage.ErrSchemaUnknown) {
 		t.Fatalf("migrate a database at version 99 = %v, want ErrSchemaUnknown", err)
 	}
-	for _, want := range []string{"version 99", "up to 18", "upgrade the hymical binary"} {
+	for _, want := range []string{"version 99", "up to 19", "upgrade the hymical binary"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

@@ -3,6 +3,7 @@ package storagetest
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -27,10 +28,14 @@ func (f *fixture) token(mutate ...func(*storage.AccessToken)) storage.AccessToke
 	return out
 }
 
-func (f *fixture) link(ttl time.Duration) storage.AccessToken {
+func (f *fixture) link(ttl time.Duration, mutate ...func(*storage.AccessToken)) storage.AccessToken {
 	f.t.Helper()
-	out, err := f.store.PortalLinkCreate(f.ctx, storage.AccessToken{Hash: newHash(), Forms: []string{"form_a", "form_b"},
-		ReadOnly: true, ExpiresAt: f.at(ttl), SessionTTL: time.Hour, CreatedAt: f.now})
+	l := storage.AccessToken{Hash: newHash(), Forms: []string{"form_a", "form_b"},
+		ReadOnly: true, ExpiresAt: f.at(ttl), SessionTTL: time.Hour, CreatedAt: f.now}
+	for _, m := range mutate {
+		m(&l)
+	}
+	out, err := f.store.PortalLinkCreate(f.ctx, l)
 	if err != nil {
 		f.t.Fatalf("PortalLinkCreate: %v", err)
 	}
@@ -127,8 +132,8 @@ func testAccess(t *testing.T, b Backend) {
 			t.Fatal(err)
 		}
 		if got.Kind != storage.AccessPortalSession || got.Hash != session || !slices.Equal(got.Forms, link.Forms) ||
-			!got.ReadOnly || !got.ExpiresAt.Equal(at.Add(time.Hour)) {
-			t.Fatalf("session %+v, want the link's scope, read-only, expiring an hour after %s", got, at)
+			!got.ReadOnly || !got.ExpiresAt.Equal(at.Add(time.Hour)) || got.LinkID != link.ID {
+			t.Fatalf("session %+v, want the link's scope, read-only, expiring an hour after %s, made from link %s", got, at, link.ID)
 		}
 		again, err := f.store.PortalSessionGetByHash(f.ctx, session, at.Add(59*time.Minute))
 		if err != nil || again.ID != got.ID {
@@ -209,6 +214,133 @@ func testAccess(t *testing.T, b Backend) {
 		}
 		if n := f.count(`SELECT count(*) FROM hymical_access WHERE kind = 'portal_session'`); n != 1 {
 			t.Fatalf("%d sessions, want 1", n)
+		}
+	})
+
+	t.Run("portal links are listed newest first, with their use and their session's end", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		unused := f.link(5*time.Minute, func(l *storage.AccessToken) { l.CreatedAt = f.at(-3 * time.Minute) })
+		used := f.link(5*time.Minute, func(l *storage.AccessToken) { l.CreatedAt = f.at(-2 * time.Minute) })
+		expired := f.link(-time.Minute, func(l *storage.AccessToken) { l.CreatedAt = f.at(-time.Hour) })
+		revoked := f.link(5*time.Minute, func(l *storage.AccessToken) { l.CreatedAt = f.at(-time.Minute) })
+		f.token() // a token is no portal link
+		if _, err := f.store.PortalLinkRedeem(f.ctx, storage.PortalLinkRedeemParams{LinkHash: used.Hash, SessionHash: newHash(), Now: f.now}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.store.PortalLinkRevoke(f.ctx, revoked.ID, f.now); err != nil {
+			t.Fatal(err)
+		}
+		list, err := f.store.PortalLinkList(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, l := range list {
+			ids = append(ids, l.ID)
+			if l.Kind != storage.AccessPortalLink {
+				t.Errorf("listed %s of kind %s", l.ID, l.Kind)
+			}
+		}
+		// The session made from used is not a link, so not listed.
+		if want := []string{revoked.ID, used.ID, unused.ID, expired.ID}; !slices.Equal(ids, want) {
+			t.Fatalf("listed %v, want %v (newest first, expired and revoked shown, tokens and sessions left out)", ids, want)
+		}
+		byID := map[string]storage.PortalLink{}
+		for _, l := range list {
+			byID[l.ID] = l
+		}
+		if l := byID[used.ID]; l.UsedAt == nil || !l.UsedAt.Equal(f.now) || l.SessionExpiresAt == nil ||
+			!l.SessionExpiresAt.Equal(f.at(time.Hour)) || l.RevokedAt != nil {
+			t.Errorf("used link %+v: want used at %s, its session ending an hour later, not revoked", l, f.now)
+		}
+		if l := byID[unused.ID]; l.UsedAt != nil || l.SessionExpiresAt != nil || l.RevokedAt != nil || !l.ExpiresAt.Equal(f.at(5*time.Minute)) {
+			t.Errorf("unused link %+v: want no use, no session, no revocation, expiring in 5 minutes", l)
+		}
+		if l := byID[revoked.ID]; l.RevokedAt == nil || !l.RevokedAt.Equal(f.now) {
+			t.Errorf("revoked link %+v: want revoked at %s", l, f.now)
+		}
+	})
+
+	t.Run("revoking a portal link ends its session and refuses the link, on every store on the database", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		admin, portal := f.db.Open(t), f.db.Open(t)
+		used := f.link(5 * time.Minute)
+		other := f.link(5 * time.Minute)
+		unused := f.link(5 * time.Minute)
+		session, otherSession := newHash(), newHash()
+		for link, hash := range map[[32]byte][32]byte{used.Hash: session, other.Hash: otherSession} {
+			if _, err := portal.PortalLinkRedeem(f.ctx, storage.PortalLinkRedeemParams{LinkHash: link, SessionHash: hash, Now: f.now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A session read once before the revocation is refused after it:
+		// nothing is cached.
+		if _, err := portal.PortalSessionGetByHash(f.ctx, session, f.at(time.Minute)); err != nil {
+			t.Fatalf("session before revocation: %v", err)
+		}
+		for _, id := range []string{used.ID, unused.ID} {
+			got, err := admin.PortalLinkRevoke(f.ctx, id, f.at(time.Minute))
+			if err != nil || got.ID != id || got.RevokedAt == nil || !got.RevokedAt.Equal(f.at(time.Minute)) {
+				t.Fatalf("revoke %s: %+v, %v; want it revoked at %s", id, got, err, f.at(time.Minute))
+			}
+		}
+		if _, err := portal.PortalSessionGetByHash(f.ctx, session, f.at(2*time.Minute)); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("session of a revoked link: %v, want ErrNotFound", err)
+		}
+		if _, err := portal.PortalLinkRedeem(f.ctx, storage.PortalLinkRedeemParams{LinkHash: unused.Hash, SessionHash: newHash(), Now: f.at(2 * time.Minute)}); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("redeem a revoked link: %v, want ErrNotFound", err)
+		}
+		if n := f.count(`SELECT count(*) FROM hymical_access WHERE kind = 'portal_session'`); n != 2 {
+			t.Fatalf("%d sessions, want 2: a refused redeem writes nothing", n)
+		}
+		// Another link's session lives on.
+		if _, err := portal.PortalSessionGetByHash(f.ctx, otherSession, f.at(2*time.Minute)); err != nil {
+			t.Fatalf("session of a link not revoked: %v", err)
+		}
+		again, err := admin.PortalLinkRevoke(f.ctx, used.ID, f.at(time.Hour))
+		if err != nil || again.RevokedAt == nil || !again.RevokedAt.Equal(f.at(time.Minute)) {
+			t.Fatalf("second revoke: %+v, %v; want the first revocation time %s kept", again.RevokedAt, err, f.at(time.Minute))
+		}
+		if again.SessionExpiresAt == nil || !again.SessionExpiresAt.Equal(f.at(time.Hour)) {
+			t.Fatalf("revoked link's session end %v, want %s", again.SessionExpiresAt, f.at(time.Hour))
+		}
+		if n := f.count(fmt.Sprintf(`SELECT count(*) FROM hymical_access WHERE kind = 'portal_session' AND revoked_at = %s`,
+			f.db.TimeLiteral(f.at(time.Minute)))); n != 1 {
+			t.Fatalf("%d sessions revoked at the first revocation, want 1", n)
+		}
+		tok := f.token()
+		sess, err := portal.PortalSessionGetByHash(f.ctx, otherSession, f.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, id := range map[string]string{"unknown": "acc_unknown", "an API token": tok.ID, "a session": sess.ID} {
+			if _, err := admin.PortalLinkRevoke(f.ctx, id, f.now); !errors.Is(err, storage.ErrNotFound) {
+				t.Errorf("revoke %s: %v, want ErrNotFound", name, err)
+			}
+		}
+		if got, err := f.store.TokenGetByHash(f.ctx, tok.Hash); err != nil || got.RevokedAt != nil {
+			t.Fatalf("token after a portal revoke of its id: %+v, %v; want it untouched", got, err)
+		}
+	})
+
+	t.Run("prune keeps a portal link while its session lives", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, b)
+		link := f.link(time.Minute)
+		if _, err := f.store.PortalLinkRedeem(f.ctx, storage.PortalLinkRedeemParams{LinkHash: link.Hash, SessionHash: newHash(), Now: f.now}); err != nil {
+			t.Fatal(err)
+		}
+		// The link expired, its session (an hour) has not.
+		if n, err := f.store.AccessPrune(f.ctx, storage.AccessPruneParams{ExpiredBefore: f.at(30 * time.Minute)}); err != nil || n != 0 {
+			t.Fatalf("prune while the session lives: %d, %v; want 0", n, err)
+		}
+		if _, err := f.store.PortalLinkRevoke(f.ctx, link.ID, f.now); err != nil {
+			t.Fatalf("revoke the expired link of a live session: %v", err)
+		}
+		if n, err := f.store.AccessPrune(f.ctx, storage.AccessPruneParams{ExpiredBefore: f.at(2 * time.Hour)}); err != nil || n != 2 {
+			t.Fatalf("prune after the session ended: %d, %v; want the link and the session", n, err)
 		}
 	})
 

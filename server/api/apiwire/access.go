@@ -53,9 +53,36 @@ type PortalSessionCreate struct {
 
 // PortalSession answers POST /v1/portal/sessions: a single-use link.
 type PortalSession struct {
+	// ID names the link: DELETE /v1/portal/sessions/{id} revokes it and
+	// the session it became.
+	ID string `json:"id"`
 	// URL opens the portal once; a second use is refused.
 	URL string `json:"url"`
 	// ExpiresAt is when the link stops opening anything if it was not
 	// opened; the session it becomes lasts TTL from its opening.
 	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// PortalLink is a portal link as GET /v1/portal/sessions and DELETE
+// /v1/portal/sessions/{id} show it: never its secret, never its hash.
+type PortalLink struct {
+	ID       string   `json:"id"`
+	Forms    []string `json:"forms"`
+	ReadOnly bool     `json:"read_only"`
+	// ExpiresAt is when the link stops opening anything if unused.
+	ExpiresAt time.Time `json:"expires_at"`
+	CreatedAt time.Time `json:"created_at"`
+	// UsedAt is when the link was opened; null while unused.
+	UsedAt *time.Time `json:"used_at"`
+	// SessionExpiresAt is when the session the link became ends (or
+	// ended); null while the link is unused.
+	SessionExpiresAt *time.Time `json:"session_expires_at"`
+	// RevokedAt is when an admin revoked the link and its session.
+	RevokedAt *time.Time `json:"revoked_at"`
+}
+
+// PortalLinkList answers GET /v1/portal/sessions: every portal link not
+// yet pruned, used, expired and revoked ones included, newest first.
+type PortalLinkList struct {
+	Links []PortalLink `json:"links"`
 }
