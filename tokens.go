@@ -181,14 +181,17 @@ func runPortalLink(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 const portalListUsage = `usage: hymical portal list [flags]
 
-Lists the portal links, newest first: used, expired and revoked ones too,
-until retention removes them. STATUS says what became of each: unused
-(and until when it opens), in use (until when its session lasts), ended,
-expired or revoked. Never a link's secret, which the server does not have.`
+Lists the portal links, newest first, a page at a time: used, expired and
+revoked ones too, until retention removes them. STATUS says what became of
+each: unused (and until when it opens), in use (until when its session
+lasts), ended, expired or revoked. Never a link's secret, which the server
+does not have.`
 
 func runPortalList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("portal list", portalListUsage)
 	client := clientFlags(fs, stderr)
+	limit := fs.Int("limit", 50, "page size")
+	cursor := fs.String("cursor", "", "the next_cursor a previous page printed")
 	output := outputFlag(fs)
 	if err := fs.parse(args, stdout, stderr); err != nil {
 		return err
@@ -205,8 +208,12 @@ func runPortalList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	q := url.Values{"limit": {fmt.Sprint(*limit)}}
+	if *cursor != "" {
+		q.Set("cursor", *cursor)
+	}
 	var list apiwire.PortalLinkList
-	if err := c.do(ctx, http.MethodGet, "/v1/portal/sessions", nil, &list); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/v1/portal/sessions?"+q.Encode(), nil, &list); err != nil {
 		return err
 	}
 	if asJSON {
@@ -219,7 +226,13 @@ func runPortalList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.ID, safeText(strings.Join(l.Forms, ",")), tokenAccess(l.ReadOnly),
 			l.CreatedAt.UTC().Format(time.RFC3339), portalLinkStatus(l, now))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if list.NextCursor != nil {
+		fmt.Fprintf(stdout, "more: --cursor %s\n", *list.NextCursor)
+	}
+	return nil
 }
 
 // portalLinkStatus says what became of a link at now.

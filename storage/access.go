@@ -144,6 +144,25 @@ type PortalLinkRedeemParams struct {
 	Now time.Time
 }
 
+// PortalLinkListParams pages through the portal links, newest first: a
+// product may make one each time a customer opens its page, and they are
+// kept a week after they expire, so they are read a page at a time.
+type PortalLinkListParams struct {
+	// Before is a cursor: the ID of the last link of the previous page. A
+	// link pruned since ends the list.
+	Before string
+	// Limit is the page size; zero means 100.
+	Limit int
+}
+
+// PageSize is Limit, or 100 when zero.
+func (p PortalLinkListParams) PageSize() int {
+	if p.Limit <= 0 {
+		return 100
+	}
+	return p.Limit
+}
+
 // AccessPruneParams removes credentials that can no longer open anything.
 type AccessPruneParams struct {
 	// ExpiredBefore is the cutoff: credentials that expired before it go,
@@ -192,10 +211,10 @@ type Access interface {
 	// unknown, already used, revoked or expired is ErrNotFound, and nothing is written. Of concurrent redeems
 	// of one link, exactly one succeeds.
 	PortalLinkRedeem(ctx context.Context, p PortalLinkRedeemParams) (AccessToken, error)
-	// PortalLinkList returns the portal links not yet pruned, used, expired
-	// and revoked ones included, newest first, each with when its session
-	// ends.
-	PortalLinkList(ctx context.Context) ([]PortalLink, error)
+	// PortalLinkList returns a page of the portal links not yet pruned,
+	// used, expired and revoked ones included, newest first, each with
+	// when its session ends.
+	PortalLinkList(ctx context.Context, p PortalLinkListParams) ([]PortalLink, error)
 	// PortalLinkRevoke revokes the portal link id and every session made
 	// from it at now (zero: the store's clock), in one transaction, and
 	// returns the link. Revoking again changes nothing and returns the

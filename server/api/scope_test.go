@@ -597,5 +597,21 @@ func TestPortalLinksAreListedAndRevoked(t *testing.T) {
 		if msg := string(missing.raw); !strings.Contains(msg, `portal link \"acc_nothing\" does not exist`) {
 			t.Errorf("an unknown link: %s, want it named", msg)
 		}
+
+		// A page at a time: two more links make three, newest first.
+		for range 2 {
+			f.admin("POST", "/v1/portal/sessions", map[string]any{"forms": []string{"a"}, "ttl": "1h"}).must(t, http.StatusCreated)
+		}
+		first := f.admin("GET", "/v1/portal/sessions?limit=2", nil).must(t, http.StatusOK)
+		next, _ := first.body["next_cursor"].(string)
+		ls := first.list("links")
+		if len(ls) != 2 || next != ls[1].(map[string]any)["id"] {
+			t.Fatalf("a page of 2 of 3 links: %s, want 2 and the last one's id as next_cursor", first.raw)
+		}
+		last := f.admin("GET", "/v1/portal/sessions?limit=2&cursor="+next, nil).must(t, http.StatusOK)
+		if ls := last.list("links"); len(ls) != 1 || ls[0].(map[string]any)["id"] != id || last.body["next_cursor"] != nil {
+			t.Fatalf("the page after %s: %s, want the first link %s alone and no next_cursor", next, last.raw, id)
+		}
+		f.admin("GET", "/v1/portal/sessions?cursor=ep_00000000000000000000000000000000", nil).must(t, http.StatusBadRequest)
 	})
 }

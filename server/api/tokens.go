@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -165,20 +166,40 @@ func (h *handler) createPortalSession(w http.ResponseWriter, r *http.Request) er
 	return nil
 }
 
+// portalLinkCursorPattern is a portal link's id, which is what a cursor of
+// GET /v1/portal/sessions is.
+var portalLinkCursorPattern = regexp.MustCompile(`^acc_[0-9a-f]{32}$`)
+
 // GET /v1/portal/sessions
 //
 // Lists the links, not the sessions: a session is known by the link it
-// came from, and revoked with it.
+// came from, and revoked with it. Paged like GET /v1/endpoints, since a
+// product may make a link each time a customer opens its page.
 func (h *handler) listPortalLinks(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
+	q, err := query(r, "limit", "cursor")
+	if err != nil {
 		return err
 	}
-	ls, err := h.store.PortalLinkList(r.Context())
+	limit, err := parseLimit("limit", q.Get("limit"), defaultPageSize, maxPageSize)
+	if err != nil {
+		return err
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" && !portalLinkCursorPattern.MatchString(cursor) {
+		return refuse(apiwire.CodeInvalidParameter, "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
+	}
+	// One more than the page tells whether there is a next page.
+	ls, err := h.store.PortalLinkList(r.Context(), storage.PortalLinkListParams{Before: cursor, Limit: limit + 1})
 	if err != nil {
 		return storeError(err, "the portal links")
 	}
-	out := apiwire.PortalLinkList{Links: make([]apiwire.PortalLink, 0, len(ls))}
-	for _, l := range ls {
+	out := apiwire.PortalLinkList{Links: make([]apiwire.PortalLink, 0, min(len(ls), limit))}
+	for i, l := range ls {
+		if i == limit {
+			next := ls[limit-1].ID
+			out.NextCursor = &next
+			break
+		}
 		out.Links = append(out.Links, viewPortalLink(l))
 	}
 	writeJSON(w, http.StatusOK, out)

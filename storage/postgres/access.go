@@ -144,9 +144,12 @@ func scanPortalLink(row pgx.Row) (storage.PortalLink, error) {
 }
 
 // PortalLinkList returns the portal links, newest first.
-func (s *Store) PortalLinkList(ctx context.Context) ([]storage.PortalLink, error) {
+func (s *Store) PortalLinkList(ctx context.Context, p storage.PortalLinkListParams) ([]storage.PortalLink, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+portalLinkColumns+` FROM hymical_access l
-		WHERE l.kind = 'portal_link' ORDER BY l.created_at DESC, l.id DESC`)
+		WHERE l.kind = 'portal_link'
+			AND ($1 = '' OR (l.created_at, l.id) < (SELECT c.created_at, c.id FROM hymical_access c WHERE c.id = $1))
+		ORDER BY l.created_at DESC, l.id DESC
+		LIMIT $2`, p.Before, p.PageSize())
 	if err != nil {
 		return nil, mapErr("portal link list", err)
 	}

@@ -162,9 +162,12 @@ type scanFunc func(dest ...any) error
 func (f scanFunc) Scan(dest ...any) error { return f(dest...) }
 
 // PortalLinkList returns the portal links, newest first.
-func (s *Store) PortalLinkList(ctx context.Context) ([]storage.PortalLink, error) {
+func (s *Store) PortalLinkList(ctx context.Context, p storage.PortalLinkListParams) ([]storage.PortalLink, error) {
 	rows, err := s.reader.QueryContext(ctx, `SELECT `+portalLinkColumns+` FROM hymical_access l
-		WHERE l.kind = 'portal_link' ORDER BY l.created_at DESC, l.id DESC`)
+		WHERE l.kind = 'portal_link'
+			AND (? = '' OR (l.created_at, l.id) < (SELECT c.created_at, c.id FROM hymical_access c WHERE c.id = ?))
+		ORDER BY l.created_at DESC, l.id DESC
+		LIMIT ?`, p.Before, p.Before, p.PageSize())
 	if err != nil {
 		return nil, s.mapErr("portal link list", err)
 	}

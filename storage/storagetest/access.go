@@ -231,9 +231,25 @@ func testAccess(t *testing.T, b Backend) {
 		if _, err := f.store.PortalLinkRevoke(f.ctx, revoked.ID, f.now); err != nil {
 			t.Fatal(err)
 		}
-		list, err := f.store.PortalLinkList(f.ctx)
+		list, err := f.store.PortalLinkList(f.ctx, storage.PortalLinkListParams{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// A page at a time, each page going on after the last link of the
+		// one before, gives the same links in the same order.
+		var paged []string
+		for cursor := ""; ; {
+			page, err := f.store.PortalLinkList(f.ctx, storage.PortalLinkListParams{Before: cursor, Limit: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range page {
+				paged = append(paged, l.ID)
+			}
+			if len(page) < 3 {
+				break
+			}
+			cursor = page[len(page)-1].ID
 		}
 		var ids []string
 		for _, l := range list {
@@ -245,6 +261,9 @@ func testAccess(t *testing.T, b Backend) {
 		// The session made from used is not a link, so not listed.
 		if want := []string{revoked.ID, used.ID, unused.ID, expired.ID}; !slices.Equal(ids, want) {
 			t.Fatalf("listed %v, want %v (newest first, expired and revoked shown, tokens and sessions left out)", ids, want)
+		}
+		if !slices.Equal(paged, ids) {
+			t.Fatalf("three at a time, listed %v; whole, %v", paged, ids)
 		}
 		byID := map[string]storage.PortalLink{}
 		for _, l := range list {

@@ -81,8 +81,11 @@ type PortalLink struct {
 	RevokedAt *time.Time `json:"revoked_at"`
 }
 
-// PortalLinkList answers GET /v1/portal/sessions: every portal link not
-// yet pruned, used, expired and revoked ones included, newest first.
+// PortalLinkList answers GET /v1/portal/sessions: a page of the portal
+// links not yet pruned, used, expired and revoked ones included, newest
+// first.
 type PortalLinkList struct {
 	Links []PortalLink `json:"links"`
+	// NextCursor is passed as ?cursor= for the next page; null on the last.
+	NextCursor *string `json:"next_cursor"`
 }
