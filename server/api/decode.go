@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,6 +262,21 @@ func parseTimeParam(name, v string) (time.Time, error) {
 		return time.Time{}, refuse(apiwire.CodeInvalidParameter, "%s %q is not an RFC 3339 time; write it like 2024-05-01T12:00:00Z", name, v)
 	}
 	return t, nil
+}
+
+// page reads a list's limit (a page size, defaultPageSize when absent) and
+// cursor, which must be an id of the kind the list gives out as
+// next_cursor (cursorOf), from q.
+func page(q url.Values, cursorOf *regexp.Regexp) (limit int, cursor string, err error) {
+	limit, err = parseLimit("limit", q.Get("limit"), defaultPageSize, maxPageSize)
+	if err != nil {
+		return 0, "", err
+	}
+	cursor = q.Get("cursor")
+	if cursor != "" && !cursorOf.MatchString(cursor) {
+		return 0, "", refuse(apiwire.CodeInvalidParameter, "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
+	}
+	return limit, cursor, nil
 }
 
 // parseLimit reads a page size or batch cap in 1..maxN; "" is def.

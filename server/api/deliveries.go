@@ -72,13 +72,9 @@ func (h *handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err := h.scopeFilter(r, &f); err != nil {
 		return err
 	}
-	limit, err := parseLimit("limit", q.Get("limit"), defaultPageSize, maxPageSize)
+	limit, cursor, err := page(q, cursorPattern)
 	if err != nil {
 		return err
-	}
-	cursor := q.Get("cursor")
-	if cursor != "" && !cursorPattern.MatchString(cursor) {
-		return refuse(apiwire.CodeInvalidParameter, "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
 	}
 	// One more than the page tells whether there is a next page, so the
 	// last page says so instead of sending the caller to an empty one.

@@ -180,13 +180,9 @@ func (h *handler) listPortalLinks(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	limit, err := parseLimit("limit", q.Get("limit"), defaultPageSize, maxPageSize)
+	limit, cursor, err := page(q, portalLinkCursorPattern)
 	if err != nil {
 		return err
-	}
-	cursor := q.Get("cursor")
-	if cursor != "" && !portalLinkCursorPattern.MatchString(cursor) {
-		return refuse(apiwire.CodeInvalidParameter, "cursor %q is not a cursor this API gave out; pass next_cursor from the previous page unchanged", clip(cursor))
 	}
 	// One more than the page tells whether there is a next page.
 	ls, err := h.store.PortalLinkList(r.Context(), storage.PortalLinkListParams{Before: cursor, Limit: limit + 1})
