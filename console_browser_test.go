@@ -58,7 +58,6 @@ func TestConsoleInABrowser(t *testing.T) {
 	}))
 	defer recv.Close()
 
-	ctx := t.Context()
 	base, out, logs := startServe(t, dir,
 		// Real trace ids on every attempt, linked to a trace UI.
 		"--telemetry.exporter=stdout",
@@ -70,25 +69,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// An endpoint and a submission, through the API as a form back end
 	// would make them; the delivery fails at its first attempt.
-	api := func(method, path, body string) map[string]any {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var v map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode >= 300 {
-			t.Fatalf("%s %s: %d %v %v", method, path, resp.StatusCode, v, err)
-		}
-		return v
-	}
+	api := adminJSON(t, base, token)
 	api("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q,"form_ids":["contact"],"description":"CRM"}`, recv.URL+"/hook"))
 	dlv := api("POST", "/v1/forms/contact/submissions", `{"email":"a@example.com"}`)["deliveries"].([]any)[0].(string)
 	waitState := func(state string) {
@@ -102,63 +83,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	waitState("failed")
 
-	// We run as root in CI containers, where Chromium's sandbox cannot
-	// start; the pages are our own, on loopback.
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
-	defer cancelTimeout()
-
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
-	// navigate runs steps that lead to a new page (a click on a link or a
-	// submit button, redirects included) and waits for it.
-	navigate := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		resp, err := chromedp.RunResponse(bctx, steps...)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if resp.Status != http.StatusOK {
-			t.Fatalf("%s: the page answered %d", what, resp.Status)
-		}
-	}
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		path := filepath.Join(artifacts, name+".png")
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot %s", path)
-	}
+	b := newBrowserSession(t, browser, artifacts, 90*time.Second)
+	bctx, do, text, navigate, shot := b.ctx, b.do, b.text, b.navigate, b.shot
 
 	// Log in: the console sends a visitor without a session to the form.
-	navigate("open the console", chromedp.Navigate(base+"/console/deliveries"))
+	navigate("open the console", http.StatusOK, chromedp.Navigate(base+"/console/deliveries"))
 	if h := text("h1"); h != "Log in" {
 		t.Fatalf("the console without a session shows %q, want the login form", h)
 	}
 	do("fill the login form", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.SendKeys(chromedp.CSS("#operator"), "e2e"))
 	shot("01-login")
-	navigate("log in", chromedp.Click(chromedp.CSS(`form button[type=submit]`)))
+	navigate("log in", http.StatusOK, chromedp.Click(chromedp.CSS(`form button[type=submit]`)))
 	if h := text("h1"); h != "Deliveries" {
 		t.Fatalf("after login the console shows %q, want the deliveries page asked for first", h)
 	}
@@ -168,16 +103,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	// The overview counts the failure.
-	navigate("open the overview", chromedp.Click(chromedp.CSS(`nav a[href="/console/"]`)))
+	navigate("open the overview", http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="/console/"]`)))
 	if failed := text(`.stat.state-failed .n`); failed != "1" {
 		t.Errorf("the overview counts %s failed, want 1", failed)
 	}
 	shot("02-overview-one-failed")
 
 	// Find the failed delivery: filter the list by state.
-	navigate("open the deliveries", chromedp.Click(chromedp.CSS(`nav a[href="/console/deliveries"]`)))
+	navigate("open the deliveries", http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="/console/deliveries"]`)))
 	do("choose state failed", chromedp.SetValue(chromedp.CSS("#f-state"), "failed"))
-	navigate("apply the filter", chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)))
+	navigate("apply the filter", http.StatusOK, chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)))
 	if loc, _ := chromedp.Run(bctx, chromedp.Location()); !strings.Contains(loc, "state=failed") {
 		t.Errorf("the filter did not reach the URL: %s", loc)
 	}
@@ -188,7 +123,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Open it: attempt 1 failed permanently with the receiver's 400, and
 	// its trace id links to the trace UI.
-	navigate("open the delivery", chromedp.Click(chromedp.CSS(`a[href="/console/deliveries/`+dlv+`"]`)))
+	navigate("open the delivery", http.StatusOK, chromedp.Click(chromedp.CSS(`a[href="/console/deliveries/`+dlv+`"]`)))
 	if st := text("#delivery-state"); st != "failed" {
 		t.Fatalf("the delivery page says %q, want failed", st)
 	}
@@ -204,13 +139,13 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Fix the receiver and replay; poll the page until it is delivered.
 	fixed.Store(true)
-	navigate("replay", chromedp.Click(chromedp.CSS(`form.replay button[type=submit]`)))
+	navigate("replay", http.StatusOK, chromedp.Click(chromedp.CSS(`form.replay button[type=submit]`)))
 	if flash := text(".flash"); !strings.Contains(flash, "Replayed") {
 		t.Errorf("after Replay the page says %q", flash)
 	}
 	testwait.For(t, 20*time.Second, func() error {
 		if got := text("#delivery-state"); got != "delivered" {
-			navigate("reload the delivery", chromedp.Navigate(base+"/console/deliveries/"+dlv))
+			navigate("reload the delivery", http.StatusOK, chromedp.Navigate(base+"/console/deliveries/"+dlv))
 			return fmt.Errorf("the delivery page never showed delivered; it shows %q", got)
 		}
 		return nil
@@ -226,20 +161,20 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Endpoints: disable and enable again, then rotate the secret, which
 	// is shown this once.
-	navigate("endpoints", chromedp.Click(chromedp.CSS(`nav a[href="/console/endpoints"]`)))
-	navigate("disable the endpoint", chromedp.Click(chromedp.CSS(`form[action$="/disable"] button`)))
+	navigate("endpoints", http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="/console/endpoints"]`)))
+	navigate("disable the endpoint", http.StatusOK, chromedp.Click(chromedp.CSS(`form[action$="/disable"] button`)))
 	if flash := text(".flash"); !strings.Contains(flash, "Disabled") {
 		t.Errorf("after Disable the page says %q", flash)
 	}
 	shot("06-endpoint-disabled")
-	navigate("enable the endpoint", chromedp.Click(chromedp.CSS(`form[action$="/enable"] button`)))
-	navigate("rotate the secret", chromedp.Click(chromedp.CSS(`form[action$="/rotate-secret"] button`)))
+	navigate("enable the endpoint", http.StatusOK, chromedp.Click(chromedp.CSS(`form[action$="/enable"] button`)))
+	navigate("rotate the secret", http.StatusOK, chromedp.Click(chromedp.CSS(`form[action$="/rotate-secret"] button`)))
 	secret, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('#new-secret').value`))
 	if err != nil || !strings.HasPrefix(secret, "whsec_") {
 		t.Errorf("the rotation page shows no new secret: %q, %v", secret, err)
 	}
 	shot("07-secret-rotated")
-	navigate("endpoints again", chromedp.Navigate(base+"/console/endpoints"))
+	navigate("endpoints again", http.StatusOK, chromedp.Navigate(base+"/console/endpoints"))
 	if page, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`)); secret == "" || strings.Contains(page, secret) {
 		t.Error("the endpoints page shows the rotated secret again")
 	}
@@ -259,7 +194,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		{"10-deliveries-375px", "/console/deliveries?state=delivered"},
 		{"11-delivery-375px", "/console/deliveries/" + dlv},
 	} {
-		navigate(p.name, chromedp.Navigate(base+p.path))
+		navigate(p.name, http.StatusOK, chromedp.Navigate(base+p.path))
 		width, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 		if err != nil || width > 375 {
 			t.Errorf("%s: the page is %d px wide at a 375 px viewport (%v); it must not scroll sideways", p.path, width, err)
@@ -271,13 +206,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	// delete the endpoint is gone from the list while its deliveries stay
 	// readable.
 	do("widen the viewport", chromedp.EmulateViewport(1280, 900))
-	navigate("endpoints for the delete", chromedp.Navigate(base+"/console/endpoints"))
-	navigate("ask to delete", chromedp.Click(chromedp.CSS(`a[href$="/delete"]`)))
+	navigate("endpoints for the delete", http.StatusOK, chromedp.Navigate(base+"/console/endpoints"))
+	navigate("ask to delete", http.StatusOK, chromedp.Click(chromedp.CSS(`a[href$="/delete"]`)))
 	if h := text("h1"); !strings.HasPrefix(h, "Delete endpoint ep_") {
 		t.Errorf("the delete link leads to %q, want the confirmation page", h)
 	}
 	shot("12-endpoint-delete-confirm")
-	navigate("delete", chromedp.Click(chromedp.CSS(`form[action$="/delete"] button[type=submit]`)))
+	navigate("delete", http.StatusOK, chromedp.Click(chromedp.CSS(`form[action$="/delete"] button[type=submit]`)))
 	if flash := text(".flash"); !strings.Contains(flash, "eleted") {
 		t.Errorf("after Delete the page says %q", flash)
 	}
@@ -285,10 +220,10 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the deleted endpoint is still listed:\n%s", page)
 	}
 	shot("13-endpoint-deleted")
-	navigate("the deleted endpoint's delivery", chromedp.Navigate(base+"/console/deliveries/"+dlv))
+	navigate("the deleted endpoint's delivery", http.StatusOK, chromedp.Navigate(base+"/console/deliveries/"+dlv))
 
 	// Log out: the session is gone.
-	navigate("log out", chromedp.Click(chromedp.CSS(`form.logout button`)))
+	navigate("log out", http.StatusOK, chromedp.Click(chromedp.CSS(`form.logout button`)))
 	if h := text("h1"); h != "Log in" {
 		t.Errorf("after logout the page is %q", h)
 	}
@@ -330,4 +265,100 @@ func artifactsDir(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return abs
+}
+
+// browserSession is one headless Chromium driving the server's pages, with
+// the steps both browser tests take, each failing the test with what it
+// was doing.
+type browserSession struct {
+	t         *testing.T
+	ctx       context.Context
+	artifacts string
+}
+
+// newBrowserSession starts the Chromium at path for the test, its steps
+// bounded by timeout in all, and saves screenshots in artifacts.
+func newBrowserSession(t *testing.T, path, artifacts string, timeout time.Duration) *browserSession {
+	t.Helper()
+	// We run as root in CI containers, where Chromium's sandbox cannot
+	// start; the pages are our own, on loopback.
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	bctx, cancelTimeout := context.WithTimeout(bctx, timeout)
+	t.Cleanup(cancelTimeout)
+	return &browserSession{t: t, ctx: bctx, artifacts: artifacts}
+}
+
+// do runs steps on the current page.
+func (b *browserSession) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// text is the trimmed text of the first element sel matches.
+func (b *browserSession) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("read %s: %v", sel, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// navigate runs steps that lead to a new page (a click on a link or a
+// submit button, redirects included), waits for it, and wants it to
+// answer the status want.
+func (b *browserSession) navigate(what string, want int, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	resp, err := chromedp.RunResponse(b.ctx, steps...)
+	if err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+	if resp.Status != int64(want) {
+		b.t.Fatalf("%s: the page answered %d, want %d", what, resp.Status, want)
+	}
+}
+
+// shot saves a screenshot of the whole page as name.png in the artifacts
+// directory, and logs where.
+func (b *browserSession) shot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(b.artifacts, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot %s", path)
+}
+
+// adminJSON calls the API at base with the admin token and decodes the
+// JSON answer, failing the test on any status of 300 or more.
+func adminJSON(t *testing.T, base, token string) func(method, path, body string) map[string]any {
+	return func(method, path, body string) map[string]any {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %d %v %v", method, path, resp.StatusCode, v, err)
+		}
+		return v
+	}
 }

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -77,7 +74,6 @@ func TestPortalInABrowser(t *testing.T) {
 	defer allowed.Close()
 	defer refused.Close()
 
-	ctx := t.Context()
 	base, out, logs := startServe(t, dir,
 		"--telemetry.exporter=stdout",
 		"--portal.frame_ancestors="+allowed.URL,
@@ -88,25 +84,7 @@ func TestPortalInABrowser(t *testing.T) {
 		t.Errorf("serve does not say where the portal is:\n%s", out.String())
 	}
 
-	api := func(method, path, body string) map[string]any {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var v map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode >= 300 {
-			t.Fatalf("%s %s: %d %v %v", method, path, resp.StatusCode, v, err)
-		}
-		return v
-	}
+	api := adminJSON(t, base, token)
 
 	// A portal link for form "contact", made as a forms product makes one.
 	newLink := func() string {
@@ -118,50 +96,8 @@ func TestPortalInABrowser(t *testing.T) {
 		return link
 	}
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 120*time.Second)
-	defer cancelTimeout()
-
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
-	navigate := func(what string, want int, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		resp, err := chromedp.RunResponse(bctx, steps...)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if resp.Status != int64(want) {
-			t.Fatalf("%s: the page answered %d, want %d", what, resp.Status, want)
-		}
-	}
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		path := filepath.Join(artifacts, name+".png")
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot %s", path)
-	}
+	b := newBrowserSession(t, browser, artifacts, 120*time.Second)
+	bctx, do, text, navigate, shot := b.ctx, b.do, b.text, b.navigate, b.shot
 
 	// Open the link: it lands on the endpoints page, branded.
 	link := newLink()
